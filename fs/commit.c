@@ -1,0 +1,591 @@
+/*
+ * The committer: group commit of namespace changes to the manifest, in the
+ * order they became visible in memory.
+ *
+ * NOTES ON THE DESIGN
+ *  1. Every namespace change is applied to the in-memory index first (that is
+ *     what makes it visible) and queued here under kvfs.ns_lock, so the queue
+ *     order is the order clients observed.
+ *  2. A new page's payload write is submitted when the page is sealed; its
+ *     manifest rows (extent, page) are written only after that write has
+ *     completed and its segment was fdatasync'ed (kv_store_sync). Data, then
+ *     the row: a crash can lose a sealed page that no fsync waited for, but
+ *     never leaves a row pointing at unwritten bytes.
+ *  3. One committer thread takes up to opts.commit_batch queued operations
+ *     and applies them in one SQLite transaction (synchronous=FULL): that is
+ *     what makes small pages cheap (see measurements: 7k commits/s vs 160k
+ *     rows/s at 10k rows per transaction).
+ *  4. An extent whose last page was deleted is freed (punched) only after the
+ *     transaction deleting its rows committed, and only once no one holds
+ *     the page open; before that it is still what a committed row or an
+ *     open reader points at.
+ *  5. fsync() waits for everything queued before it (kvfs_commit_wait_all):
+ *     visibility of durability comes after durability.
+ *  6. If a payload write or sync fails, that page is withdrawn (removed from
+ *     the namespace, counted, logged, and reported to fsync waiters as EIO);
+ *     no row for it is ever written. If a transaction fails, it is rolled
+ *     back, waiters are told (EIO), and the batch is retried: nothing is lost
+ *     while the daemon runs.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvfs_i.h"
+
+struct op {
+	enum kvfs_op_kind kind;
+	uint64_t seq;
+	struct kv_node_info node;     /* snapshot when queued */
+	bool drop_extent;             /* DEL_PAGE: last reference to the extent */
+	/* new pages only */
+	struct kvfs_data *payload;
+	struct kv_io io;
+	bool has_write;
+	bool written;                 /* under commit.lock */
+	struct kvfs_commit *c;
+	struct op *next;
+};
+
+struct kvfs_commit {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv;       /* ops queued or stop requested */
+	pthread_cond_t io_cv;         /* a payload write completed */
+	pthread_cond_t done_cv;       /* committed_seq or fail_seq advanced */
+	struct op *head, **tail;
+	uint64_t next_seq;            /* seq of the next queued op */
+	uint64_t committed_seq;       /* every op <= this is durable (or failed) */
+	uint64_t fail_seq;            /* newest op that could not be made durable */
+	uint64_t *failed_inos;        /* withdrawn pages: later ops on them are skipped */
+	size_t nfailed;
+	bool stop;
+	bool running;
+};
+
+/* ---- queueing (ns_lock held by the caller) ---- */
+
+static struct op *op_new(enum kvfs_op_kind kind, const struct kv_node_info *n)
+{
+	struct op *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return NULL;
+	o->kind = kind;
+	o->node = *n;
+	return o;
+}
+
+static void enqueue(struct kvfs *fs, struct op *o)
+{
+	struct kvfs_commit *c = fs->commit;
+
+	pthread_mutex_lock(&c->lock);
+	o->seq = c->next_seq++;
+	*c->tail = o;
+	c->tail = &o->next;
+	pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Queueing a metadata op can only fail on OOM; losing the row would make the
+ * manifest disagree with what clients saw, so retry rather than drop it. */
+static struct op *op_new_retry(enum kvfs_op_kind kind, const struct kv_node_info *n)
+{
+	struct op *o;
+
+	while (!(o = op_new(kind, n))) {
+		kv_log(KV_LOG_WARN, "out of memory queueing a manifest change; retrying");
+		usleep(10000);
+	}
+	return o;
+}
+
+void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n)
+{
+	enqueue(fs, op_new_retry(KVFS_OP_PUT_PAGE, n));
+}
+
+void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
+			  bool drop_extent)
+{
+	struct op *o = op_new_retry(KVFS_OP_DEL_PAGE, n);
+
+	o->drop_extent = drop_extent;
+	enqueue(fs, o);
+}
+
+void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n)
+{
+	enqueue(fs, op_new_retry(n->kind == KV_KIND_MODEL ? KVFS_OP_PUT_MODEL
+					: KVFS_OP_PUT_LAYER, n));
+}
+
+void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n)
+{
+	enqueue(fs, op_new_retry(n->kind == KV_KIND_MODEL ? KVFS_OP_DEL_MODEL
+					: KVFS_OP_DEL_LAYER, n));
+}
+
+/* Runs on the store's I/O thread: it only flags the op and wakes the committer. */
+static void on_written_op(void *arg)
+{
+	struct op *o = arg;
+
+	pthread_mutex_lock(&o->c->lock);
+	o->written = true;
+	pthread_cond_broadcast(&o->c->io_cv);
+	pthread_mutex_unlock(&o->c->lock);
+}
+
+int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
+			 struct kvfs_data *payload)
+{
+	struct kvfs_commit *c = fs->commit;
+	struct op *o = op_new(KVFS_OP_PUT_PAGE, n);
+	int rc;
+
+	if (!o)
+		return -ENOMEM;
+	o->payload = kvfs_data_get(payload);
+	o->has_write = true;
+	o->c = c;
+	o->io.op = KV_IO_WRITE;
+	o->io.ext = n->ext;
+	o->io.buf = payload->bytes;
+	/* Seq and queue position are taken before the write can complete, so
+	 * the committer always finds the op it must wait for. */
+	pthread_mutex_lock(&c->lock);
+	o->seq = c->next_seq++;
+	*c->tail = o;
+	c->tail = &o->next;
+	pthread_mutex_unlock(&c->lock);
+	rc = kv_store_io_async(fs->store, &o->io, 1, on_written_op, o);
+	if (rc < 0) {
+		/* Nothing was queued: complete it as a failed write so the
+		 * committer withdraws the page the normal way. */
+		o->io.res = rc;
+		on_written_op(o);
+	}
+	pthread_mutex_lock(&c->lock);
+	pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/* ---- the committer thread ---- */
+
+static bool ino_failed(struct kvfs_commit *c, uint64_t ino)
+{
+	size_t i;
+
+	for (i = 0; i < c->nfailed; i++)
+		if (c->failed_inos[i] == ino)
+			return true;
+	return false;
+}
+
+static void remember_failed(struct kvfs_commit *c, uint64_t ino)
+{
+	uint64_t *n = realloc(c->failed_inos, (c->nfailed + 1) * sizeof(*n));
+
+	if (!n) {
+		kv_log(KV_LOG_ERR, "out of memory recording withdrawn page %llu",
+		       (unsigned long long)ino);
+		return;
+	}
+	c->failed_inos = n;
+	c->failed_inos[c->nfailed++] = ino;
+}
+
+/* Take up to max ops off the queue, keeping their order. */
+static struct op *take_batch(struct kvfs_commit *c, unsigned max)
+{
+	struct op *first = c->head, *last = first;
+	unsigned n = 1;
+
+	while (last->next && n < max) {
+		last = last->next;
+		n++;
+	}
+	c->head = last->next;
+	if (!c->head)
+		c->tail = &c->head;
+	last->next = NULL;
+	return first;
+}
+
+/* Put a batch back at the front of the queue (its transaction failed). */
+static void requeue_batch(struct kvfs_commit *c, struct op *batch)
+{
+	struct op *last = batch;
+
+	while (last->next)
+		last = last->next;
+	last->next = c->head;
+	if (!c->head)
+		c->tail = &last->next;
+	c->head = batch;
+}
+
+/* Wait for the payload writes of the batch, then fdatasync their segments. */
+static void make_payloads_durable(struct kvfs *fs, struct op *batch)
+{
+	struct kvfs_commit *c = fs->commit;
+	struct kv_extent *exts = NULL;
+	struct op *o;
+	unsigned n = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	for (o = batch; o; o = o->next)
+		while (o->has_write && !o->written)
+			pthread_cond_wait(&c->io_cv, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	for (o = batch; o; o = o->next) {
+		if (!o->has_write || o->io.res < 0)
+			continue;
+		if (n == cap) {
+			struct kv_extent *ne;
+
+			cap = cap ? cap * 2 : 64;
+			ne = realloc(exts, cap * sizeof(*ne));
+			if (!ne) {
+				rc = -ENOMEM;
+				goto fail_all;
+			}
+			exts = ne;
+		}
+		exts[n++] = o->io.ext;
+	}
+	if (n == 0)
+		goto out;
+	rc = kv_store_sync(fs->store, exts, n);
+	if (rc == 0)
+		goto out;
+fail_all:
+	kv_log(KV_LOG_ERR, "syncing %u page payloads failed: %s", n, kv_strerror(rc));
+	for (o = batch; o; o = o->next)
+		if (o->has_write && o->io.res == 0)
+			o->io.res = rc;
+out:
+	free(exts);
+}
+
+static int apply_op(struct kvfs *fs, struct op *o)
+{
+	struct kv_manifest *m = fs->man;
+	struct kv_page_rec pr;
+	int rc;
+
+	switch (o->kind) {
+	case KVFS_OP_PUT_PAGE:
+		if (o->has_write) {
+			struct kv_extent_rec er = {
+				.id = o->node.extent_id, .ext = o->node.ext,
+				.refcount = 1,
+			};
+
+			memcpy(er.hash, o->node.hash, KV_HASH_LEN);
+			rc = kv_manifest_put_extent(m, &er);
+			if (rc < 0)
+				return rc;
+		}
+		kvfs_node_to_rec_page(fs, &o->node, &pr);
+		return kv_manifest_put_page(m, &pr);
+	case KVFS_OP_DEL_PAGE:
+		rc = kv_manifest_del_page(m, o->node.ino);
+		if (rc == 0 && o->drop_extent)
+			rc = kv_manifest_del_extent(m, o->node.extent_id);
+		return rc;
+	case KVFS_OP_PUT_MODEL: {
+		struct kv_model_rec r = { .ino = o->node.ino, .attr = o->node.attr,
+					  .geo = o->node.geo };
+
+		memcpy(r.name, o->node.name, sizeof(r.name));
+		return kv_manifest_put_model(m, &r);
+	}
+	case KVFS_OP_PUT_LAYER: {
+		struct kv_layer_rec r = { .ino = o->node.ino, .model_ino = o->node.parent,
+					  .layer = o->node.layer, .attr = o->node.attr };
+
+		memcpy(r.name, o->node.name, sizeof(r.name));
+		return kv_manifest_put_layer(m, &r);
+	}
+	case KVFS_OP_DEL_MODEL:
+		return kv_manifest_del_model(m, o->node.ino);
+	case KVFS_OP_DEL_LAYER:
+		return kv_manifest_del_layer(m, o->node.ino);
+	}
+	return -EINVAL;
+}
+
+static bool op_skipped(struct kvfs_commit *c, struct op *o)
+{
+	bool page = o->kind == KVFS_OP_PUT_PAGE || o->kind == KVFS_OP_DEL_PAGE;
+
+	return (o->has_write && o->io.res < 0) || (page && ino_failed(c, o->node.ino));
+}
+
+static int commit_batch(struct kvfs *fs, struct op *batch)
+{
+	struct op *o;
+	int rc;
+
+	rc = kv_manifest_begin(fs->man);
+	if (rc < 0)
+		return rc;
+	for (o = batch; o; o = o->next) {
+		if (op_skipped(fs->commit, o))
+			continue;
+		rc = apply_op(fs, o);
+		if (rc == -ENOENT && o->kind != KVFS_OP_PUT_PAGE) {
+			kv_log(KV_LOG_WARN, "manifest: %s had no row to delete",
+			       o->node.name);
+			continue;
+		}
+		if (rc < 0) {
+			kv_log(KV_LOG_ERR, "manifest: applying change to %s: %s",
+			       o->node.name, kv_strerror(rc));
+			kv_manifest_rollback(fs->man);
+			return rc;
+		}
+	}
+	rc = kv_manifest_commit(fs->man);
+	if (rc < 0)
+		kv_manifest_rollback(fs->man);
+	return rc;
+}
+
+/* A page whose payload never became durable: withdraw it (rule 6). */
+static void withdraw_page(struct kvfs *fs, struct op *o)
+{
+	struct kv_node_info cur;
+	struct kvfs_live *l;
+	uint32_t count;
+	int rc;
+
+	kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload failed: %s",
+	       o->node.name, (unsigned long long)o->node.ino, kv_strerror(o->io.res));
+	atomic_fetch_add(&fs->st.pages_lost, 1);
+	remember_failed(fs->commit, o->node.ino);
+	if (kv_index_get(fs->idx, o->node.ino, &cur) == 0 &&
+	    cur.extent_id == o->node.extent_id) {
+		kv_index_remove(fs->idx, o->node.ino);
+		kv_index_extent_ref(fs->idx, o->node.extent_id, -1, &count);
+	}
+	l = kvfs_live_find(fs, o->node.ino);
+	if (l) {
+		l->unlinked = true;
+		l->info = o->node;
+		l->free_on_close = false;
+		kvfs_data_put(l->ram);
+		l->ram = NULL;
+		kvfs_live_maybe_drop(fs, l);
+	}
+	rc = kv_extent_free(fs->store, &o->node.ext);
+	if (rc < 0)
+		kv_log(KV_LOG_ERR, "freeing extent of lost page %s: %s",
+		       o->node.name, kv_strerror(rc));
+}
+
+/* A new page's row is durable: drop its RAM copy, mark it durable. */
+static void page_now_durable(struct kvfs *fs, struct op *o)
+{
+	struct kv_node_info cur, upd;
+	struct kvfs_live *l;
+
+	if (kv_index_get(fs->idx, o->node.ino, &cur) == 0 &&
+	    cur.extent_id == o->node.extent_id) {
+		upd = cur;
+		upd.state = KV_PAGE_DURABLE;
+		kv_index_update(fs->idx, o->node.ino, &upd, KV_UPD_STATE);
+	}
+	l = kvfs_live_find(fs, o->node.ino);
+	if (l) {
+		kvfs_data_put(l->ram);
+		l->ram = NULL;
+		kvfs_live_maybe_drop(fs, l);
+	}
+}
+
+/* Rows deleted: the extent may be reused once no reader holds the page. */
+static void extent_now_unreferenced(struct kvfs *fs, struct op *o)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, o->node.ino);
+	int rc;
+
+	if (l && (l->opens || l->ram)) {
+		l->free_on_close = true;
+		return;
+	}
+	rc = kv_extent_free(fs->store, &o->node.ext);
+	if (rc < 0)
+		kv_log(KV_LOG_ERR, "freeing extent of deleted page %s: %s",
+		       o->node.name, kv_strerror(rc));
+}
+
+static void after_commit(struct kvfs *fs, struct op *batch)
+{
+	struct kvfs_commit *c = fs->commit;
+	struct op *o;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	for (o = batch; o; o = o->next) {
+		if (o->has_write && o->io.res < 0 && !ino_failed(c, o->node.ino))
+			withdraw_page(fs, o);
+		else if (op_skipped(c, o))
+			continue;
+		else if (o->has_write)
+			page_now_durable(fs, o);
+		else if (o->kind == KVFS_OP_DEL_PAGE && o->drop_extent)
+			extent_now_unreferenced(fs, o);
+	}
+	pthread_cond_broadcast(&fs->seal_cv);
+	pthread_mutex_unlock(&fs->ns_lock);
+}
+
+static void finish_batch(struct kvfs *fs, struct op *batch)
+{
+	struct kvfs_commit *c = fs->commit;
+	uint64_t last = 0, failed = 0;
+	unsigned n = 0;
+	struct op *o;
+
+	while (batch) {
+		o = batch;
+		batch = o->next;
+		last = o->seq;
+		if (o->has_write) {
+			if (o->io.res < 0)
+				failed = o->seq;
+			else
+				atomic_fetch_add(&fs->st.bytes_written, o->node.size);
+		}
+		kvfs_data_put(o->payload);
+		free(o);
+		n++;
+	}
+	atomic_fetch_add(&fs->st.commits, 1);
+	pthread_mutex_lock(&c->lock);
+	c->committed_seq = last;
+	if (failed)
+		c->fail_seq = failed;
+	pthread_cond_broadcast(&c->done_cv);
+	pthread_mutex_unlock(&c->lock);
+	kv_log(KV_LOG_DEBUG, "committed %u manifest changes", n);
+}
+
+static void fail_waiters(struct kvfs_commit *c, struct op *batch)
+{
+	struct op *last = batch;
+
+	while (last->next)
+		last = last->next;
+	pthread_mutex_lock(&c->lock);
+	c->fail_seq = last->seq;
+	pthread_cond_broadcast(&c->done_cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void *committer(void *arg)
+{
+	struct kvfs *fs = arg;
+	struct kvfs_commit *c = fs->commit;
+	struct op *batch;
+	int rc;
+
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		while (!c->head && !c->stop)
+			pthread_cond_wait(&c->work_cv, &c->lock);
+		if (!c->head) {
+			pthread_mutex_unlock(&c->lock);
+			break;
+		}
+		batch = take_batch(c, fs->opts.commit_batch);
+		pthread_mutex_unlock(&c->lock);
+
+		make_payloads_durable(fs, batch);
+		rc = commit_batch(fs, batch);
+		if (rc < 0) {
+			kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
+			       kv_strerror(rc));
+			fail_waiters(c, batch);
+			pthread_mutex_lock(&c->lock);
+			requeue_batch(c, batch);
+			pthread_mutex_unlock(&c->lock);
+			sleep(1);
+			continue;
+		}
+		after_commit(fs, batch);
+		finish_batch(fs, batch);
+	}
+	return NULL;
+}
+
+int kvfs_commit_start(struct kvfs *fs)
+{
+	struct kvfs_commit *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->work_cv, NULL);
+	pthread_cond_init(&c->io_cv, NULL);
+	pthread_cond_init(&c->done_cv, NULL);
+	c->tail = &c->head;
+	c->next_seq = 1;
+	fs->commit = c;
+	rc = -pthread_create(&c->thread, NULL, committer, fs);
+	if (rc < 0) {
+		fs->commit = NULL;
+		free(c);
+		return rc;
+	}
+	c->running = true;
+	return 0;
+}
+
+void kvfs_commit_stop(struct kvfs *fs)
+{
+	struct kvfs_commit *c = fs->commit;
+
+	if (!c)
+		return;
+	if (c->running) {
+		pthread_mutex_lock(&c->lock);
+		c->stop = true;
+		pthread_cond_signal(&c->work_cv);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(c->thread, NULL);
+	}
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->work_cv);
+	pthread_cond_destroy(&c->io_cv);
+	pthread_cond_destroy(&c->done_cv);
+	free(c->failed_inos);
+	free(c);
+	fs->commit = NULL;
+}
+
+int kvfs_commit_wait_all(struct kvfs *fs)
+{
+	struct kvfs_commit *c = fs->commit;
+	uint64_t target, start;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	target = c->next_seq - 1;
+	start = c->committed_seq;
+	while (c->committed_seq < target && c->fail_seq <= start)
+		pthread_cond_wait(&c->done_cv, &c->lock);
+	/* Conservative: any failure among the ops this caller waited for is
+	 * reported, as fsync reports write-back errors on Linux. */
+	if (c->fail_seq > start)
+		rc = -EIO;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}

@@ -1,0 +1,443 @@
+/*
+ * Filesystem core: creating a store (mkfs), bringing one up (manifest ->
+ * index -> extent store recovery -> committer), tearing it down, and the
+ * table of live pages (pages open or with payload in RAM) the FUSE
+ * operations share. Nothing here knows about FUSE.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvfs_i.h"
+
+int64_t kvfs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void kvfs_opts_default(struct kvfs_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->max_page = KVFS_MAX_PAGE_DEFAULT;
+	o->entry_timeout = KVFS_ENTRY_TIMEOUT_DEFAULT;
+	o->commit_batch = KVFS_COMMIT_BATCH_DEFAULT;
+}
+
+int kvfs_parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "KMGTP";
+	char *end;
+	double v;
+	const char *u;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -EINVAL;
+	if (*end) {
+		u = strchr(units, *end & ~0x20);
+		if (!u || !*u)
+			return -EINVAL;
+		end++;
+		if (*end == 'i' || *end == 'I')
+			end++;
+		if (*end == 'B' || *end == 'b')
+			end++;
+		if (*end)
+			return -EINVAL;
+		v *= (double)(1ull << (10 * (u - units + 1)));
+	}
+	if (v >= 18446744073709551615.0)
+		return -ERANGE;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* ---- payload buffers ---- */
+
+struct kvfs_data *kvfs_data_new(uint64_t cap)
+{
+	struct kvfs_data *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	cap = (cap + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	if (cap == 0)
+		cap = KV_ALIGN;
+	d->bytes = kv_buf_alloc(cap);
+	if (!d->bytes) {
+		free(d);
+		return NULL;
+	}
+	d->cap = cap;
+	atomic_init(&d->refs, 1);
+	return d;
+}
+
+struct kvfs_data *kvfs_data_get(struct kvfs_data *d)
+{
+	atomic_fetch_add(&d->refs, 1);
+	return d;
+}
+
+void kvfs_data_put(struct kvfs_data *d)
+{
+	if (d && atomic_fetch_sub(&d->refs, 1) == 1) {
+		free(d->bytes);
+		free(d);
+	}
+}
+
+int kvfs_data_reserve(struct kvfs_data *d, uint64_t need)
+{
+	uint64_t cap = d->cap;
+	uint8_t *nb;
+
+	if (need <= cap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	nb = kv_buf_alloc(cap);   /* zeroed: holes in a page read as zeros */
+	if (!nb)
+		return -ENOMEM;
+	memcpy(nb, d->bytes, d->size);
+	free(d->bytes);
+	d->bytes = nb;
+	d->cap = cap;
+	return 0;
+}
+
+/* ---- live pages ---- */
+
+static size_t live_slot(struct kvfs *fs, uint64_t ino)
+{
+	return (size_t)((ino * 0x9E3779B97F4A7C15ull) >> 17) % fs->live_buckets;
+}
+
+struct kvfs_live *kvfs_live_find(struct kvfs *fs, uint64_t ino)
+{
+	struct kvfs_live *l = fs->live[live_slot(fs, ino)];
+
+	while (l && l->ino != ino)
+		l = l->hnext;
+	return l;
+}
+
+struct kvfs_live *kvfs_live_get(struct kvfs *fs, uint64_t ino)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+	size_t slot;
+
+	if (l)
+		return l;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return NULL;
+	l->ino = ino;
+	slot = live_slot(fs, ino);
+	l->hnext = fs->live[slot];
+	fs->live[slot] = l;
+	fs->nlive++;
+	return l;
+}
+
+static void live_unhash(struct kvfs *fs, struct kvfs_live *l)
+{
+	struct kvfs_live **pp = &fs->live[live_slot(fs, l->ino)];
+
+	while (*pp && *pp != l)
+		pp = &(*pp)->hnext;
+	if (*pp) {
+		*pp = l->hnext;
+		fs->nlive--;
+	}
+}
+
+void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l)
+{
+	int rc;
+
+	if (l->opens || l->writing || l->wbuf || l->ram)
+		return;
+	if (l->free_on_close) {
+		/* The manifest already forgot this page (see kvfs_page_forget);
+		 * the last reader is gone, so the bytes may be reused now. */
+		rc = kv_extent_free(fs->store, &l->info.ext);
+		if (rc < 0)
+			kv_log(KV_LOG_ERR, "freeing extent of unlinked page %s: %s",
+			       l->info.name, kv_strerror(rc));
+	}
+	live_unhash(fs, l);
+	free(l);
+}
+
+int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out)
+{
+	struct kvfs_live *l;
+	int rc = kv_index_get(fs->idx, ino, out);
+
+	if (rc != -ENOENT)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	if (l && l->unlinked) {
+		*out = l->info;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+/* ---- mkfs ---- */
+
+static int read_uuid(char out[37])
+{
+	FILE *f = fopen("/proc/sys/kernel/random/uuid", "r");
+	int ok;
+
+	if (!f)
+		return -errno;
+	ok = fgets(out, 37, f) != NULL && strlen(out) == 36;
+	fclose(f);
+	return ok ? 0 : -EIO;
+}
+
+static int absolute_path(const char *p, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (p[0] == '/') {
+		if (strlen(p) >= len)
+			return -ENAMETOOLONG;
+		strcpy(out, p);
+		return 0;
+	}
+	if (!getcwd(cwd, sizeof(cwd)))
+		return -errno;
+	if ((size_t)snprintf(out, len, "%s/%s", cwd, p) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int mkfs_meta(const char *dir, const struct kvfs_mkfs_opts *o,
+		     struct kv_store_meta *m)
+{
+	unsigned i;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	rc = read_uuid(m->uuid);
+	if (rc < 0)
+		return rc;
+	m->segment_size = o->segment_size ? o->segment_size : KV_SEGMENT_SIZE_DEFAULT;
+	m->capacity = o->capacity;
+	m->created_ns = kvfs_now_ns();
+	m->nstripes = o->nstripes ? o->nstripes : 1;
+	if (m->nstripes > KV_MAX_STRIPES) {
+		kv_log(KV_LOG_ERR, "mkfs: %u stripes; at most %u are supported",
+		       m->nstripes, KV_MAX_STRIPES);
+		return -EINVAL;
+	}
+	if (m->segment_size < KV_SEGMENT_SIZE_MIN || m->segment_size % KV_ALIGN) {
+		kv_log(KV_LOG_ERR, "mkfs: segment size %llu must be >= 1 MiB and a multiple of 4 KiB",
+		       (unsigned long long)m->segment_size);
+		return -EINVAL;
+	}
+	for (i = 0; i < m->nstripes; i++) {
+		char rel[PATH_MAX];
+		const char *p = rel;
+
+		if (o->nstripes)
+			p = o->stripes[i];
+		else
+			snprintf(rel, sizeof(rel), "%s/stripe0", dir);
+		rc = absolute_path(p, m->stripes[i], sizeof(m->stripes[i]));
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int open_store(const char *dir, const struct kv_store_meta *m,
+		      bool create, bool no_direct, struct kv_store **out)
+{
+	const char *paths[KV_MAX_STRIPES];
+	struct kv_store_opts so = {
+		.nstripes = m->nstripes, .stripes = paths, .uuid = m->uuid,
+		.segment_size = m->segment_size, .capacity = m->capacity,
+		.create = create, .no_direct = no_direct,
+	};
+	unsigned i;
+
+	(void)dir;
+	for (i = 0; i < m->nstripes; i++)
+		paths[i] = m->stripes[i];
+	return kv_store_open(&so, out);
+}
+
+int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
+{
+	struct kv_store_meta *m = calloc(1, sizeof(*m));
+	struct kv_store *s = NULL;
+	char db[PATH_MAX];
+	int rc;
+
+	if (!m)
+		return -ENOMEM;
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		rc = -errno;
+		kv_log(KV_LOG_ERR, "mkfs: cannot create %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	snprintf(db, sizeof(db), "%s/%s", dir, KV_MANIFEST_FILE);
+	if (access(db, F_OK) == 0) {
+		kv_log(KV_LOG_ERR, "mkfs: %s already holds a kvfs store (%s)", dir, db);
+		rc = -EEXIST;
+		goto out;
+	}
+	rc = mkfs_meta(dir, o, m);
+	if (rc < 0)
+		goto out;
+	/* Stripes first: a manifest must never name stripes that do not exist. */
+	rc = open_store(dir, m, true, false, &s);
+	if (rc < 0)
+		goto out;
+	kv_store_close(s);
+	rc = kv_manifest_create(dir, m);
+out:
+	free(m);
+	return rc;
+}
+
+/* ---- open / close ---- */
+
+static int mark_extent(void *arg, const struct kv_extent_rec *r)
+{
+	return kv_store_mark_used(arg, &r->ext);
+}
+
+static int recover_space(struct kvfs *fs)
+{
+	struct kv_reclaim_stats rs = { 0 };
+	int rc;
+
+	rc = kv_index_extent_walk(fs->idx, mark_extent, fs->store);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "manifest extents do not match the segment files: %s; "
+		       "run `kvfs fsck %s`", kv_strerror(rc), fs->store_dir);
+		return rc;
+	}
+	rc = kv_store_reclaim(fs->store, &rs);
+	if (rc < 0)
+		return rc;
+	if (rs.bytes_reclaimed || rs.segments_removed)
+		kv_log(KV_LOG_INFO, "recovery: reclaimed %llu uncommitted bytes, removed %llu empty segments",
+		       (unsigned long long)rs.bytes_reclaimed,
+		       (unsigned long long)rs.segments_removed);
+	return 0;
+}
+
+static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
+{
+	struct kvfs *fs = calloc(1, sizeof(*fs));
+
+	if (!fs)
+		return -ENOMEM;
+	fs->store_dir = strdup(dir);
+	fs->live_buckets = 4096;
+	fs->live = calloc(fs->live_buckets, sizeof(*fs->live));
+	if (!fs->store_dir || !fs->live) {
+		free(fs->store_dir);
+		free(fs->live);
+		free(fs);
+		return -ENOMEM;
+	}
+	if (o)
+		fs->opts = *o;
+	else
+		kvfs_opts_default(&fs->opts);
+	pthread_mutex_init(&fs->ns_lock, NULL);
+	pthread_cond_init(&fs->seal_cv, NULL);
+	*out = fs;
+	return 0;
+}
+
+static void fs_free(struct kvfs *fs)
+{
+	size_t i;
+
+	for (i = 0; i < fs->live_buckets; i++) {
+		while (fs->live[i]) {
+			struct kvfs_live *l = fs->live[i];
+
+			fs->live[i] = l->hnext;
+			kvfs_data_put(l->wbuf);
+			kvfs_data_put(l->ram);
+			free(l);
+		}
+	}
+	if (fs->idx)
+		kv_index_free(fs->idx);
+	if (fs->store)
+		kv_store_close(fs->store);
+	if (fs->man)
+		kv_manifest_close(fs->man);
+	pthread_mutex_destroy(&fs->ns_lock);
+	pthread_cond_destroy(&fs->seal_cv);
+	free(fs->live);
+	free(fs->store_dir);
+	free(fs);
+}
+
+int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
+{
+	struct kvfs *fs;
+	int rc;
+
+	rc = fs_alloc(dir, o, &fs);
+	if (rc < 0)
+		return rc;
+	rc = kv_manifest_open(dir, &fs->man);
+	if (rc < 0)
+		goto fail;
+	rc = kv_manifest_meta(fs->man, &fs->meta);
+	if (rc < 0)
+		goto fail;
+	rc = open_store(dir, &fs->meta, false, fs->opts.no_direct, &fs->store);
+	if (rc < 0)
+		goto fail;
+	rc = kv_index_new(&fs->idx);
+	if (rc < 0)
+		goto fail;
+	rc = kv_index_load(fs->idx, fs->man);
+	if (rc < 0)
+		goto fail;
+	rc = recover_space(fs);
+	if (rc < 0)
+		goto fail;
+	rc = kvfs_commit_start(fs);
+	if (rc < 0)
+		goto fail;
+	*out = fs;
+	return 0;
+fail:
+	kv_log(KV_LOG_ERR, "cannot open store %s: %s", dir, kv_strerror(rc));
+	fs_free(fs);
+	return rc;
+}
+
+void kvfs_close(struct kvfs *fs)
+{
+	if (!fs)
+		return;
+	kvfs_commit_stop(fs);
+	fs_free(fs);
+}

@@ -1,0 +1,320 @@
+/*
+ * `kvfs mount`: check the mountpoint, bring the store up, mount it with the
+ * low-level libfuse API and serve it on a multi-threaded loop. Without -f the
+ * daemon detaches, but only after the store is open and the mount is in
+ * place, so every startup error reaches the terminal and the exit status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "ops.h"
+
+struct mount_cfg {
+	const char *store;
+	const char *mnt;
+	bool foreground;
+	bool debug;
+	char log_path[PATH_MAX];
+	char fuse_opts[4096];
+	struct kvfs_opts opts;
+};
+
+static void mount_usage(void)
+{
+	fprintf(stderr,
+		"usage: kvfs mount STORE MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n"
+		"  -f                 stay in the foreground, log to stderr\n"
+		"  -d                 debug log (implies -f)\n"
+		"  -o max_page=SIZE   largest page of a model without geometry (default 64M)\n"
+		"  -o entry_timeout=S seconds the kernel caches sealed pages' names/attrs (default 3600)\n"
+		"  -o commit_batch=N  most changes per manifest transaction (default 4096)\n"
+		"  -o no_direct       buffered segment I/O (stripes on tmpfs)\n"
+		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
+		"  other -o options go to FUSE (allow_other, ro, ...)\n");
+}
+
+/* Returns 1 if opt was a kvfs option, 0 if it belongs to FUSE, <0 if bad. */
+static int kvfs_option(struct mount_cfg *c, const char *opt)
+{
+	const char *v = strchr(opt, '=');
+	uint64_t size;
+	char *end;
+
+	if (!strcmp(opt, "no_direct")) {
+		c->opts.no_direct = true;
+		return 1;
+	}
+	if (!v)
+		return 0;
+	v++;
+	if (!strncmp(opt, "max_page=", 9)) {
+		if (kvfs_parse_size(v, &size) < 0 || size == 0)
+			return -EINVAL;
+		c->opts.max_page = size;
+		return 1;
+	}
+	if (!strncmp(opt, "entry_timeout=", 14)) {
+		c->opts.entry_timeout = strtod(v, &end);
+		return *end || c->opts.entry_timeout < 0 ? -EINVAL : 1;
+	}
+	if (!strncmp(opt, "commit_batch=", 13)) {
+		c->opts.commit_batch = (unsigned)strtoul(v, &end, 10);
+		return *end || c->opts.commit_batch == 0 ? -EINVAL : 1;
+	}
+	if (!strncmp(opt, "log=", 4)) {
+		snprintf(c->log_path, sizeof(c->log_path), "%s", v);
+		return 1;
+	}
+	return 0;
+}
+
+static int add_options(struct mount_cfg *c, const char *list)
+{
+	char *dup = strdup(list), *save = NULL, *opt;
+	int rc = 0;
+
+	if (!dup)
+		return -ENOMEM;
+	for (opt = strtok_r(dup, ",", &save); opt && rc >= 0; opt = strtok_r(NULL, ",", &save)) {
+		rc = kvfs_option(c, opt);
+		if (rc < 0)
+			fprintf(stderr, "kvfs mount: bad option value: %s\n", opt);
+		else if (rc == 0)
+			snprintf(c->fuse_opts + strlen(c->fuse_opts),
+				 sizeof(c->fuse_opts) - strlen(c->fuse_opts), ",%s", opt);
+	}
+	free(dup);
+	return rc < 0 ? rc : 0;
+}
+
+static int parse_args(struct mount_cfg *c, int argc, char **argv)
+{
+	int i, npos = 0;
+
+	memset(c, 0, sizeof(*c));
+	kvfs_opts_default(&c->opts);
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-f")) {
+			c->foreground = true;
+		} else if (!strcmp(argv[i], "-d")) {
+			c->debug = c->foreground = true;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+			if (add_options(c, argv[++i]) < 0)
+				return -EINVAL;
+		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
+			if (add_options(c, argv[i] + 2) < 0)
+				return -EINVAL;
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			mount_usage();
+			exit(0);
+		} else if (argv[i][0] == '-') {
+			fprintf(stderr, "kvfs mount: unknown flag %s\n", argv[i]);
+			return -EINVAL;
+		} else if (npos == 0) {
+			c->store = argv[i];
+			npos++;
+		} else if (npos == 1) {
+			c->mnt = argv[i];
+			npos++;
+		} else {
+			return -EINVAL;
+		}
+	}
+	if (npos != 2)
+		return -EINVAL;
+	if (!c->log_path[0])
+		snprintf(c->log_path, sizeof(c->log_path), "%s/kvfs.log", c->store);
+	return 0;
+}
+
+/*
+ * A mountpoint must be an existing directory that nothing is mounted on. A
+ * FUSE mount whose daemon died answers ENOTCONN: say so, and how to clear it.
+ */
+static int check_mountpoint(const char *mnt)
+{
+	struct stat st, parent;
+	struct statvfs sv;
+	char up[PATH_MAX];
+
+	/* statfs always reaches a FUSE daemon; stat may be answered from the
+	 * kernel's attribute cache even when the daemon is dead. */
+	if (statvfs(mnt, &sv) < 0 && errno == ENOTCONN) {
+		fprintf(stderr,
+			"kvfs mount: %s is a stale FUSE mount: its daemon is gone "
+			"(killed or crashed).\n"
+			"  Clear it with:  fusermount3 -u -z %s\n"
+			"  then mount again; every committed page is still in the store.\n",
+			mnt, mnt);
+		return -ENOTCONN;
+	}
+	if (stat(mnt, &st) < 0) {
+		fprintf(stderr, "kvfs mount: mountpoint %s: %s\n", mnt, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "kvfs mount: mountpoint %s is not a directory\n", mnt);
+		return -ENOTDIR;
+	}
+	snprintf(up, sizeof(up), "%s/..", mnt);
+	if (stat(up, &parent) == 0 && (parent.st_dev != st.st_dev || parent.st_ino == st.st_ino)) {
+		fprintf(stderr,
+			"kvfs mount: %s is already a mount point; unmount it first "
+			"(fusermount3 -u %s)\n", mnt, mnt);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static struct fuse_session *session_new(struct mount_cfg *c, struct kvfs *fs)
+{
+	char abs[PATH_MAX], base[PATH_MAX + sizeof(c->fuse_opts) + 128];
+	char *argv[5];
+	int argc = 0;
+	struct fuse_args args;
+	struct fuse_session *se;
+
+	if (!realpath(c->store, abs))
+		snprintf(abs, sizeof(abs), "%s", c->store);
+	/* default_permissions: the kernel enforces mode bits, as for any fs. */
+	snprintf(base, sizeof(base), "default_permissions,max_read=1048576,fsname=kvfs:%s,subtype=kvfs%s",
+		 abs, c->fuse_opts);
+	argv[argc++] = "kvfs";
+	argv[argc++] = "-o";
+	argv[argc++] = base;
+	if (c->debug)
+		argv[argc++] = "-d";
+	argv[argc] = NULL;
+	args = (struct fuse_args)FUSE_ARGS_INIT(argc, argv);
+	se = fuse_session_new(&args, &kvfs_ops, sizeof(kvfs_ops), fs);
+	return se;
+}
+
+static int serve(struct fuse_session *se)
+{
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	int rc;
+
+	if (!lc)
+		return -ENOMEM;
+	fuse_loop_cfg_set_max_threads(lc, 16);
+	rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	return rc;
+}
+
+/* Detached: log to the log file, tell the waiting parent we are up. */
+static int detach_io(struct mount_cfg *c, int status_fd)
+{
+	int null = open("/dev/null", O_RDWR);
+	int log = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	char ok = 0;
+
+	if (null < 0 || log < 0) {
+		fprintf(stderr, "kvfs mount: cannot open log %s: %s\n", c->log_path,
+			strerror(errno));
+		return -errno;
+	}
+	fprintf(stderr, "kvfs: mounted %s at %s (daemon pid %d, log %s)\n",
+		c->store, c->mnt, (int)getpid(), c->log_path);
+	dup2(null, STDIN_FILENO);
+	dup2(null, STDOUT_FILENO);
+	dup2(log, STDERR_FILENO);
+	close(null);
+	close(log);
+	if (write(status_fd, &ok, 1) != 1)
+		return -EIO;
+	close(status_fd);
+	return 0;
+}
+
+static int run_daemon(struct mount_cfg *c, int status_fd)
+{
+	struct fuse_session *se = NULL;
+	struct kvfs *fs = NULL;
+	int rc;
+
+	if (c->debug)
+		kv_log_set_level(KV_LOG_DEBUG);
+	rc = kvfs_open(c->store, &c->opts, &fs);
+	if (rc < 0) {
+		fprintf(stderr, "kvfs mount: cannot open store %s: %s\n", c->store, kv_strerror(rc));
+		return 1;
+	}
+	se = session_new(c, fs);
+	if (!se) {
+		fprintf(stderr, "kvfs mount: bad mount options\n");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(se) < 0 || fuse_session_mount(se, c->mnt) < 0) {
+		fprintf(stderr, "kvfs mount: cannot mount at %s\n", c->mnt);
+		goto out;
+	}
+	if (status_fd >= 0 && detach_io(c, status_fd) < 0) {
+		fuse_session_unmount(se);
+		goto out;
+	}
+	kv_log(KV_LOG_INFO, "serving %s at %s", c->store, c->mnt);
+	rc = serve(se);
+	fuse_session_unmount(se);
+	kvfs_close(fs);   /* commits everything still queued */
+	fs = NULL;
+	kv_log(KV_LOG_INFO, "unmounted %s", c->mnt);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
+	return rc ? 1 : 0;
+out:
+	if (se) {
+		fuse_remove_signal_handlers(se);
+		fuse_session_destroy(se);
+	}
+	kvfs_close(fs);
+	return 1;
+}
+
+/* Fork before any thread exists; the parent waits for "mounted" or failure. */
+static int run_detached(struct mount_cfg *c)
+{
+	int pfd[2];
+	pid_t pid;
+	char st;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return 1;
+	pid = fork();
+	if (pid < 0) {
+		perror("kvfs mount: fork");
+		return 1;
+	}
+	if (pid == 0) {
+		close(pfd[0]);
+		setsid();
+		_exit(run_daemon(c, pfd[1]));
+	}
+	close(pfd[1]);
+	if (read(pfd[0], &st, 1) != 1)
+		return 1;   /* the child printed why */
+	return 0;
+}
+
+int kvfs_mount_main(int argc, char **argv)
+{
+	struct mount_cfg c;
+
+	if (parse_args(&c, argc, argv) < 0) {
+		mount_usage();
+		return 2;
+	}
+	if (check_mountpoint(c.mnt) < 0)
+		return 1;
+	if (c.foreground)
+		return run_daemon(&c, -1);
+	return run_detached(&c);
+}

@@ -1,0 +1,49 @@
+/*
+ * kvfs filesystem core and daemon entry points, as used by the `kvfs`
+ * command. kvfs_open() brings a store up (manifest, extent store, in-memory
+ * index, recovery of uncommitted space) without mounting it; the daemon
+ * serves it over FUSE.
+ */
+#ifndef KVFS_FS_H
+#define KVFS_FS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct kvfs;
+
+struct kvfs_opts {
+	uint64_t max_page;        /* largest page of a model without geometry */
+	double entry_timeout;     /* seconds the kernel may cache names/attrs of sealed pages */
+	unsigned commit_batch;    /* most operations per manifest transaction */
+	bool no_direct;           /* buffered segment I/O (tmpfs stripes) */
+};
+
+#define KVFS_MAX_PAGE_DEFAULT (64ull << 20)
+#define KVFS_ENTRY_TIMEOUT_DEFAULT 3600.0
+#define KVFS_COMMIT_BATCH_DEFAULT 4096u
+
+void kvfs_opts_default(struct kvfs_opts *o);
+
+struct kvfs_mkfs_opts {
+	unsigned nstripes;
+	const char *const *stripes;  /* NULL/0: one stripe, STORE/stripe0 */
+	uint64_t segment_size;       /* 0: default 1 GiB */
+	uint64_t capacity;           /* 0: the stripes' filesystems */
+};
+
+/* Create a new store in store_dir (created if missing, must hold no store). */
+int kvfs_mkfs(const char *store_dir, const struct kvfs_mkfs_opts *o);
+
+/* Open a store: load the manifest, reclaim uncommitted space, start threads. */
+int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);
+/* Commit everything pending, stop threads, close. */
+void kvfs_close(struct kvfs *fs);
+
+/* Parse "65536", "64K", "1G", "1.5T" (binary units). -EINVAL if malformed. */
+int kvfs_parse_size(const char *s, uint64_t *out);
+
+/* `kvfs mount STORE MOUNTPOINT [-f] [-o opt,...]`; returns an exit status. */
+int kvfs_mount_main(int argc, char **argv);
+
+#endif

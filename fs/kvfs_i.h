@@ -1,0 +1,148 @@
+/*
+ * Private header of the kvfs daemon (fs/). Ties the store (bytes), the
+ * manifest (durable page table) and the in-memory index (what is served)
+ * together into one mounted filesystem, struct kvfs.
+ *
+ * Locking, outermost first:
+ *   kvfs.ns_lock   every namespace change (create, seal, rename, unlink,
+ *                  mkdir, rmdir, setxattr), the live-page table, and the
+ *                  order in which manifest operations are queued. Held only
+ *                  for in-memory work: never across I/O or fuse_reply_*.
+ *   commit.lock    the committer's queue (taken inside ns_lock when queuing).
+ *   index rwlock   inside kv_index_*; lookups take only this.
+ *   fh.lock        a reader's lazily loaded payload.
+ */
+#ifndef KVFS_I_H
+#define KVFS_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "index.h"
+#include "manifest.h"
+#include "store.h"
+#include "fs.h"
+
+/* A page payload in RAM, shared by reference between the writer, the
+ * committer and readers until the page is durable. */
+struct kvfs_data {
+	atomic_int refs;
+	uint64_t size;    /* payload bytes */
+	uint64_t cap;     /* allocated bytes, KV_ALIGN multiple */
+	uint8_t *bytes;   /* KV_ALIGN aligned */
+};
+
+struct kvfs_data *kvfs_data_new(uint64_t cap);
+struct kvfs_data *kvfs_data_get(struct kvfs_data *d);
+void kvfs_data_put(struct kvfs_data *d);
+/* Grow to hold at least need bytes (keeps contents, zero-fills). */
+int kvfs_data_reserve(struct kvfs_data *d, uint64_t need);
+
+/*
+ * Runtime state of a page the kernel has open, or whose payload is in RAM
+ * waiting for the committer. Lives in kvfs.live (under ns_lock) and is freed
+ * when nothing needs it any more (kvfs_live_maybe_drop).
+ */
+struct kvfs_live {
+	uint64_t ino;
+	unsigned opens;             /* open file handles */
+	bool writing;               /* a writer handle exists and has not sealed */
+	bool flushed;               /* writer closed a descriptor since its last write */
+	bool unlinked;              /* gone from the namespace; info is the last copy */
+	bool free_on_close;         /* extent to be freed at the last close */
+	uint64_t reserved;          /* space held for wbuf against the capacity */
+	struct kvfs_data *wbuf;     /* being written (WRITING) */
+	struct kvfs_data *ram;      /* sealed payload not yet durable */
+	struct kv_node_info info;   /* valid when unlinked */
+	struct kvfs_live *hnext;
+};
+
+struct kvfs_commit;
+
+struct kvfs_stats {
+	atomic_uint_fast64_t pages_sealed;
+	atomic_uint_fast64_t pages_lost;        /* write/sync failed after close */
+	atomic_uint_fast64_t commits;
+	atomic_uint_fast64_t bytes_written;
+	atomic_uint_fast64_t bytes_read_disk;
+	atomic_uint_fast64_t bytes_read_ram;
+	atomic_uint_fast64_t checksum_failures;
+};
+
+struct kvfs {
+	char *store_dir;
+	struct kvfs_opts opts;
+	struct kv_store_meta meta;
+	struct kv_store *store;
+	struct kv_manifest *man;
+	struct kv_index *idx;
+	struct kvfs_commit *commit;
+
+	pthread_mutex_t ns_lock;
+	pthread_cond_t seal_cv;       /* a page changed state (ns_lock) */
+	struct kvfs_live **live;      /* hash by ino (ns_lock) */
+	size_t live_buckets, nlive;
+	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
+
+	struct kvfs_stats st;
+};
+
+/* ---- live pages (caller holds ns_lock) ---- */
+struct kvfs_live *kvfs_live_find(struct kvfs *fs, uint64_t ino);
+struct kvfs_live *kvfs_live_get(struct kvfs *fs, uint64_t ino); /* find or create */
+/* Free the entry if it is idle; frees a pending extent when unlinked. */
+void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l);
+
+/* Node snapshot by inode, including unlinked-but-open pages. */
+int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
+
+/* ---- pages (fs/page.c) ---- */
+/* Seal the page being written through l: hash, allocate, submit the write,
+ * queue the manifest row. Caller holds ns_lock. */
+int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l);
+/* Detach a page from the namespace (unlink or replaced by rename); frees its
+ * extent once the manifest forgot it and no one holds it open. ns_lock held. */
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n);
+/* Payload size allowed for pages under layer dir `parent` (geometry or max). */
+int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
+		    bool *exact);
+/* Give back the space a page being written held (ns_lock held). */
+void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
+/* Read a sealed page's whole payload, verified (RAM copy or disk). */
+int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);
+
+/* ---- committer (fs/commit.c) ---- */
+enum kvfs_op_kind {
+	KVFS_OP_PUT_PAGE,     /* row for a page (new, renamed, attrs) */
+	KVFS_OP_DEL_PAGE,
+	KVFS_OP_PUT_MODEL,
+	KVFS_OP_DEL_MODEL,
+	KVFS_OP_PUT_LAYER,
+	KVFS_OP_DEL_LAYER,
+};
+
+int kvfs_commit_start(struct kvfs *fs);
+/* Commit everything queued, then stop the thread. */
+void kvfs_commit_stop(struct kvfs *fs);
+/* Queue a namespace row change (ns_lock held, so queue order = namespace order). */
+void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n);
+void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
+			  bool drop_extent);
+void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
+void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
+/* Queue a newly sealed page: submits the write of payload to n->ext now,
+ * the row follows once the data is synced. Takes a reference on payload. */
+int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
+			 struct kvfs_data *payload);
+/* Wait until every operation queued before this call is durable. 0 or -EIO
+ * if one of them could not be made durable. */
+int kvfs_commit_wait_all(struct kvfs *fs);
+
+/* ---- helpers ---- */
+int64_t kvfs_now_ns(void);
+void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
+			   struct kv_page_rec *r);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * The FUSE edge: low-level operation handlers. Each converts the core's
+ * 0/-errno (or KV_ERR_*) results into fuse_reply_* calls; nothing below
+ * this layer includes a FUSE header.
+ */
+#ifndef KVFS_OPS_H
+#define KVFS_OPS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include "kvfs_i.h"
+
+extern const struct fuse_lowlevel_ops kvfs_ops;
+
+static inline struct kvfs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* Reply with a core return code converted to errno. */
+void kvfs_reply_err(fuse_req_t req, int rc);
+void kvfs_fill_stat(struct kvfs *fs, const struct kv_node_info *n, struct stat *st);
+void kvfs_fill_entry(struct kvfs *fs, const struct kv_node_info *n,
+		     struct fuse_entry_param *e);
+int kvfs_check_name(const char *name);
+
+/* Open-file state kept in fi->fh. */
+struct kvfs_fh {
+	uint64_t ino;
+	bool writer;
+	bool sealed;                /* writer: sealed by fsync */
+	pthread_mutex_t lock;
+	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
+};
+
+/* fs/ops_file.c */
+void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode, struct fuse_file_info *fi);
+void kvfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		  struct fuse_file_info *fi);
+void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+		   off_t off, struct fuse_file_info *fi);
+void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		   struct fuse_file_info *fi);
+int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
+
+/* fs/xattr.c */
+void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		      const char *value, size_t size, int flags);
+void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+/* Parse "layers=32 kv_heads=8 head_dim=128 dtype=bf16 page_tokens=16". */
+int kvfs_geometry_parse(const char *s, size_t len, struct kv_geometry *g);
+int kvfs_geometry_format(const struct kv_geometry *g, char *out, size_t len);
+
+#endif

@@ -1,0 +1,461 @@
+/*
+ * FUSE file operations on pages: create and write a page (buffered in RAM),
+ * seal it on the last close or on fsync, open and read sealed pages.
+ *
+ * A page has one writer, the process that created it. Until it is sealed no
+ * one else may open it (EBUSY); a reader arriving just after the writer's
+ * close, before the kernel's asynchronous RELEASE has reached us, waits
+ * briefly for the seal instead of failing. Sealed pages are immutable
+ * (EPERM on open for writing) and are served with keep_cache, so repeated
+ * reads come from the kernel's page cache.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops.h"
+
+#define SEAL_WAIT_MS 2000
+
+static struct kvfs_fh *fh_new(uint64_t ino, bool writer)
+{
+	struct kvfs_fh *fh = calloc(1, sizeof(*fh));
+
+	if (!fh)
+		return NULL;
+	fh->ino = ino;
+	fh->writer = writer;
+	pthread_mutex_init(&fh->lock, NULL);
+	return fh;
+}
+
+static void fh_free(struct kvfs_fh *fh)
+{
+	kvfs_data_put(fh->data);
+	pthread_mutex_destroy(&fh->lock);
+	free(fh);
+}
+
+static struct kvfs_fh *get_fh(struct fuse_file_info *fi)
+{
+	return (struct kvfs_fh *)(uintptr_t)fi->fh;
+}
+
+/* ---- create ---- */
+
+static int do_create(struct kvfs *fs, fuse_req_t req, fuse_ino_t parent,
+		     const char *name, mode_t mode, struct kv_node_info *n)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct kv_node_info p;
+	struct kvfs_live *l;
+	int rc;
+
+	rc = kv_index_get(fs->idx, parent, &p);
+	if (rc < 0)
+		return rc;
+	if (p.kind != KV_KIND_LAYER) {
+		kv_log(KV_LOG_DEBUG, "create %s refused: pages live in layer directories", name);
+		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
+	}
+	memset(n, 0, sizeof(*n));
+	n->ino = kv_index_next_ino(fs->idx);
+	n->parent = parent;
+	n->kind = KV_KIND_PAGE;
+	n->state = KV_PAGE_WRITING;
+	strcpy(n->name, name);
+	n->attr.mode = mode & 0777;
+	n->attr.uid = ctx->uid;
+	n->attr.gid = ctx->gid;
+	n->attr.atime_ns = n->attr.mtime_ns = n->attr.ctime_ns = kvfs_now_ns();
+	l = kvfs_live_get(fs, n->ino);
+	if (!l)
+		return -ENOMEM;
+	l->wbuf = kvfs_data_new(64 << 10);
+	if (!l->wbuf) {
+		kvfs_live_maybe_drop(fs, l);
+		return -ENOMEM;
+	}
+	rc = kv_index_add(fs->idx, n);
+	if (rc < 0) {
+		kvfs_data_put(l->wbuf);
+		l->wbuf = NULL;
+		kvfs_live_maybe_drop(fs, l);
+		return rc;
+	}
+	l->opens = 1;
+	l->writing = true;
+	return 0;
+}
+
+void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode, struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct kv_node_info n;
+	struct kvfs_fh *fh;
+	int rc = kvfs_check_name(name);
+
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
+	fh = fh_new(0, true);
+	if (!fh)
+		return kvfs_reply_err(req, -ENOMEM);
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_create(fs, req, parent, name, mode, &n);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc < 0) {
+		fh_free(fh);
+		return kvfs_reply_err(req, rc);
+	}
+	fh->ino = n.ino;
+	fi->fh = (uintptr_t)fh;
+	kvfs_fill_entry(fs, &n, &e);
+	fuse_reply_create(req, &e, fi);
+}
+
+/* ---- open ---- */
+
+/* Wait (ns_lock held) for a page whose writer already closed to be sealed. */
+static void wait_for_seal(struct kvfs *fs, uint64_t ino)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += SEAL_WAIT_MS / 1000;
+	while (l && l->writing && l->flushed) {
+		if (pthread_cond_timedwait(&fs->seal_cv, &fs->ns_lock, &until) == ETIMEDOUT)
+			break;
+		l = kvfs_live_find(fs, ino);
+	}
+}
+
+static int do_open(struct kvfs *fs, uint64_t ino, int flags)
+{
+	struct kv_node_info n;
+	struct kvfs_live *l;
+	int rc;
+
+	rc = kv_index_get(fs->idx, ino, &n);
+	if (rc < 0)
+		return rc;     /* an unlinked page cannot be opened again */
+	if (n.kind != KV_KIND_PAGE)
+		return -EISDIR;
+	if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
+		kv_log(KV_LOG_DEBUG, "open of page %s for writing refused: %s", n.name,
+		       n.state == KV_PAGE_WRITING ? "being written" : "sealed pages are immutable");
+		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
+	}
+	if (n.state == KV_PAGE_WRITING) {
+		wait_for_seal(fs, ino);
+		rc = kv_index_get(fs->idx, ino, &n);
+		if (rc < 0)
+			return rc;
+		if (n.state == KV_PAGE_WRITING)
+			return -EBUSY;
+	}
+	l = kvfs_live_get(fs, ino);
+	if (!l)
+		return -ENOMEM;
+	l->opens++;
+	return 0;
+}
+
+void kvfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_fh *fh = fh_new(ino, false);
+	int rc;
+
+	if (!fh)
+		return kvfs_reply_err(req, -ENOMEM);
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_open(fs, ino, fi->flags);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc < 0) {
+		fh_free(fh);
+		return kvfs_reply_err(req, rc);
+	}
+	fi->fh = (uintptr_t)fh;
+	fi->keep_cache = 1;      /* sealed: the kernel's cached bytes stay valid */
+	fi->noflush = 1;
+	fuse_reply_open(req, fi);
+}
+
+/* ---- read ---- */
+
+/* The writer may read back what it wrote so far: copy it out under the
+ * lock, since a concurrent write may reallocate the buffer. */
+static void read_own_write(struct kvfs *fs, fuse_req_t req, struct kvfs_fh *fh,
+			   size_t size, off_t off)
+{
+	struct kvfs_live *l;
+	char *tmp = NULL;
+	size_t n = 0;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l && l->wbuf && (uint64_t)off < l->wbuf->size) {
+		n = l->wbuf->size - (uint64_t)off < size ? l->wbuf->size - (uint64_t)off : size;
+		tmp = malloc(n);
+		if (tmp)
+			memcpy(tmp, l->wbuf->bytes + off, n);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (n && !tmp)
+		return kvfs_reply_err(req, -ENOMEM);
+	fuse_reply_buf(req, tmp, n);
+	free(tmp);
+}
+
+void kvfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		  struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_fh *fh = get_fh(fi);
+	struct kvfs_data *d;
+	int rc = 0;
+
+	(void)ino;
+	if (fh->writer && !fh->sealed)
+		return read_own_write(fs, req, fh, size, off);
+	pthread_mutex_lock(&fh->lock);
+	if (!fh->data)
+		rc = kvfs_page_load(fs, fh->ino, &fh->data);
+	d = fh->data;
+	pthread_mutex_unlock(&fh->lock);
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
+	if ((uint64_t)off >= d->size)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	if (d->size - (uint64_t)off < size)
+		size = d->size - (uint64_t)off;
+	fuse_reply_buf(req, (const char *)d->bytes + off, size);
+}
+
+/* ---- write ---- */
+
+/* Refuse growth the store could not hold once sealed (ENOSPC now beats a
+ * page lost after close). */
+static int check_space(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size)
+{
+	uint64_t need = (new_size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	struct kv_store_usage u;
+	uint64_t grow;
+
+	if (need <= l->reserved)
+		return 0;
+	grow = need - l->reserved;
+	kv_store_usage(fs->store, &u);
+	if (u.avail < fs->reserved_bytes + grow) {
+		kv_log(KV_LOG_ERR, "store full: %llu bytes available, %llu pending, page needs %llu more",
+		       (unsigned long long)u.avail, (unsigned long long)fs->reserved_bytes,
+		       (unsigned long long)grow);
+		return -ENOSPC;
+	}
+	fs->reserved_bytes += grow;
+	l->reserved = need;
+	return 0;
+}
+
+/* Validate a write (ns_lock held) and return the writer's buffer. */
+static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
+			struct kvfs_data **out, struct kv_node_info *n)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, fh->ino);
+	uint64_t limit;
+	bool exact;
+	int rc;
+
+	if (fh->sealed || !l || !l->writing || !l->wbuf)
+		return -EPERM;
+	rc = kv_index_get(fs->idx, fh->ino, n);
+	if (rc == -ENOENT && l->unlinked) {
+		*n = l->info;
+		rc = 0;
+	}
+	if (rc == 0)
+		rc = kvfs_page_limit(fs, n->parent, &limit, &exact);
+	if (rc < 0)
+		return rc;
+	if (end > limit) {
+		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused: %s is %llu bytes",
+		       n->name, (unsigned long long)end,
+		       exact ? "the model geometry's page size" : "the page size limit (-o max_page)",
+		       (unsigned long long)limit);
+		return -EFBIG;
+	}
+	rc = check_space(fs, l, end);
+	if (rc < 0)
+		return rc;
+	l->flushed = false;
+	*out = l->wbuf;
+	return 0;
+}
+
+void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+		   off_t off, struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_fh *fh = get_fh(fi);
+	uint64_t end = (uint64_t)off + size;
+	struct kvfs_data *d = NULL;
+	struct kv_node_info n;
+	int rc;
+
+	(void)ino;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = write_target(fs, fh, end, &d, &n);
+	pthread_mutex_unlock(&fs->ns_lock);
+	/* The kernel serialises writes, truncates and the final release of one
+	 * inode, so the buffer is ours to fill without holding ns_lock. */
+	if (rc == 0)
+		rc = kvfs_data_reserve(d, end);
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
+	memcpy(d->bytes + off, buf, size);
+	if (end > d->size) {
+		pthread_mutex_lock(&fs->ns_lock);
+		d->size = end;
+		n.size = end;
+		n.attr.mtime_ns = kvfs_now_ns();
+		kv_index_update(fs->idx, fh->ino, &n, KV_UPD_SIZE | KV_UPD_ATTR);
+		pthread_mutex_unlock(&fs->ns_lock);
+	}
+	fuse_reply_write(req, size);
+}
+
+int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+	struct kv_node_info n;
+	uint64_t limit;
+	bool exact;
+	int rc;
+
+	if (!l || !l->writing || !l->wbuf)
+		return -EPERM;
+	rc = kv_index_get(fs->idx, ino, &n);
+	if (rc == 0)
+		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
+	if (rc < 0)
+		return rc;
+	if (size > limit)
+		return -EFBIG;
+	rc = check_space(fs, l, size);
+	if (rc == 0)
+		rc = kvfs_data_reserve(l->wbuf, size);
+	if (rc < 0)
+		return rc;
+	if (size < l->wbuf->size)    /* growing again must read zeros */
+		memset(l->wbuf->bytes + size, 0, l->wbuf->size - size);
+	l->wbuf->size = size;
+	n.size = size;
+	return kv_index_update(fs->idx, ino, &n, KV_UPD_SIZE);
+}
+
+/* ---- close, release, fsync ---- */
+
+void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_fh *fh = get_fh(fi);
+	struct kvfs_live *l;
+	struct kv_node_info n;
+	uint64_t limit = 0;
+	bool exact = false;
+	int rc = 0;
+
+	(void)ino;
+	if (!fh->writer)
+		return kvfs_reply_err(req, 0);
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l && l->writing && l->wbuf) {
+		l->flushed = true;
+		/* The close that ends a page of the wrong size reports it; a
+		 * close before any byte was written (shell redirection) does not. */
+		if (kv_index_get(fs->idx, fh->ino, &n) == 0 &&
+		    kvfs_page_limit(fs, n.parent, &limit, &exact) == 0 &&
+		    exact && l->wbuf->size && l->wbuf->size != limit) {
+			kv_log(KV_LOG_ERR, "page %s: %llu bytes, but the model geometry makes a page %llu bytes; it will not be stored",
+			       n.name, (unsigned long long)l->wbuf->size,
+			       (unsigned long long)limit);
+			rc = -EINVAL;
+		}
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	kvfs_reply_err(req, rc);
+}
+
+/* The last close of the writer: seal, or discard what cannot be a page. */
+static void release_writer(struct kvfs *fs, struct kvfs_live *l)
+{
+	int rc;
+
+	if (l->writing && !l->unlinked) {
+		rc = kvfs_page_seal(fs, l);
+		if (rc < 0) {
+			kv_log(KV_LOG_WARN, "page inode %llu discarded at close: %s",
+			       (unsigned long long)l->ino, kv_strerror(rc));
+			kv_index_remove(fs->idx, l->ino);
+		}
+	}
+	if (l->writing) {
+		kvfs_page_unreserve(fs, l);
+		kvfs_data_put(l->wbuf);
+		l->wbuf = NULL;
+		l->writing = false;
+		pthread_cond_broadcast(&fs->seal_cv);
+	}
+}
+
+void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_fh *fh = get_fh(fi);
+	struct kvfs_live *l;
+
+	(void)ino;
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l) {
+		if (fh->writer)
+			release_writer(fs, l);
+		if (l->opens)
+			l->opens--;
+		kvfs_live_maybe_drop(fs, l);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	fh_free(fh);
+	fuse_reply_err(req, 0);
+}
+
+void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		   struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_fh *fh = get_fh(fi);
+	struct kvfs_live *l;
+	int rc = 0;
+
+	(void)ino; (void)datasync;
+	if (fh->writer && !fh->sealed) {
+		/* fsync is the writer's commit point: the page is sealed now and
+		 * later writes through this descriptor fail with EPERM. */
+		pthread_mutex_lock(&fs->ns_lock);
+		l = kvfs_live_find(fs, fh->ino);
+		if (l && l->writing && !l->unlinked)
+			rc = kvfs_page_seal(fs, l);
+		if (rc == 0)
+			fh->sealed = true;
+		pthread_mutex_unlock(&fs->ns_lock);
+	}
+	if (rc == 0)
+		rc = kvfs_commit_wait_all(fs);
+	kvfs_reply_err(req, rc);
+}

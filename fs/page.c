@@ -1,0 +1,184 @@
+/*
+ * Page lifecycle in the daemon: the size a page may have, sealing a page
+ * that was written (checksum, extent, write-behind, manifest row), loading a
+ * sealed page's payload for readers (RAM copy while the commit is pending,
+ * else a checksum-verified read from disk), and forgetting an unlinked or
+ * replaced page without freeing bytes someone still reads.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvfs_i.h"
+
+void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
+			   struct kv_page_rec *r)
+{
+	(void)fs;
+	memset(r, 0, sizeof(*r));
+	r->ino = n->ino;
+	r->layer_ino = n->parent;
+	memcpy(r->name, n->name, sizeof(r->name));
+	r->extent_id = n->extent_id;
+	r->size = n->size;
+	r->attr = n->attr;
+}
+
+int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit, bool *exact)
+{
+	struct kv_node_info layer, model;
+	uint64_t bytes;
+	int rc;
+
+	rc = kv_index_get(fs->idx, parent, &layer);
+	if (rc < 0)
+		return rc;
+	rc = kv_index_get(fs->idx, layer.parent, &model);
+	if (rc < 0)
+		return rc;
+	bytes = kv_geometry_page_bytes(&model.geo);
+	*exact = bytes != 0;
+	*limit = bytes ? bytes : fs->opts.max_page;
+	return 0;
+}
+
+int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l)
+{
+	struct kvfs_data *d = l->wbuf;
+	struct kv_node_info n;
+	struct kv_extent_rec er;
+	uint64_t limit;
+	bool exact;
+	int rc;
+
+	rc = kv_index_get(fs->idx, l->ino, &n);
+	if (rc < 0)
+		return rc;
+	rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
+	if (rc < 0)
+		return rc;
+	if (d->size == 0) {
+		kv_log(KV_LOG_WARN, "page %s: empty page not stored (a page holds at least one byte)",
+		       n.name);
+		return -ENODATA;
+	}
+	if (exact && d->size != limit) {
+		kv_log(KV_LOG_ERR, "page %s: %llu bytes, but the model geometry makes a page %llu bytes",
+		       n.name, (unsigned long long)d->size, (unsigned long long)limit);
+		return -EINVAL;
+	}
+	rc = kv_extent_alloc(fs->store, d->size, &n.ext);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "page %s: no space for %llu bytes: %s", n.name,
+		       (unsigned long long)d->size, kv_strerror(rc));
+		return rc;
+	}
+	kv_hash128(d->bytes, d->size, n.hash);
+	/* The write sends the whole footprint: the padding must be zeros, not
+	 * whatever a truncate left behind. */
+	memset(d->bytes + d->size, 0, kv_extent_footprint(&n.ext) - d->size);
+	n.extent_id = kv_index_next_extent_id(fs->idx);
+	n.size = d->size;
+	n.state = KV_PAGE_SEALED;
+	n.attr.mode &= 0444;   /* sealed pages are immutable */
+	n.attr.mtime_ns = n.attr.ctime_ns = kvfs_now_ns();
+	er = (struct kv_extent_rec){ .id = n.extent_id, .ext = n.ext, .refcount = 1 };
+	memcpy(er.hash, n.hash, KV_HASH_LEN);
+	rc = kv_index_extent_put(fs->idx, &er);
+	if (rc == 0)
+		rc = kvfs_commit_new_page(fs, &n, d);
+	if (rc < 0) {
+		kv_extent_free(fs->store, &n.ext);
+		return rc;
+	}
+	kv_index_update(fs->idx, l->ino, &n,
+			KV_UPD_ATTR | KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA);
+	kvfs_page_unreserve(fs, l);   /* the extent now holds the space */
+	l->ram = d;          /* readers are served from RAM until durable */
+	l->wbuf = NULL;
+	l->writing = false;
+	atomic_fetch_add(&fs->st.pages_sealed, 1);
+	pthread_cond_broadcast(&fs->seal_cv);
+	return 0;
+}
+
+void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l)
+{
+	fs->reserved_bytes -= l->reserved;
+	l->reserved = 0;
+}
+
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, n->ino);
+	uint32_t count = 0;
+	int rc;
+
+	rc = kv_index_remove(fs->idx, n->ino);
+	if (rc < 0)
+		return rc;
+	if (l) {
+		l->unlinked = true;
+		l->info = *n;
+	}
+	if (n->state == KV_PAGE_WRITING)
+		return 0;      /* no row and no extent yet; release discards it */
+	rc = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
+	if (rc < 0)
+		kv_log(KV_LOG_ERR, "page %s: extent %llu missing from the index",
+		       n->name, (unsigned long long)n->extent_id);
+	kvfs_commit_del_page(fs, n, rc == 0 && count == 0);
+	return 0;
+}
+
+int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
+{
+	struct kv_node_info n;
+	struct kvfs_live *l;
+	struct kvfs_data *d;
+	void *buf;
+	int rc;
+
+	/* Decide RAM or disk under ns_lock: sealing sets the RAM copy and the
+	 * extent together, and the copy is dropped only once the extent is
+	 * durable, so a page never appears with an extent not yet written. */
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	if (l && l->ram) {
+		*out = kvfs_data_get(l->ram);
+		pthread_mutex_unlock(&fs->ns_lock);
+		atomic_fetch_add(&fs->st.bytes_read_ram, (*out)->size);
+		return 0;
+	}
+	if (l && l->unlinked) {
+		n = l->info;
+		rc = 0;
+	} else {
+		rc = kv_index_get(fs->idx, ino, &n);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc < 0)
+		return rc;
+	if (n.state == KV_PAGE_WRITING)
+		return -EBUSY;
+	rc = kv_store_read_verified(fs->store, &n.ext, n.hash, &buf);
+	if (rc == KV_ERR_CHECKSUM)
+		atomic_fetch_add(&fs->st.checksum_failures, 1);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "page %s (inode %llu): read failed: %s",
+		       n.name, (unsigned long long)ino, kv_strerror(rc));
+		return rc;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		free(buf);
+		return -ENOMEM;
+	}
+	d->bytes = buf;
+	d->size = n.size;
+	d->cap = kv_extent_footprint(&n.ext);
+	atomic_init(&d->refs, 1);
+	atomic_fetch_add(&fs->st.bytes_read_disk, n.size);
+	*out = d;
+	return 0;
+}

@@ -1,0 +1,305 @@
+/*
+ * Extended attributes: read-only "user.kvfs.*" facts about pages (checksum,
+ * extent location, refcount, state) and layers, and model geometry, which
+ * is the one attribute that can be set (user.kvfs.geometry, on a model
+ * directory that holds no pages yet).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+#define XA_PREFIX "user.kvfs."
+#define XA_GEOMETRY XA_PREFIX "geometry"
+
+static const char *const page_xattrs[] = {
+	XA_PREFIX "state", XA_PREFIX "checksum", XA_PREFIX "extent",
+	XA_PREFIX "refcount", NULL,
+};
+static const char *const model_xattrs[] = {
+	XA_GEOMETRY, XA_PREFIX "layers", XA_PREFIX "kv_heads", XA_PREFIX "head_dim",
+	XA_PREFIX "dtype", XA_PREFIX "page_tokens", XA_PREFIX "page_bytes", NULL,
+};
+static const char *const layer_xattrs[] = { XA_PREFIX "layer", NULL };
+
+int kvfs_geometry_format(const struct kv_geometry *g, char *out, size_t len)
+{
+	return snprintf(out, len, "layers=%u kv_heads=%u head_dim=%u dtype=%s page_tokens=%u",
+			g->layers, g->kv_heads, g->head_dim, g->dtype, g->page_tokens);
+}
+
+static int parse_u32(const char *v, uint32_t *out)
+{
+	char *end;
+	unsigned long x;
+
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (errno || *end || end == v || x > UINT32_MAX)
+		return -EINVAL;
+	*out = (uint32_t)x;
+	return 0;
+}
+
+static int geometry_field(struct kv_geometry *g, const char *key, const char *v)
+{
+	if (!strcmp(key, "layers"))
+		return parse_u32(v, &g->layers);
+	if (!strcmp(key, "kv_heads"))
+		return parse_u32(v, &g->kv_heads);
+	if (!strcmp(key, "head_dim"))
+		return parse_u32(v, &g->head_dim);
+	if (!strcmp(key, "page_tokens"))
+		return parse_u32(v, &g->page_tokens);
+	if (!strcmp(key, "dtype")) {
+		if (strlen(v) > KV_DTYPE_MAX)
+			return -EINVAL;
+		strcpy(g->dtype, v);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int kvfs_geometry_parse(const char *s, size_t len, struct kv_geometry *g)
+{
+	char buf[256], *save = NULL, *tok;
+	int rc = 0;
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	memset(g, 0, sizeof(*g));
+	for (tok = strtok_r(buf, " ,\n\t", &save); tok && rc == 0;
+	     tok = strtok_r(NULL, " ,\n\t", &save)) {
+		char *eq = strchr(tok, '=');
+
+		if (!eq) {
+			rc = -EINVAL;
+			break;
+		}
+		*eq = '\0';
+		rc = geometry_field(g, tok, eq + 1);
+		if (rc < 0)
+			kv_log(KV_LOG_INFO, "geometry: bad field \"%s\"", tok);
+	}
+	if (rc == 0)
+		rc = kv_geometry_check(g);
+	return rc;
+}
+
+static bool geometry_set(const struct kv_geometry *g)
+{
+	return g->layers || g->kv_heads || g->head_dim || g->page_tokens;
+}
+
+static int page_xattr(struct kvfs *fs, const struct kv_node_info *n,
+		      const char *key, char *out, size_t len)
+{
+	static const char *const states[] = { "writing", "sealed", "durable" };
+	struct kv_extent_rec er;
+
+	if (!strcmp(key, "state"))
+		return snprintf(out, len, "%s", states[n->state]);
+	if (n->state == KV_PAGE_WRITING)
+		return -ENODATA;
+	if (!strcmp(key, "checksum")) {
+		char hex[2 * KV_HASH_LEN + 1];
+
+		kv_hash_hex(n->hash, hex);
+		return snprintf(out, len, "xxh3-128:%s", hex);
+	}
+	if (!strcmp(key, "extent"))
+		return snprintf(out, len, "stripe=%u segment=%u offset=%" PRIu64 " length=%" PRIu64,
+				n->ext.stripe, n->ext.segment, n->ext.offset, n->ext.length);
+	if (!strcmp(key, "refcount")) {
+		if (kv_index_extent_get(fs->idx, n->extent_id, &er) < 0)
+			return snprintf(out, len, "0");   /* unlinked, still open */
+		return snprintf(out, len, "%u", er.refcount);
+	}
+	return -ENODATA;
+}
+
+static int model_xattr(const struct kv_node_info *n, const char *key,
+		       char *out, size_t len)
+{
+	const struct kv_geometry *g = &n->geo;
+
+	if (!geometry_set(g))
+		return -ENODATA;
+	if (!strcmp(key, "geometry"))
+		return kvfs_geometry_format(g, out, len);
+	if (!strcmp(key, "layers"))
+		return snprintf(out, len, "%u", g->layers);
+	if (!strcmp(key, "kv_heads"))
+		return snprintf(out, len, "%u", g->kv_heads);
+	if (!strcmp(key, "head_dim"))
+		return snprintf(out, len, "%u", g->head_dim);
+	if (!strcmp(key, "dtype"))
+		return snprintf(out, len, "%s", g->dtype);
+	if (!strcmp(key, "page_tokens"))
+		return snprintf(out, len, "%u", g->page_tokens);
+	if (!strcmp(key, "page_bytes"))
+		return snprintf(out, len, "%" PRIu64, kv_geometry_page_bytes(g));
+	return -ENODATA;
+}
+
+/* Value of xattr name on n into out; its length, or -ENODATA. */
+static int xattr_value(struct kvfs *fs, const struct kv_node_info *n,
+		       const char *name, char *out, size_t len)
+{
+	const char *key = name + strlen(XA_PREFIX);
+
+	if (strncmp(name, XA_PREFIX, strlen(XA_PREFIX)))
+		return -ENODATA;
+	switch (n->kind) {
+	case KV_KIND_PAGE:
+		return page_xattr(fs, n, key, out, len);
+	case KV_KIND_MODEL:
+		return model_xattr(n, key, out, len);
+	case KV_KIND_LAYER:
+		if (!strcmp(key, "layer"))
+			return snprintf(out, len, "%u", n->layer);
+		return -ENODATA;
+	default:
+		return -ENODATA;
+	}
+}
+
+static void reply_value(fuse_req_t req, const char *v, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		kvfs_reply_err(req, -ERANGE);
+	else
+		fuse_reply_buf(req, v, len);
+}
+
+void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kv_node_info n;
+	char v[256];
+	int rc = kvfs_node_get(fs, ino, &n);
+
+	if (rc == 0)
+		rc = xattr_value(fs, &n, name, v, sizeof(v));
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
+	reply_value(req, v, (size_t)rc, size);
+}
+
+void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct kvfs *fs = req_fs(req);
+	const char *const *names = NULL;
+	struct kv_node_info n;
+	char list[512], v[256];
+	size_t len = 0;
+	int rc = kvfs_node_get(fs, ino, &n);
+
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
+	if (n.kind == KV_KIND_PAGE)
+		names = page_xattrs;
+	else if (n.kind == KV_KIND_MODEL)
+		names = model_xattrs;
+	else if (n.kind == KV_KIND_LAYER)
+		names = layer_xattrs;
+	for (; names && *names; names++) {
+		if (xattr_value(fs, &n, *names, v, sizeof(v)) < 0)
+			continue;   /* list only what getxattr would return */
+		memcpy(list + len, *names, strlen(*names) + 1);
+		len += strlen(*names) + 1;
+	}
+	reply_value(req, list, len, size);
+}
+
+/* Geometry may change only while the model holds no pages. */
+static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geometry *g)
+{
+	struct kv_dirent *d;
+	size_t n, i;
+	int rc = kv_index_readdir(fs->idx, model, &d, &n);
+
+	if (rc < 0)
+		return rc;
+	for (i = 0; rc == 0 && i < n; i++) {
+		struct kv_node_info l;
+
+		if (kv_index_get(fs->idx, d[i].ino, &l) < 0)
+			continue;
+		if (l.nchildren)
+			rc = -ENOTEMPTY;
+		else if (g && g->layers && l.layer >= g->layers)
+			rc = -EINVAL;
+	}
+	kv_dirents_free(d, n);
+	return rc;
+}
+
+static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g)
+{
+	struct kv_node_info n;
+	int rc = kv_index_get(fs->idx, ino, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n.kind != KV_KIND_MODEL)
+		return -ENOTSUP;
+	rc = model_has_pages(fs, ino, g);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "geometry of model %s not changed: %s", n.name,
+		       rc == -ENOTEMPTY ? "it already holds pages"
+					: "it has layer directories beyond the new layer count");
+		return rc;
+	}
+	n.geo = *g;
+	n.attr.ctime_ns = kvfs_now_ns();
+	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_GEO | KV_UPD_ATTR);
+	if (rc == 0)
+		kvfs_commit_put_dir(fs, &n);
+	return rc;
+}
+
+void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		      const char *value, size_t size, int flags)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kv_geometry g;
+	int rc;
+
+	(void)flags;
+	if (strcmp(name, XA_GEOMETRY))
+		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
+				      ? -ENOTSUP : -EPERM);
+	rc = kvfs_geometry_parse(value, size, &g);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "geometry \"%.*s\" refused: expected layers=N kv_heads=N head_dim=N dtype=bf16 page_tokens=N",
+		       (int)(size > 200 ? 200 : size), value);
+		return kvfs_reply_err(req, rc);
+	}
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = set_geometry(fs, ino, &g);
+	pthread_mutex_unlock(&fs->ns_lock);
+	kvfs_reply_err(req, rc);
+}
+
+void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kv_geometry none = { 0 };
+	int rc;
+
+	if (strcmp(name, XA_GEOMETRY))
+		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
+				      ? -ENODATA : -EPERM);
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = set_geometry(fs, ino, &none);
+	pthread_mutex_unlock(&fs->ns_lock);
+	kvfs_reply_err(req, rc);
+}

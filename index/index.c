@@ -1,0 +1,1125 @@
+/*
+ * kvfs in-memory index: the namespace (root -> model dirs -> layer dirs ->
+ * page files) and the extent table that the daemon serves every lookup,
+ * getattr and readdir from, filled from the manifest at mount and then kept
+ * in step with it by the daemon. Nodes live in two open-addressing tables
+ * (by inode; by parent inode + name) and each directory keeps an intrusive
+ * doubly linked list of its children, so add, remove, rename and lookup are
+ * O(1) and readdir is O(children). Extents live in a table by id plus a
+ * multimap by (hash, length) for dedup. One writer-preferring rwlock guards
+ * everything; callers only ever get copies out.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "htab.h"
+#include "index.h"
+#include "kvname.h"
+
+struct node;
+
+struct page_data {
+	uint64_t size;
+	uint64_t extent_id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+};
+
+struct dir_data {
+	struct node *first, *last;   /* children, oldest first */
+	uint64_t nchildren;
+	struct kv_geometry *geo;     /* models only (separate: pages must stay small) */
+	uint32_t layer;              /* layers only */
+};
+
+/*
+ * 128 bytes + name on LP64; millions of these exist, so fields are packed by
+ * hand (attr is not a struct kv_obj_attr: that one carries 4 bytes of padding
+ * and a 32-bit mode where permission bits need 12).
+ */
+struct node {
+	uint64_t ino;
+	struct node *parent;          /* NULL for the root */
+	struct node *prev, *next;     /* siblings in parent's child list */
+	uint32_t nhash;               /* hash of (parent ino, name) for by_name */
+	uint32_t uid, gid;
+	uint16_t mode;                /* permission bits */
+	uint8_t kind;                 /* enum kv_kind */
+	uint8_t state;                /* enum kv_page_state, pages */
+	int64_t ctime_ns, mtime_ns;
+	int64_t atime_ns;             /* __atomic: KV_UPD_ATIME runs under the read lock */
+	union {
+		struct page_data p;
+		struct dir_data d;
+	} u;
+	char name[];
+};
+
+_Static_assert(sizeof(void *) != 8 || sizeof(struct node) == 128,
+	       "a page node should stay at 128 bytes + name");
+
+struct xent {
+	uint64_t id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+	uint32_t refcount;
+	uint32_t seen;                /* kv_index_load: pages found referring to it */
+};
+
+struct kv_index {
+	pthread_rwlock_t lock;
+	struct htab by_ino;           /* struct node *, all nodes */
+	struct htab by_name;          /* struct node *, all but the root */
+	struct htab ext_by_id;        /* struct xent * */
+	struct htab ext_by_key;       /* struct xent *, by (hash, length), multimap */
+	struct node *root;
+	uint64_t next_ino;            /* above every inode added or handed out */
+	uint64_t next_ext;
+	struct kv_index_stats st;
+};
+
+/* ---- hashing and lookup ---- */
+
+static uint64_t node_ino_hash(const void *e)
+{
+	return htab_mix64(((const struct node *)e)->ino);
+}
+
+static uint64_t node_name_hash(const void *e)
+{
+	return ((const struct node *)e)->nhash;
+}
+
+static uint64_t xent_id_hash(const void *e)
+{
+	return htab_mix64(((const struct xent *)e)->id);
+}
+
+static uint64_t key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length)
+{
+	uint64_t a, b;
+
+	/* XXH3-128 output is already uniform; mixing guards the table against
+	 * a hash that happens to repeat in its first 8 bytes. */
+	memcpy(&a, hash, sizeof(a));
+	memcpy(&b, hash + sizeof(a), sizeof(b));
+	return htab_mix64(a ^ htab_mix64(b ^ length));
+}
+
+static uint64_t xent_key_hash(const void *e)
+{
+	const struct xent *x = e;
+
+	return key_hash(x->hash, x->ext.length);
+}
+
+static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
+{
+	return (uint32_t)XXH3_64bits_withSeed(name, len, parent);
+}
+
+static struct node *ino_find(const struct kv_index *x, uint64_t ino)
+{
+	uint64_t h = htab_mix64(ino);
+	size_t i = h & x->by_ino.mask;
+	struct node *n;
+
+	while ((n = htab_next(&x->by_ino, h, &i)))
+		if (n->ino == ino)
+			return n;
+	return NULL;
+}
+
+static struct node *name_find(const struct kv_index *x, uint64_t parent,
+			      const char *name, size_t len, uint32_t h)
+{
+	size_t i = h & x->by_name.mask;
+	struct node *n;
+
+	while ((n = htab_next(&x->by_name, h, &i)))
+		if (n->nhash == h && n->parent->ino == parent &&
+		    memcmp(n->name, name, len) == 0 && n->name[len] == '\0')
+			return n;
+	return NULL;
+}
+
+static struct xent *xent_find(const struct kv_index *x, uint64_t id)
+{
+	uint64_t h = htab_mix64(id);
+	size_t i = h & x->ext_by_id.mask;
+	struct xent *e;
+
+	while ((e = htab_next(&x->ext_by_id, h, &i)))
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
+/* ---- nodes ---- */
+
+static enum kv_kind parent_kind(enum kv_kind k)
+{
+	switch (k) {
+	case KV_KIND_MODEL:
+		return KV_KIND_ROOT;
+	case KV_KIND_LAYER:
+		return KV_KIND_MODEL;
+	default:
+		return KV_KIND_LAYER;
+	}
+}
+
+static bool is_dir(const struct node *n)
+{
+	return n->kind != KV_KIND_PAGE;
+}
+
+static void set_attr(struct node *n, const struct kv_obj_attr *a)
+{
+	n->mode = (uint16_t)(a->mode & 07777);
+	n->uid = a->uid;
+	n->gid = a->gid;
+	n->ctime_ns = a->ctime_ns;
+	n->mtime_ns = a->mtime_ns;
+	__atomic_store_n(&n->atime_ns, a->atime_ns, __ATOMIC_RELAXED);
+}
+
+static void set_data(struct node *n, const struct kv_node_info *in)
+{
+	n->u.p.extent_id = in->extent_id;
+	n->u.p.ext = in->ext;
+	memcpy(n->u.p.hash, in->hash, KV_HASH_LEN);
+}
+
+static void snapshot(const struct node *n, struct kv_node_info *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->ino = n->ino;
+	o->parent = n->parent ? n->parent->ino : 0;
+	o->kind = (enum kv_kind)n->kind;
+	strcpy(o->name, n->name);
+	o->attr.mode = n->mode;
+	o->attr.uid = n->uid;
+	o->attr.gid = n->gid;
+	o->attr.ctime_ns = n->ctime_ns;
+	o->attr.mtime_ns = n->mtime_ns;
+	o->attr.atime_ns = __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED);
+	if (n->kind == KV_KIND_PAGE) {
+		o->state = (enum kv_page_state)n->state;
+		o->size = n->u.p.size;
+		o->extent_id = n->u.p.extent_id;
+		o->ext = n->u.p.ext;
+		memcpy(o->hash, n->u.p.hash, KV_HASH_LEN);
+		return;
+	}
+	o->nchildren = n->u.d.nchildren;
+	o->layer = n->u.d.layer;
+	if (n->u.d.geo)
+		o->geo = *n->u.d.geo;
+}
+
+static struct node *node_new(const struct kv_node_info *in, size_t len, uint32_t h)
+{
+	struct node *n = malloc(sizeof(*n) + len + 1);
+
+	if (!n)
+		return NULL;
+	memset(n, 0, sizeof(*n));
+	n->ino = in->ino;
+	n->nhash = h;
+	n->kind = (uint8_t)in->kind;
+	set_attr(n, &in->attr);
+	if (in->kind == KV_KIND_PAGE) {
+		n->state = (uint8_t)in->state;
+		n->u.p.size = in->size;
+		set_data(n, in);
+	} else if (in->kind == KV_KIND_MODEL) {
+		n->u.d.geo = malloc(sizeof(*n->u.d.geo));
+		if (!n->u.d.geo) {
+			free(n);
+			return NULL;
+		}
+		*n->u.d.geo = in->geo;
+	} else {
+		n->u.d.layer = in->layer;
+	}
+	memcpy(n->name, in->name, len);
+	n->name[len] = '\0';
+	return n;
+}
+
+static void node_free(struct node *n)
+{
+	if (is_dir(n))
+		free(n->u.d.geo);
+	free(n);
+}
+
+static void child_link(struct node *dir, struct node *n)
+{
+	struct dir_data *d = &dir->u.d;
+
+	n->parent = dir;
+	n->next = NULL;
+	n->prev = d->last;
+	if (d->last)
+		d->last->next = n;
+	else
+		d->first = n;
+	d->last = n;
+	d->nchildren++;
+}
+
+static void child_unlink(struct node *n)
+{
+	struct dir_data *d = &n->parent->u.d;
+
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		d->first = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		d->last = n->prev;
+	n->prev = n->next = NULL;
+	d->nchildren--;
+}
+
+static void account(struct kv_index *x, const struct node *n, int sign)
+{
+	uint64_t d = (uint64_t)(int64_t)sign;   /* +1 or wraps to -1 */
+
+	switch (n->kind) {
+	case KV_KIND_MODEL:
+		x->st.models += d;
+		break;
+	case KV_KIND_LAYER:
+		x->st.layers += d;
+		break;
+	case KV_KIND_PAGE:
+		x->st.pages += d;
+		x->st.page_bytes += d * n->u.p.size;
+		break;
+	}
+}
+
+/* A model may not hold two layer dirs for one layer number ("1" and "01"). */
+static bool layer_taken(const struct node *model, uint32_t num,
+			const struct node *skip1, const struct node *skip2)
+{
+	const struct node *c;
+
+	for (c = model->u.d.first; c; c = c->next)
+		if (c != skip1 && c != skip2 && c->u.d.layer == num)
+			return true;
+	return false;
+}
+
+static void node_drop(struct kv_index *x, struct node *n)
+{
+	htab_remove(&x->by_ino, n);
+	htab_remove(&x->by_name, n);
+	child_unlink(n);
+	account(x, n, -1);
+	node_free(n);
+}
+
+/* Checks of kv_index_add that need no table lookups. */
+static int add_args_ok(const struct kv_node_info *in, size_t len)
+{
+	int rc;
+
+	if (in->kind != KV_KIND_MODEL && in->kind != KV_KIND_LAYER &&
+	    in->kind != KV_KIND_PAGE)
+		return -EINVAL;
+	if (in->ino == 0)
+		return -EINVAL;
+	rc = kv_name_check_len(in->name, len);
+	if (rc < 0)
+		return rc;
+	if (in->kind == KV_KIND_PAGE && (unsigned)in->state > KV_PAGE_DURABLE)
+		return -EINVAL;
+	if (in->kind == KV_KIND_MODEL && !memchr(in->geo.dtype, '\0', sizeof(in->geo.dtype)))
+		return -EINVAL;
+	return 0;
+}
+
+static int add_locked(struct kv_index *x, const struct kv_node_info *in)
+{
+	size_t len = strnlen(in->name, sizeof(in->name));
+	struct node *parent, *n;
+	uint32_t h, num;
+	int rc;
+
+	rc = add_args_ok(in, len);
+	if (rc < 0)
+		return rc;
+	parent = ino_find(x, in->parent);
+	if (!parent)
+		return -ENOENT;
+	if (parent->kind != parent_kind(in->kind))
+		return -ENOTDIR;
+	if (ino_find(x, in->ino))
+		return -EEXIST;
+	h = name_hash(parent->ino, in->name, len);
+	if (name_find(x, parent->ino, in->name, len, h))
+		return -EEXIST;
+	if (in->kind == KV_KIND_LAYER) {
+		if (kv_layer_name_parse(in->name, &num) < 0 || num != in->layer)
+			return -EINVAL;
+		if (layer_taken(parent, num, NULL, NULL))
+			return -EEXIST;
+	}
+	/* Reserve first so that nothing below can fail half-way. */
+	if ((rc = htab_reserve(&x->by_ino, 1)) || (rc = htab_reserve(&x->by_name, 1)))
+		return rc;
+	n = node_new(in, len, h);
+	if (!n)
+		return -ENOMEM;
+	htab_insert(&x->by_ino, n);
+	htab_insert(&x->by_name, n);
+	child_link(parent, n);
+	account(x, n, +1);
+	if (n->ino >= x->next_ino)
+		x->next_ino = n->ino + 1;
+	return 0;
+}
+
+/* ---- public: lifetime ---- */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int make_root(struct kv_index *x)
+{
+	struct node *r = calloc(1, sizeof(*r) + 1);
+
+	if (!r)
+		return -ENOMEM;
+	r->ino = KV_ROOT_INO;
+	r->kind = KV_KIND_ROOT;
+	r->mode = 0755;
+	r->ctime_ns = r->mtime_ns = r->atime_ns = now_ns();
+	if (htab_insert(&x->by_ino, r) < 0) {
+		free(r);
+		return -ENOMEM;
+	}
+	x->root = r;
+	return 0;
+}
+
+static int init_lock(pthread_rwlock_t *lock)
+{
+	pthread_rwlockattr_t a;
+	int rc;
+
+	/* Lookups come from many FUSE threads at once; glibc's default (reader
+	 * preference) would let them starve the committer and unlink forever. */
+	if ((rc = pthread_rwlockattr_init(&a)))
+		return -rc;
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	rc = pthread_rwlock_init(lock, &a);
+	pthread_rwlockattr_destroy(&a);
+	return -rc;
+}
+
+int kv_index_new(struct kv_index **out)
+{
+	struct kv_index *x = calloc(1, sizeof(*x));
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	if (!x)
+		return -ENOMEM;
+	if (htab_init(&x->by_ino, node_ino_hash) ||
+	    htab_init(&x->by_name, node_name_hash) ||
+	    htab_init(&x->ext_by_id, xent_id_hash) ||
+	    htab_init(&x->ext_by_key, xent_key_hash))
+		goto fail_tables;
+	rc = make_root(x);
+	if (rc < 0)
+		goto fail_tables;
+	rc = init_lock(&x->lock);
+	if (rc < 0)
+		goto fail_root;
+	x->next_ino = KV_ROOT_INO + 1;
+	x->next_ext = 1;
+	*out = x;
+	return 0;
+fail_root:
+	free(x->root);
+fail_tables:
+	htab_fini(&x->by_ino);
+	htab_fini(&x->by_name);
+	htab_fini(&x->ext_by_id);
+	htab_fini(&x->ext_by_key);
+	free(x);
+	return rc;
+}
+
+void kv_index_free(struct kv_index *x)
+{
+	size_t i;
+
+	if (!x)
+		return;
+	for (i = 0; i <= x->by_ino.mask; i++)
+		if (x->by_ino.slot[i])
+			node_free(x->by_ino.slot[i]);
+	for (i = 0; i <= x->ext_by_id.mask; i++)
+		free(x->ext_by_id.slot[i]);
+	htab_fini(&x->by_ino);
+	htab_fini(&x->by_name);
+	htab_fini(&x->ext_by_id);
+	htab_fini(&x->ext_by_key);
+	pthread_rwlock_destroy(&x->lock);
+	free(x);
+}
+
+uint64_t kv_index_next_ino(struct kv_index *x)
+{
+	uint64_t v;
+
+	pthread_rwlock_wrlock(&x->lock);
+	v = x->next_ino++;
+	pthread_rwlock_unlock(&x->lock);
+	return v;
+}
+
+uint64_t kv_index_next_extent_id(struct kv_index *x)
+{
+	uint64_t v;
+
+	pthread_rwlock_wrlock(&x->lock);
+	v = x->next_ext++;
+	pthread_rwlock_unlock(&x->lock);
+	return v;
+}
+
+/* ---- public: namespace ---- */
+
+int kv_index_add(struct kv_index *x, const struct kv_node_info *n)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	rc = add_locked(x, n);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_get(struct kv_index *x, uint64_t ino, struct kv_node_info *out)
+{
+	struct node *n;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&x->lock);
+	n = ino_find(x, ino);
+	if (n) {
+		snapshot(n, out);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
+		    struct kv_node_info *out)
+{
+	size_t len = strnlen(name, KV_NAME_MAX + 1);
+	uint32_t h;
+	struct node *n;
+	int rc = -ENOENT;
+
+	if (len > KV_NAME_MAX)
+		return -ENAMETOOLONG;
+	h = name_hash(parent, name, len);
+	pthread_rwlock_rdlock(&x->lock);
+	n = name_find(x, parent, name, len, h);
+	if (n) {
+		snapshot(n, out);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+#define KV_UPD_ALL (KV_UPD_ATTR | KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA | \
+		    KV_UPD_GEO | KV_UPD_ATIME)
+#define KV_UPD_PAGE (KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA)
+
+/* atime alone changes on every read: do it under the read lock. */
+static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
+{
+	struct node *n;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&x->lock);
+	n = ino_find(x, ino);
+	if (n) {
+		__atomic_store_n(&n->atime_ns, atime_ns, __ATOMIC_RELAXED);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+static int update_ok(const struct node *n, const struct kv_node_info *in, unsigned f)
+{
+	if ((f & KV_UPD_PAGE) && n->kind != KV_KIND_PAGE)
+		return -EISDIR;
+	if ((f & KV_UPD_STATE) && (unsigned)in->state > KV_PAGE_DURABLE)
+		return -EINVAL;
+	if ((f & KV_UPD_GEO) && (n->kind != KV_KIND_MODEL ||
+				 !memchr(in->geo.dtype, '\0', sizeof(in->geo.dtype))))
+		return -EINVAL;
+	return 0;
+}
+
+static void update_apply(struct kv_index *x, struct node *n,
+			 const struct kv_node_info *in, unsigned f)
+{
+	if (f & KV_UPD_ATTR)
+		set_attr(n, &in->attr);
+	if (f & KV_UPD_ATIME)
+		__atomic_store_n(&n->atime_ns, in->attr.atime_ns, __ATOMIC_RELAXED);
+	if (f & KV_UPD_SIZE) {
+		x->st.page_bytes += in->size - n->u.p.size;
+		n->u.p.size = in->size;
+	}
+	if (f & KV_UPD_STATE)
+		n->state = (uint8_t)in->state;
+	if (f & KV_UPD_DATA)
+		set_data(n, in);
+	if (f & KV_UPD_GEO)
+		*n->u.d.geo = in->geo;
+}
+
+int kv_index_update(struct kv_index *x, uint64_t ino,
+		    const struct kv_node_info *in, unsigned fields)
+{
+	struct node *n;
+	int rc;
+
+	if (fields & ~(unsigned)KV_UPD_ALL)
+		return -EINVAL;
+	if (fields == KV_UPD_ATIME)
+		return touch_atime(x, ino, in->attr.atime_ns);
+	pthread_rwlock_wrlock(&x->lock);
+	n = ino_find(x, ino);
+	rc = n ? update_ok(n, in, fields) : -ENOENT;
+	if (rc == 0)
+		update_apply(x, n, in, fields);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+static int remove_locked(struct kv_index *x, struct node *n)
+{
+	if (n == x->root)
+		return -EBUSY;
+	if (is_dir(n) && n->u.d.nchildren)
+		return -ENOTEMPTY;
+	node_drop(x, n);
+	return 0;
+}
+
+int kv_index_remove(struct kv_index *x, uint64_t ino)
+{
+	struct node *n;
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	n = ino_find(x, ino);
+	rc = n ? remove_locked(x, n) : -ENOENT;
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+/* rename(2) rules for moving n onto old, the node holding the target name. */
+static int replace_ok(const struct node *n, const struct node *old, int replace)
+{
+	if (!replace)
+		return -EEXIST;
+	if (!is_dir(n))
+		return is_dir(old) ? -EISDIR : 0;
+	if (!is_dir(old))
+		return -ENOTDIR;
+	return old->u.d.nchildren ? -ENOTEMPTY : 0;
+}
+
+/*
+ * Move n's header into nn, a larger allocation for a longer name, and
+ * repoint everything that refers to n by address. n is already out of the
+ * name table and its parent's list; its children point up at it.
+ */
+static struct node *node_regrow(struct kv_index *x, struct node *n, struct node *nn)
+{
+	struct node *c;
+
+	memcpy(nn, n, sizeof(*n));
+	htab_replace(&x->by_ino, n, nn);
+	if (is_dir(nn))
+		for (c = nn->u.d.first; c; c = c->next)
+			c->parent = nn;
+	free(n);
+	return nn;
+}
+
+struct move {
+	struct node *n, *dir, *old;
+	const char *name;
+	size_t len;
+	uint32_t h;
+	uint32_t layer;
+};
+
+/* Everything kv_index_move may refuse, decided before anything changes. */
+static int move_check(struct kv_index *x, struct move *mv, uint64_t ino,
+		      uint64_t new_parent, int replace)
+{
+	int rc;
+
+	rc = kv_name_check_len(mv->name, mv->len);
+	if (rc < 0)
+		return rc;
+	mv->n = ino_find(x, ino);
+	mv->dir = ino_find(x, new_parent);
+	if (!mv->n || !mv->dir)
+		return -ENOENT;
+	if (mv->n == x->root)
+		return -EBUSY;
+	if (!is_dir(mv->dir))
+		return -ENOTDIR;
+	/* The tree has fixed levels: a page may only live in a layer dir... */
+	if (mv->dir->kind != parent_kind(mv->n->kind))
+		return -EINVAL;
+	mv->h = name_hash(mv->dir->ino, mv->name, mv->len);
+	mv->old = name_find(x, mv->dir->ino, mv->name, mv->len, mv->h);
+	if (mv->old == mv->n)
+		return 0;
+	if (mv->n->kind == KV_KIND_LAYER) {
+		if (kv_layer_name_parse(mv->name, &mv->layer) < 0)
+			return -EINVAL;
+		if (layer_taken(mv->dir, mv->layer, mv->n, mv->old))
+			return -EEXIST;
+	}
+	return mv->old ? replace_ok(mv->n, mv->old, replace) : 0;
+}
+
+static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
+		       const char *name, int replace, uint64_t *replaced)
+{
+	struct move mv = { .name = name, .len = strnlen(name, KV_NAME_MAX + 1) };
+	struct node *n, *nn = NULL;
+	int rc;
+
+	rc = move_check(x, &mv, ino, new_parent, replace);
+	if (rc < 0 || mv.old == mv.n)
+		return rc;
+	if (mv.len > strlen(mv.n->name)) {
+		nn = malloc(sizeof(*nn) + mv.len + 1);
+		if (!nn)
+			return -ENOMEM;
+	}
+	if (mv.old) {
+		*replaced = mv.old->ino;
+		node_drop(x, mv.old);
+	}
+	n = mv.n;
+	htab_remove(&x->by_name, n);
+	child_unlink(n);
+	if (nn)
+		n = node_regrow(x, n, nn);
+	memcpy(n->name, name, mv.len);
+	n->name[mv.len] = '\0';
+	n->nhash = mv.h;
+	if (n->kind == KV_KIND_LAYER)
+		n->u.d.layer = mv.layer;
+	child_link(mv.dir, n);
+	/* Cannot fail: the table holds no more entries than before the move. */
+	htab_insert(&x->by_name, n);
+	return 0;
+}
+
+int kv_index_move(struct kv_index *x, uint64_t ino, uint64_t new_parent,
+		  const char *new_name, int replace, uint64_t *replaced)
+{
+	uint64_t dummy;
+	int rc;
+
+	if (!replaced)
+		replaced = &dummy;
+	*replaced = 0;
+	pthread_rwlock_wrlock(&x->lock);
+	rc = move_locked(x, ino, new_parent, new_name, replace, replaced);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+/* Entries and names in one allocation: kv_dirents_free is one free(). */
+static struct kv_dirent *dirents_copy(const struct node *dir, size_t *count)
+{
+	const struct node *c;
+	struct kv_dirent *d;
+	size_t n = dir->u.d.nchildren, bytes = n * sizeof(*d), i = 0;
+	char *names;
+
+	for (c = dir->u.d.first; c; c = c->next)
+		bytes += strlen(c->name) + 1;
+	d = malloc(bytes);
+	if (!d)
+		return NULL;
+	names = (char *)(d + n);
+	for (c = dir->u.d.first; c; c = c->next, i++) {
+		size_t len = strlen(c->name) + 1;
+
+		d[i].ino = c->ino;
+		d[i].kind = (enum kv_kind)c->kind;
+		d[i].name = memcpy(names, c->name, len);
+		names += len;
+	}
+	*count = n;
+	return d;
+}
+
+int kv_index_readdir(struct kv_index *x, uint64_t dir, struct kv_dirent **out,
+		     size_t *n)
+{
+	struct node *d;
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	pthread_rwlock_rdlock(&x->lock);
+	d = ino_find(x, dir);
+	if (!d)
+		rc = -ENOENT;
+	else if (!is_dir(d))
+		rc = -ENOTDIR;
+	else if (d->u.d.nchildren && !(*out = dirents_copy(d, n)))
+		rc = -ENOMEM;
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+void kv_dirents_free(struct kv_dirent *d, size_t n)
+{
+	(void)n;
+	free(d);
+}
+
+/* ---- extents ---- */
+
+static void xent_fill(const struct xent *e, struct kv_extent_rec *out)
+{
+	out->id = e->id;
+	out->ext = e->ext;
+	memcpy(out->hash, e->hash, KV_HASH_LEN);
+	out->refcount = e->refcount;
+}
+
+static void xent_drop(struct kv_index *x, struct xent *e)
+{
+	htab_remove(&x->ext_by_id, e);
+	htab_remove(&x->ext_by_key, e);
+	x->st.extents--;
+	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
+	free(e);
+}
+
+static void xent_set(struct kv_index *x, struct xent *e, const struct kv_extent_rec *r)
+{
+	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
+	e->ext = r->ext;
+	memcpy(e->hash, r->hash, KV_HASH_LEN);
+	e->refcount = r->refcount;
+	x->st.extent_bytes += kv_extent_footprint(&e->ext);
+}
+
+static int xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r)
+{
+	struct xent *e;
+	int rc;
+
+	if (r->id == 0 || r->ext.length == 0 || r->ext.offset % KV_ALIGN ||
+	    r->refcount == 0)
+		return -EINVAL;
+	e = xent_find(x, r->id);
+	if (e) {
+		/* Out of the key table while its key changes; re-adding cannot
+		 * grow the table. */
+		htab_remove(&x->ext_by_key, e);
+		xent_set(x, e, r);
+		htab_insert(&x->ext_by_key, e);
+		return 0;
+	}
+	if ((rc = htab_reserve(&x->ext_by_id, 1)) || (rc = htab_reserve(&x->ext_by_key, 1)))
+		return rc;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->id = r->id;
+	xent_set(x, e, r);
+	htab_insert(&x->ext_by_id, e);
+	htab_insert(&x->ext_by_key, e);
+	x->st.extents++;
+	if (e->id >= x->next_ext)
+		x->next_ext = e->id + 1;
+	return 0;
+}
+
+int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	rc = xent_put_locked(x, r);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *out)
+{
+	struct xent *e;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&x->lock);
+	e = xent_find(x, id);
+	if (e) {
+		xent_fill(e, out);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_extent_find(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
+			 uint64_t length, struct kv_extent_rec *out)
+{
+	uint64_t h = key_hash(hash, length);
+	struct xent *e;
+	int rc = -ENOENT;
+	size_t i;
+
+	pthread_rwlock_rdlock(&x->lock);
+	i = h & x->ext_by_key.mask;
+	while ((e = htab_next(&x->ext_by_key, h, &i))) {
+		if (e->ext.length == length && memcmp(e->hash, hash, KV_HASH_LEN) == 0) {
+			xent_fill(e, out);
+			rc = 0;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
+{
+	struct xent *e = xent_find(x, id);
+	int64_t v;
+
+	if (!e)
+		return -ENOENT;
+	v = (int64_t)e->refcount + delta;
+	if (v < 0 || v > UINT32_MAX) {
+		kv_log(KV_LOG_ERR, "index: extent %" PRIu64 " refcount %" PRIu32
+		       " %+d is out of range", id, e->refcount, delta);
+		return v < 0 ? -EINVAL : -EOVERFLOW;
+	}
+	if (v == 0)
+		xent_drop(x, e);
+	else
+		e->refcount = (uint32_t)v;
+	if (count)
+		*count = (uint32_t)v;
+	return 0;
+}
+
+int kv_index_extent_ref(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	rc = ref_locked(x, id, delta, count);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_extent_walk(struct kv_index *x,
+			 int (*fn)(void *arg, const struct kv_extent_rec *r),
+			 void *arg)
+{
+	struct kv_extent_rec rec;
+	struct xent *e;
+	size_t i;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&x->lock);
+	for (i = 0; i <= x->ext_by_id.mask && rc == 0; i++) {
+		e = x->ext_by_id.slot[i];
+		if (e) {
+			xent_fill(e, &rec);
+			rc = fn(arg, &rec);
+		}
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
+{
+	pthread_rwlock_rdlock(&x->lock);
+	*st = x->st;
+	pthread_rwlock_unlock(&x->lock);
+}
+
+/* ---- loading from the manifest ---- */
+
+/* Turn an add failure for a manifest row into KV_ERR_CORRUPT, logged. */
+static int load_fail(int rc, const char *what, uint64_t key, const char *name,
+		     uint64_t parent)
+{
+	const char *why;
+
+	switch (rc) {
+	case -ENOMEM:
+		return rc;
+	case -EEXIST:
+		why = "its inode, name or layer number is already taken";
+		break;
+	case -ENOENT:
+		why = "its parent is missing";
+		break;
+	case -ENOTDIR:
+		why = "its parent is of the wrong kind";
+		break;
+	default:
+		why = kv_strerror(rc);
+		break;
+	}
+	kv_log(KV_LOG_ERR, "manifest: %s %" PRIu64 " '%s' (parent %" PRIu64 "): %s",
+	       what, key, name, parent, why);
+	return KV_ERR_CORRUPT;
+}
+
+static int load_model(void *arg, const struct kv_model_rec *r)
+{
+	struct kv_node_info n = { .ino = r->ino, .parent = KV_ROOT_INO,
+				  .kind = KV_KIND_MODEL, .attr = r->attr, .geo = r->geo };
+	int rc;
+
+	memcpy(n.name, r->name, sizeof(n.name));
+	rc = add_locked(arg, &n);
+	return rc ? load_fail(rc, "model", r->ino, r->name, KV_ROOT_INO) : 0;
+}
+
+static int load_layer(void *arg, const struct kv_layer_rec *r)
+{
+	struct kv_node_info n = { .ino = r->ino, .parent = r->model_ino,
+				  .kind = KV_KIND_LAYER, .attr = r->attr, .layer = r->layer };
+	int rc;
+
+	memcpy(n.name, r->name, sizeof(n.name));
+	rc = add_locked(arg, &n);
+	return rc ? load_fail(rc, "layer", r->ino, r->name, r->model_ino) : 0;
+}
+
+static int load_extent(void *arg, const struct kv_extent_rec *r)
+{
+	int rc = xent_put_locked(arg, r);
+
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "manifest: extent %" PRIu64 ": invalid (%s)", r->id,
+		       kv_strerror(rc));
+		return KV_ERR_CORRUPT;
+	}
+	return 0;
+}
+
+static int load_page(void *arg, const struct kv_page_rec *r)
+{
+	struct kv_index *x = arg;
+	struct kv_node_info n = { .ino = r->ino, .parent = r->layer_ino,
+				  .kind = KV_KIND_PAGE, .attr = r->attr,
+				  .state = KV_PAGE_DURABLE, .size = r->size,
+				  .extent_id = r->extent_id };
+	struct xent *e = xent_find(x, r->extent_id);
+	int rc;
+
+	if (!e || e->ext.length != r->size) {
+		kv_log(KV_LOG_ERR, "manifest: page %" PRIu64 " '%s': extent %" PRIu64 " %s",
+		       r->ino, r->name, r->extent_id,
+		       e ? "has a different length than the page" : "is missing");
+		return KV_ERR_CORRUPT;
+	}
+	n.ext = e->ext;
+	memcpy(n.hash, e->hash, KV_HASH_LEN);
+	memcpy(n.name, r->name, sizeof(n.name));
+	rc = add_locked(x, &n);
+	if (rc)
+		return load_fail(rc, "page", r->ino, r->name, r->layer_ino);
+	e->seen++;
+	return 0;
+}
+
+/* Every extent's refcount must equal the pages found referring to it. */
+static int load_verify(struct kv_index *x)
+{
+	struct xent *e;
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; i <= x->ext_by_id.mask; i++) {
+		e = x->ext_by_id.slot[i];
+		if (!e)
+			continue;
+		if (rc == 0 && e->seen != e->refcount) {
+			kv_log(KV_LOG_ERR, "manifest: extent %" PRIu64 " has refcount %" PRIu32
+			       " but %" PRIu32 " pages refer to it", e->id, e->refcount, e->seen);
+			rc = KV_ERR_CORRUPT;
+		}
+		e->seen = 0;
+	}
+	return rc;
+}
+
+int kv_index_load(struct kv_index *x, struct kv_manifest *m)
+{
+	static const struct kv_manifest_visitor v = {
+		.model = load_model, .layer = load_layer,
+		.extent = load_extent, .page = load_page,
+	};
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	if (x->by_ino.n != 1 || x->ext_by_id.n != 0) {
+		kv_log(KV_LOG_ERR, "index: load into an index that is not empty");
+		rc = -EINVAL;
+		goto out;
+	}
+	/* Holding the write lock across the whole load: nobody can use a
+	 * half-loaded index, and each row costs no lock round trip. */
+	rc = kv_manifest_load(m, &v, x);
+	if (rc == 0)
+		rc = load_verify(x);
+out:
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}

@@ -1,0 +1,885 @@
+/*
+ * kvfs manifest: the authoritative page table of a store, kept in SQLite
+ * (STORE/kvfs.db, WAL mode, synchronous=FULL, foreign keys on). mkfs creates
+ * it (kv_manifest_create); the daemon opens it once, loads every row into the
+ * in-memory index (kv_manifest_load) and from then on only writes: its
+ * committer thread groups many put/del calls into one transaction, after the
+ * extents those rows name are durable. Nothing on the read path queries
+ * SQLite. Every statement the committer runs is prepared once at open. This
+ * file is the write side (create, open, transactions, puts, deletes);
+ * manifest_read.c validates what is read back (meta, load, check).
+ *
+ * Schema version 1 (PRAGMA user_version and meta.schema_version both hold it;
+ * the larger of the two is what open compares with KV_SCHEMA_VERSION):
+ *
+ *   meta(key TEXT PRIMARY KEY, value NOT NULL)
+ *       format = 'kvfs', schema_version, uuid (text, 36 chars),
+ *       segment_size, capacity (0 = no budget), created_ns
+ *   stripes(id INTEGER PRIMARY KEY, path TEXT NOT NULL)
+ *       id = stripe index, 0..n-1 without gaps
+ *   models(ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+ *          mode, uid, gid, ctime_ns, mtime_ns, atime_ns,
+ *          layers, kv_heads, head_dim, page_tokens, dtype)
+ *       geometry all 0 and dtype '' = not set
+ *   layers(ino INTEGER PRIMARY KEY, model_ino INTEGER NOT NULL
+ *          REFERENCES models(ino), layer INTEGER NOT NULL, name TEXT NOT NULL,
+ *          mode, uid, gid, ctime_ns, mtime_ns, atime_ns,
+ *          UNIQUE(model_ino, layer), UNIQUE(model_ino, name))
+ *       name = layer in decimal, leading zeros allowed
+ *   extents(id INTEGER PRIMARY KEY, stripe, segment, "offset", length,
+ *           hash BLOB NOT NULL, refcount INTEGER NOT NULL)
+ *       INDEX extents_hash(hash); hash = XXH3-128, 16 bytes big-endian;
+ *       offset 4096-aligned; refcount = pages referring to it (>= 1)
+ *   pages(ino INTEGER PRIMARY KEY, layer_ino INTEGER NOT NULL
+ *         REFERENCES layers(ino), name TEXT NOT NULL, extent_id INTEGER NOT
+ *         NULL REFERENCES extents(id), size, mode, uid, gid, ctime_ns,
+ *         mtime_ns, atime_ns, UNIQUE(layer_ino, name))
+ *       INDEX pages_extent(extent_id): deleting an extent checks for pages
+ *       still using it, and fsck counts references, without a table scan.
+ *       size == the extent's length.
+ *
+ * Every column is NOT NULL and every integer is stored as an SQLite integer
+ * (inode numbers and ids 1..2^63-1, modes are permission bits only).
+ * Foreign keys are immediate, so within one transaction parents are put
+ * before children and children deleted before parents; a page that replaces
+ * another under the same name is put after the other is deleted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "kvname.h"
+#include "manifest_i.h"
+
+#define BUSY_TIMEOUT_MS 5000
+#define CACHE_KIB 65536          /* SQLite page cache, per connection */
+
+#define ATTR_DEF \
+	"mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, " \
+	"ctime_ns INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, atime_ns INTEGER NOT NULL"
+
+static const char schema_sql[] =
+	"CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);"
+	"CREATE TABLE stripes (id INTEGER PRIMARY KEY, path TEXT NOT NULL);"
+	"CREATE TABLE models (ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, "
+	ATTR_DEF ", layers INTEGER NOT NULL, kv_heads INTEGER NOT NULL, "
+	"head_dim INTEGER NOT NULL, page_tokens INTEGER NOT NULL, dtype TEXT NOT NULL);"
+	"CREATE TABLE layers (ino INTEGER PRIMARY KEY, "
+	"model_ino INTEGER NOT NULL REFERENCES models(ino), "
+	"layer INTEGER NOT NULL, name TEXT NOT NULL, " ATTR_DEF ", "
+	"UNIQUE (model_ino, layer), UNIQUE (model_ino, name));"
+	"CREATE TABLE extents (id INTEGER PRIMARY KEY, stripe INTEGER NOT NULL, "
+	"segment INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
+	"length INTEGER NOT NULL, hash BLOB NOT NULL, refcount INTEGER NOT NULL);"
+	"CREATE INDEX extents_hash ON extents (hash);"
+	"CREATE TABLE pages (ino INTEGER PRIMARY KEY, "
+	"layer_ino INTEGER NOT NULL REFERENCES layers(ino), name TEXT NOT NULL, "
+	"extent_id INTEGER NOT NULL REFERENCES extents(id), "
+	"size INTEGER NOT NULL, " ATTR_DEF ", UNIQUE (layer_ino, name));"
+	"CREATE INDEX pages_extent ON pages (extent_id);"
+	"PRAGMA user_version = " STR(KV_SCHEMA_VERSION) ";";
+
+#define ATTR_SET \
+	"mode = excluded.mode, uid = excluded.uid, gid = excluded.gid, " \
+	"ctime_ns = excluded.ctime_ns, mtime_ns = excluded.mtime_ns, " \
+	"atime_ns = excluded.atime_ns"
+
+/*
+ * Upserts by primary key, never INSERT OR REPLACE: REPLACE would silently
+ * delete whatever row holds a UNIQUE name, and with it the fact that two
+ * objects claimed one name. ON CONFLICT(ino) leaves UNIQUE conflicts as errors.
+ */
+static const char *const stmt_sql[ST_COUNT] = {
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_PUT_MODEL] =
+		"INSERT INTO models (ino, name, " ATTR_COLS ", layers, kv_heads, "
+		"head_dim, page_tokens, dtype) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+		"?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT (ino) DO UPDATE SET "
+		"name = excluded.name, " ATTR_SET ", layers = excluded.layers, "
+		"kv_heads = excluded.kv_heads, head_dim = excluded.head_dim, "
+		"page_tokens = excluded.page_tokens, dtype = excluded.dtype",
+	[ST_PUT_LAYER] =
+		"INSERT INTO layers (ino, model_ino, layer, name, " ATTR_COLS ") "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+		"ON CONFLICT (ino) DO UPDATE SET model_ino = excluded.model_ino, "
+		"layer = excluded.layer, name = excluded.name, " ATTR_SET,
+	[ST_PUT_EXTENT] =
+		"INSERT INTO extents (id, stripe, segment, \"offset\", length, hash, "
+		"refcount) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+		"ON CONFLICT (id) DO UPDATE SET stripe = excluded.stripe, "
+		"segment = excluded.segment, \"offset\" = excluded.\"offset\", "
+		"length = excluded.length, hash = excluded.hash, "
+		"refcount = excluded.refcount",
+	[ST_PUT_PAGE] =
+		"INSERT INTO pages (ino, layer_ino, name, extent_id, size, " ATTR_COLS
+		") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+		"ON CONFLICT (ino) DO UPDATE SET layer_ino = excluded.layer_ino, "
+		"name = excluded.name, extent_id = excluded.extent_id, "
+		"size = excluded.size, " ATTR_SET,
+	[ST_DEL_MODEL] = "DELETE FROM models WHERE ino = ?1",
+	[ST_DEL_LAYER] = "DELETE FROM layers WHERE ino = ?1",
+	[ST_DEL_EXTENT] = "DELETE FROM extents WHERE id = ?1",
+	[ST_DEL_PAGE] = "DELETE FROM pages WHERE ino = ?1",
+};
+
+/* ---- errors ---- */
+
+static int map_sqlite(sqlite3 *db, int rc, bool deleting)
+{
+	int sys;
+
+	switch (rc & 0xff) {
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_IOERR:
+		if (rc == SQLITE_IOERR_NOMEM)
+			return -ENOMEM;
+		sys = db ? sqlite3_system_errno(db) : 0;
+		if (sys == ENOSPC || sys == EDQUOT || sys == EROFS || sys == EACCES)
+			return -sys;
+		return -EIO;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB:
+		return KV_ERR_CORRUPT;
+	case SQLITE_READONLY:
+		return -EROFS;
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+		return -EACCES;
+	case SQLITE_CANTOPEN:
+		sys = db ? sqlite3_system_errno(db) : 0;
+		return sys > 0 ? -sys : -EIO;
+	case SQLITE_CONSTRAINT:
+		if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
+			return -EEXIST;
+		/* Deleting a row that others still refer to. */
+		if (rc == SQLITE_CONSTRAINT_FOREIGNKEY && deleting)
+			return -ENOTEMPTY;
+		return -EINVAL;
+	case SQLITE_TOOBIG:
+	case SQLITE_RANGE:
+	case SQLITE_MISMATCH:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+static int vfail(sqlite3 *db, const char *path, int rc, bool deleting,
+		 const char *fmt, va_list ap)
+{
+	char what[512];
+
+	vsnprintf(what, sizeof(what), fmt, ap);
+	kv_log(KV_LOG_ERR, "manifest %s: %s: %s (sqlite error %d)", path, what,
+	       db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), rc);
+	return map_sqlite(db, rc, deleting);
+}
+
+int mf_db_fail(sqlite3 *db, const char *path, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = vfail(db, path, rc, false, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+int mf_corrupt(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return KV_ERR_CORRUPT;
+}
+
+__attribute__((format(printf, 2, 3)))
+static int bad_arg(const struct kv_manifest *m, const char *fmt, ...)
+{
+	char what[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	kv_log(KV_LOG_ERR, "manifest %s: refusing to store %s", m->path, what);
+	return -EINVAL;
+}
+
+/* ---- small query helpers (declared in manifest_i.h) ---- */
+
+int mf_exec(sqlite3 *db, const char *path, const char *sql, const char *what)
+{
+	int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+
+	if (rc != SQLITE_OK)
+		return mf_db_fail(db, path, sqlite3_extended_errcode(db), "%s", what);
+	return 0;
+}
+
+int mf_query_row(sqlite3 *db, const char *path, const char *sql,
+		 const char *param, sqlite3_stmt **out)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(db, path, rc, "preparing \"%s\"", sql);
+	if (param)
+		sqlite3_bind_text(st, 1, param, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		*out = st;
+		return 1;
+	}
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else
+		rc = mf_db_fail(db, path, rc, "running \"%s\"", sql);
+	sqlite3_finalize(st);
+	return rc;
+}
+
+const char *mf_col_str(sqlite3_stmt *st, int col)
+{
+	const char *s = (const char *)sqlite3_column_text(st, col);
+
+	return s ? s : "NULL";
+}
+
+int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,
+		int64_t hi, int64_t *out, char *err, size_t errlen)
+{
+	sqlite3_stmt *st;
+	int64_t v;
+	int rc;
+
+	rc = mf_query_row(db, path, "SELECT value FROM meta WHERE key = ?1", key, &st);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return mf_corrupt(err, errlen, "meta: %s is missing", key);
+	v = sqlite3_column_int64(st, 0);
+	if (sqlite3_column_type(st, 0) != SQLITE_INTEGER || v < lo || v > hi)
+		rc = mf_corrupt(err, errlen, "meta: %s = '%s' is not an integer in %"
+				PRId64 "..%" PRId64, key, mf_col_str(st, 0), lo, hi);
+	else
+		rc = 0;
+	*out = v;
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* ---- meta ---- */
+
+static int meta_validate(const struct kv_store_meta *meta)
+{
+	unsigned i;
+
+	if (!memchr(meta->uuid, '\0', sizeof(meta->uuid)) || !meta->uuid[0]) {
+		kv_log(KV_LOG_ERR, "manifest: store uuid is empty or not terminated");
+		return -EINVAL;
+	}
+	if (meta->nstripes == 0 || meta->nstripes > KV_MAX_STRIPES) {
+		kv_log(KV_LOG_ERR, "manifest: %u stripes (need 1..%u)", meta->nstripes,
+		       KV_MAX_STRIPES);
+		return -EINVAL;
+	}
+	for (i = 0; i < meta->nstripes; i++) {
+		if (!memchr(meta->stripes[i], '\0', sizeof(meta->stripes[i])) ||
+		    !meta->stripes[i][0]) {
+			kv_log(KV_LOG_ERR, "manifest: stripe %u path is empty or too long", i);
+			return -EINVAL;
+		}
+	}
+	if (meta->segment_size == 0 || meta->segment_size % KV_ALIGN ||
+	    meta->segment_size > INT64_MAX || meta->capacity > INT64_MAX) {
+		kv_log(KV_LOG_ERR, "manifest: segment size %" PRIu64 " must be a non-zero "
+		       "multiple of %u", meta->segment_size, KV_ALIGN);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int meta_put(sqlite3 *db, const char *path, sqlite3_stmt *st, const char *key,
+		    const char *text, int64_t num)
+{
+	int rc;
+
+	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+	if (text)
+		sqlite3_bind_text(st, 2, text, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_int64(st, 2, num);
+	rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		return mf_db_fail(db, path, rc, "writing meta %s", key);
+	return 0;
+}
+
+static int write_meta(sqlite3 *db, const char *path, const struct kv_store_meta *meta)
+{
+	struct timespec ts;
+	sqlite3_stmt *st = NULL;
+	int64_t created = meta->created_ns;
+	unsigned i;
+	int rc;
+
+	if (!created) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		created = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	}
+	rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(db, path, rc, "preparing meta insert");
+	if ((rc = meta_put(db, path, st, "format", "kvfs", 0)) ||
+	    (rc = meta_put(db, path, st, "schema_version", NULL, KV_SCHEMA_VERSION)) ||
+	    (rc = meta_put(db, path, st, "uuid", meta->uuid, 0)) ||
+	    (rc = meta_put(db, path, st, "segment_size", NULL, (int64_t)meta->segment_size)) ||
+	    (rc = meta_put(db, path, st, "capacity", NULL, (int64_t)meta->capacity)) ||
+	    (rc = meta_put(db, path, st, "created_ns", NULL, created)))
+		goto out;
+	sqlite3_finalize(st);
+	rc = sqlite3_prepare_v2(db, "INSERT INTO stripes (id, path) VALUES (?1, ?2)",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		st = NULL;
+		rc = mf_db_fail(db, path, rc, "preparing stripe insert");
+		goto out;
+	}
+	for (i = 0; i < meta->nstripes; i++) {
+		sqlite3_bind_int64(st, 1, i);
+		sqlite3_bind_text(st, 2, meta->stripes[i], -1, SQLITE_STATIC);
+		rc = sqlite3_step(st);
+		sqlite3_reset(st);
+		if (rc != SQLITE_DONE) {
+			rc = mf_db_fail(db, path, rc, "writing stripe %u", i);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* ---- create / open / close ---- */
+
+static void remove_sidecars(const char *path)
+{
+	static const char *const sfx[] = { "-wal", "-shm", "-journal" };
+	char p[4096 + 16];
+	size_t i;
+
+	for (i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+		snprintf(p, sizeof(p), "%s%s", path, sfx[i]);
+		if (unlink(p) == 0)
+			kv_log(KV_LOG_WARN, "manifest: removed stale %s", p);
+	}
+}
+
+static int fsync_path(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC);
+	int rc = 0;
+
+	if (fd < 0 || fsync(fd) < 0) {
+		rc = -errno;
+		kv_log(KV_LOG_ERR, "manifest: fsync %s: %s", path, strerror(errno));
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static int create_tables(sqlite3 *db, const char *path, const struct kv_store_meta *meta)
+{
+	int rc;
+
+	if ((rc = mf_exec(db, path, "PRAGMA journal_mode = WAL", "enabling WAL")) ||
+	    (rc = mf_exec(db, path, "PRAGMA synchronous = FULL", "setting synchronous")) ||
+	    (rc = mf_exec(db, path, "BEGIN IMMEDIATE", "starting creation")))
+		return rc;
+	if ((rc = mf_exec(db, path, schema_sql, "creating the schema")) ||
+	    (rc = write_meta(db, path, meta)) ||
+	    (rc = mf_exec(db, path, "COMMIT", "committing the new manifest")))
+		mf_exec(db, path, "ROLLBACK", "rolling back creation");
+	return rc;
+}
+
+int kv_manifest_create(const char *store_dir, const struct kv_store_meta *meta)
+{
+	sqlite3 *db = NULL;
+	char *path = NULL;
+	bool made = false;
+	int fd, rc;
+
+	rc = meta_validate(meta);
+	if (rc < 0)
+		return rc;
+	if (asprintf(&path, "%s/%s", store_dir, KV_MANIFEST_FILE) < 0)
+		return -ENOMEM;
+	/* O_EXCL: two mkfs runs racing must not both think they created it. */
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		kv_log(KV_LOG_ERR, "manifest %s: cannot create: %s", path, strerror(errno));
+		goto out;
+	}
+	close(fd);
+	made = true;
+	/* A WAL left by an earlier, deleted manifest would be replayed into
+	 * this empty file. */
+	remove_sidecars(path);
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		rc = mf_db_fail(db, path, rc, "opening the new manifest");
+		goto out;
+	}
+	sqlite3_extended_result_codes(db, 1);
+	rc = create_tables(db, path, meta);
+	if (rc < 0)
+		goto out;
+	/* Closing the last connection checkpoints the WAL into kvfs.db. */
+	rc = sqlite3_close(db);
+	db = NULL;
+	if (rc != SQLITE_OK) {
+		rc = mf_db_fail(NULL, path, rc, "closing the new manifest");
+		goto out;
+	}
+	rc = fsync_path(path, O_RDONLY);
+	if (rc == 0)
+		rc = fsync_path(store_dir, O_RDONLY | O_DIRECTORY);
+out:
+	if (db)
+		sqlite3_close(db);
+	if (rc < 0 && made) {
+		unlink(path);
+		remove_sidecars(path);
+	}
+	free(path);
+	return rc;
+}
+
+/* KV_ERR_NOTSTORE / KV_ERR_SCHEMA / KV_ERR_CORRUPT before anything is written. */
+static int check_identity(struct kv_manifest *m)
+{
+	sqlite3_stmt *st;
+	char err[512] = "";
+	int64_t ver, uver;
+	int rc;
+
+	rc = mf_query_row(m->db, m->path, "SELECT 1 FROM sqlite_master WHERE type = 'table' "
+		       "AND name = 'meta'", NULL, &st);
+	if (rc < 0)
+		return rc;
+	sqlite3_finalize(st);
+	if (rc == 0) {
+		kv_log(KV_LOG_ERR, "manifest %s is not a kvfs manifest (no meta table)", m->path);
+		return KV_ERR_NOTSTORE;
+	}
+	rc = mf_query_row(m->db, m->path, "SELECT value FROM meta WHERE key = 'format'", NULL, &st);
+	if (rc < 0)
+		return rc;
+	if (rc == 0 || sqlite3_column_type(st, 0) != SQLITE_TEXT ||
+	    strcmp(mf_col_str(st, 0), "kvfs") != 0) {
+		sqlite3_finalize(st);
+		kv_log(KV_LOG_ERR, "manifest %s is not a kvfs manifest (meta format is not 'kvfs')",
+		       m->path);
+		return KV_ERR_NOTSTORE;
+	}
+	sqlite3_finalize(st);
+	rc = mf_meta_int(m->db, m->path, "schema_version", INT64_MIN, INT64_MAX, &ver,
+		      err, sizeof(err));
+	if (rc < 0) {
+		if (rc == KV_ERR_CORRUPT)
+			kv_log(KV_LOG_ERR, "manifest %s is damaged: %s", m->path, err);
+		return rc;
+	}
+	rc = mf_query_row(m->db, m->path, "PRAGMA user_version", NULL, &st);
+	if (rc <= 0)
+		return rc < 0 ? rc : -EIO;
+	uver = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	if (uver > ver)
+		ver = uver;
+	if (ver > KV_SCHEMA_VERSION) {
+		kv_log(KV_LOG_ERR, "manifest %s has schema version %" PRId64 "; this kvfs "
+		       "supports up to %d: upgrade kvfs", m->path, ver, KV_SCHEMA_VERSION);
+		return KV_ERR_SCHEMA;
+	}
+	if (ver < 1) {
+		kv_log(KV_LOG_ERR, "manifest %s is damaged: schema version %" PRId64,
+		       m->path, ver);
+		return KV_ERR_CORRUPT;
+	}
+	return 0;
+}
+
+static int configure(struct kv_manifest *m)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	rc = mf_query_row(m->db, m->path, "PRAGMA journal_mode = WAL", NULL, &st);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		const char *mode = (const char *)sqlite3_column_text(st, 0);
+
+		/* Some filesystems cannot host WAL (no shared mmap); the rollback
+		 * journal with synchronous=FULL is just as durable, only slower. */
+		if (!mode || strcmp(mode, "wal") != 0)
+			kv_log(KV_LOG_WARN, "manifest %s: WAL unavailable, using journal "
+			       "mode %s", m->path, mode ? mode : "?");
+		sqlite3_finalize(st);
+	}
+	/* Page names and hashes are random keys: a batch of inserts touches
+	 * index pages all over the file, and the 2 MiB default cache thrashes. */
+	if ((rc = mf_exec(m->db, m->path, "PRAGMA cache_size = -" STR(CACHE_KIB),
+			   "sizing the page cache")) ||
+	    (rc = mf_exec(m->db, m->path, "PRAGMA synchronous = FULL", "setting synchronous")) ||
+	    (rc = mf_exec(m->db, m->path, "PRAGMA foreign_keys = ON", "enabling foreign keys")))
+		return rc;
+	return 0;
+}
+
+static int prepare_all(struct kv_manifest *m)
+{
+	int i, rc;
+
+	for (i = 0; i < ST_COUNT; i++) {
+		rc = sqlite3_prepare_v3(m->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					&m->st[i], NULL);
+		if (rc == SQLITE_OK)
+			continue;
+		/* A table or column missing from a version-1 schema. */
+		if (rc == SQLITE_ERROR) {
+			kv_log(KV_LOG_ERR, "manifest %s is damaged: its tables do not match "
+			       "schema version %d: %s", m->path, KV_SCHEMA_VERSION,
+			       sqlite3_errmsg(m->db));
+			return KV_ERR_CORRUPT;
+		}
+		return mf_db_fail(m->db, m->path, rc, "preparing \"%s\"", stmt_sql[i]);
+	}
+	return 0;
+}
+
+int kv_manifest_open(const char *store_dir, struct kv_manifest **out)
+{
+	struct kv_manifest *m;
+	struct stat sb;
+	int rc;
+
+	*out = NULL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	if (asprintf(&m->path, "%s/%s", store_dir, KV_MANIFEST_FILE) < 0) {
+		m->path = NULL;
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (stat(m->path, &sb) < 0) {
+		rc = -errno;
+		kv_log(KV_LOG_ERR, "manifest %s: %s", m->path, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		kv_log(KV_LOG_ERR, "manifest %s is not a regular file", m->path);
+		rc = KV_ERR_NOTSTORE;
+		goto fail;
+	}
+	rc = sqlite3_open_v2(m->path, &m->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+			     NULL);
+	if (rc != SQLITE_OK) {
+		rc = mf_db_fail(m->db, m->path, rc, "opening");
+		goto fail;
+	}
+	sqlite3_extended_result_codes(m->db, 1);
+	sqlite3_busy_timeout(m->db, BUSY_TIMEOUT_MS);
+	/* Identity and version first: nothing may be written (not even the
+	 * switch to WAL) into a file we do not understand. */
+	if ((rc = check_identity(m)) || (rc = configure(m)) || (rc = prepare_all(m)))
+		goto fail;
+	*out = m;
+	return 0;
+fail:
+	kv_manifest_close(m);
+	return rc;
+}
+
+void kv_manifest_close(struct kv_manifest *m)
+{
+	int i;
+
+	if (!m)
+		return;
+	if (m->in_txn) {
+		kv_log(KV_LOG_WARN, "manifest %s: closed inside a transaction; rolled back",
+		       m->path);
+		kv_manifest_rollback(m);
+	}
+	for (i = 0; i < ST_COUNT; i++)
+		sqlite3_finalize(m->st[i]);
+	if (m->db && sqlite3_close(m->db) != SQLITE_OK)
+		kv_log(KV_LOG_ERR, "manifest %s: close: %s", m->path, sqlite3_errmsg(m->db));
+	free(m->path);
+	free(m);
+}
+
+/* ---- transactions ---- */
+
+/* Step a cached statement to completion, then make it reusable. */
+__attribute__((format(printf, 4, 5)))
+static int run(struct kv_manifest *m, enum stmt s, bool deleting, const char *fmt, ...)
+{
+	sqlite3_stmt *st = m->st[s];
+	va_list ap;
+	int rc;
+
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE) {
+		rc = 0;
+	} else {
+		va_start(ap, fmt);
+		rc = vfail(m->db, m->path, rc, deleting, fmt, ap);
+		va_end(ap);
+	}
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc;
+}
+
+/*
+ * After some errors (SQLITE_FULL, IOERR, NOMEM) SQLite rolls the whole
+ * transaction back by itself. The next put would then autocommit on its own,
+ * making half a batch durable: refuse instead.
+ */
+static int txn_alive(struct kv_manifest *m)
+{
+	if (m->in_txn && sqlite3_get_autocommit(m->db)) {
+		kv_log(KV_LOG_ERR, "manifest %s: the transaction was already rolled back "
+		       "after an earlier error", m->path);
+		return -EIO;
+	}
+	return 0;
+}
+
+int kv_manifest_begin(struct kv_manifest *m)
+{
+	int rc;
+
+	if (m->in_txn) {
+		kv_log(KV_LOG_ERR, "manifest %s: begin inside an open transaction", m->path);
+		return -EINVAL;
+	}
+	rc = run(m, ST_BEGIN, false, "beginning a transaction");
+	if (rc == 0)
+		m->in_txn = true;
+	return rc;
+}
+
+int kv_manifest_commit(struct kv_manifest *m)
+{
+	int rc;
+
+	if (!m->in_txn) {
+		kv_log(KV_LOG_ERR, "manifest %s: commit without a transaction", m->path);
+		return -EINVAL;
+	}
+	rc = txn_alive(m);
+	if (rc == 0)
+		rc = run(m, ST_COMMIT, false, "committing");
+	if (rc < 0)
+		kv_manifest_rollback(m);
+	m->in_txn = false;
+	return rc;
+}
+
+void kv_manifest_rollback(struct kv_manifest *m)
+{
+	if (!m->in_txn)
+		return;
+	m->in_txn = false;
+	if (!sqlite3_get_autocommit(m->db))
+		run(m, ST_ROLLBACK, false, "rolling back");
+}
+
+/* ---- puts and deletes ---- */
+
+static bool id_ok(uint64_t v)
+{
+	return v >= 1 && v <= INT64_MAX;
+}
+
+static void bind_attr(sqlite3_stmt *st, int col, const struct kv_obj_attr *a)
+{
+	/* Type bits are implied by the table; only permissions are stored. */
+	sqlite3_bind_int64(st, col, a->mode & 07777);
+	sqlite3_bind_int64(st, col + 1, a->uid);
+	sqlite3_bind_int64(st, col + 2, a->gid);
+	sqlite3_bind_int64(st, col + 3, a->ctime_ns);
+	sqlite3_bind_int64(st, col + 4, a->mtime_ns);
+	sqlite3_bind_int64(st, col + 5, a->atime_ns);
+}
+
+/*
+ * Binding a fixed-index parameter to a prepared statement cannot fail except
+ * for out-of-memory on a text, which leaves the parameter NULL: every column
+ * is NOT NULL, so the step then fails and is reported. Hence unchecked binds.
+ */
+
+int kv_manifest_put_model(struct kv_manifest *m, const struct kv_model_rec *r)
+{
+	sqlite3_stmt *st = m->st[ST_PUT_MODEL];
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(r->ino) || kv_name_check(r->name) < 0)
+		return bad_arg(m, "model %" PRIu64 " '%.*s': bad inode or name", r->ino,
+			       (int)KV_NAME_MAX, r->name);
+	if (kv_geometry_check(&r->geo) < 0)
+		return bad_arg(m, "model %" PRIu64 " '%s': bad geometry", r->ino, r->name);
+	sqlite3_bind_int64(st, 1, (int64_t)r->ino);
+	sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
+	bind_attr(st, 3, &r->attr);
+	sqlite3_bind_int64(st, 9, r->geo.layers);
+	sqlite3_bind_int64(st, 10, r->geo.kv_heads);
+	sqlite3_bind_int64(st, 11, r->geo.head_dim);
+	sqlite3_bind_int64(st, 12, r->geo.page_tokens);
+	sqlite3_bind_text(st, 13, r->geo.dtype, -1, SQLITE_STATIC);
+	return run(m, ST_PUT_MODEL, false, "put model %" PRIu64 " '%s'", r->ino, r->name);
+}
+
+int kv_manifest_put_layer(struct kv_manifest *m, const struct kv_layer_rec *r)
+{
+	sqlite3_stmt *st = m->st[ST_PUT_LAYER];
+	uint32_t num;
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(r->ino) || !id_ok(r->model_ino) || kv_name_check(r->name) < 0 ||
+	    kv_layer_name_parse(r->name, &num) < 0 || num != r->layer)
+		return bad_arg(m, "layer %" PRIu64 " '%.*s' (layer %" PRIu32 ") of model %"
+			       PRIu64 ": bad inode, or name not the layer number",
+			       r->ino, (int)KV_NAME_MAX, r->name, r->layer, r->model_ino);
+	sqlite3_bind_int64(st, 1, (int64_t)r->ino);
+	sqlite3_bind_int64(st, 2, (int64_t)r->model_ino);
+	sqlite3_bind_int64(st, 3, r->layer);
+	sqlite3_bind_text(st, 4, r->name, -1, SQLITE_STATIC);
+	bind_attr(st, 5, &r->attr);
+	return run(m, ST_PUT_LAYER, false, "put layer %" PRIu64 " '%s' of model %" PRIu64,
+		   r->ino, r->name, r->model_ino);
+}
+
+int kv_manifest_put_extent(struct kv_manifest *m, const struct kv_extent_rec *r)
+{
+	sqlite3_stmt *st = m->st[ST_PUT_EXTENT];
+	const struct kv_extent *e = &r->ext;
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(r->id) || e->stripe >= KV_MAX_STRIPES || e->offset % KV_ALIGN ||
+	    e->length == 0 || e->offset > INT64_MAX || e->length > INT64_MAX ||
+	    r->refcount == 0)
+		return bad_arg(m, "extent %" PRIu64 " (stripe %" PRIu32 " segment %" PRIu32
+			       " offset %" PRIu64 " length %" PRIu64 " refcount %" PRIu32 ")",
+			       r->id, e->stripe, e->segment, e->offset, e->length, r->refcount);
+	sqlite3_bind_int64(st, 1, (int64_t)r->id);
+	sqlite3_bind_int64(st, 2, e->stripe);
+	sqlite3_bind_int64(st, 3, e->segment);
+	sqlite3_bind_int64(st, 4, (int64_t)e->offset);
+	sqlite3_bind_int64(st, 5, (int64_t)e->length);
+	sqlite3_bind_blob(st, 6, r->hash, KV_HASH_LEN, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 7, r->refcount);
+	return run(m, ST_PUT_EXTENT, false, "put extent %" PRIu64, r->id);
+}
+
+int kv_manifest_put_page(struct kv_manifest *m, const struct kv_page_rec *r)
+{
+	sqlite3_stmt *st = m->st[ST_PUT_PAGE];
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(r->ino) || !id_ok(r->layer_ino) || !id_ok(r->extent_id) ||
+	    r->size > INT64_MAX || kv_name_check(r->name) < 0)
+		return bad_arg(m, "page %" PRIu64 " '%.*s' in layer %" PRIu64 " (extent %"
+			       PRIu64 ", size %" PRIu64 ")", r->ino, (int)KV_NAME_MAX,
+			       r->name, r->layer_ino, r->extent_id, r->size);
+	sqlite3_bind_int64(st, 1, (int64_t)r->ino);
+	sqlite3_bind_int64(st, 2, (int64_t)r->layer_ino);
+	sqlite3_bind_text(st, 3, r->name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, (int64_t)r->extent_id);
+	sqlite3_bind_int64(st, 5, (int64_t)r->size);
+	bind_attr(st, 6, &r->attr);
+	return run(m, ST_PUT_PAGE, false, "put page %" PRIu64 " '%s' in layer %" PRIu64,
+		   r->ino, r->name, r->layer_ino);
+}
+
+static int del_row(struct kv_manifest *m, enum stmt s, const char *what, uint64_t key)
+{
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(key))
+		return -ENOENT;
+	sqlite3_bind_int64(m->st[s], 1, (int64_t)key);
+	rc = run(m, s, true, "delete %s %" PRIu64, what, key);
+	if (rc == 0 && sqlite3_changes(m->db) == 0)
+		rc = -ENOENT;
+	return rc;
+}
+
+int kv_manifest_del_model(struct kv_manifest *m, uint64_t ino)
+{
+	return del_row(m, ST_DEL_MODEL, "model", ino);
+}
+
+int kv_manifest_del_layer(struct kv_manifest *m, uint64_t ino)
+{
+	return del_row(m, ST_DEL_LAYER, "layer", ino);
+}
+
+int kv_manifest_del_extent(struct kv_manifest *m, uint64_t id)
+{
+	return del_row(m, ST_DEL_EXTENT, "extent", id);
+}
+
+int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino)
+{
+	return del_row(m, ST_DEL_PAGE, "page", ino);
+}
+

@@ -1,0 +1,185 @@
+/*
+ * kvfs manifest: the authoritative page table, in SQLite (WAL mode).
+ *
+ * STORE/kvfs.db holds the store's identity and configuration (meta,
+ * stripes), the namespace (models with optional geometry, layers, pages) and
+ * the extents pages point at (location, XXH3-128 of the payload, refcount).
+ * A row exists only for data that was already written and fdatasync'ed: the
+ * caller orders "extent data durable -> manifest transaction". Many changes
+ * share one transaction (group commit): kv_manifest_begin(), any number of
+ * put/del calls, kv_manifest_commit().
+ *
+ * Identifiers (inode numbers, extent ids) are chosen by the caller; the
+ * manifest stores them. Nothing on the read path queries SQLite: the whole
+ * manifest is loaded once at mount into the in-memory index (index.h).
+ *
+ * A kv_manifest is not thread-safe: one thread (the committer) owns it.
+ * Functions return 0 or -errno / KV_ERR_* (store.h) and log what failed.
+ *
+ * Foreign keys are checked at each statement, so within a transaction put
+ * parents before children (model, layer, extent, then page) and delete
+ * children before parents; when a page replaces another under the same name,
+ * delete the old row first. Errors of put/del: -EEXIST for a name (or layer
+ * number) another row holds, -EINVAL for invalid values or a parent row that
+ * does not exist, -ENOTEMPTY for deleting a row others still refer to,
+ * -ENOSPC / -EIO / -EBUSY from the disk or a lock. After any error the
+ * transaction is still open (only that statement was undone) unless SQLite
+ * gave it up (disk full, I/O error): then every later put/del and the commit
+ * return -EIO; either way the caller rolls back.
+ */
+#ifndef KV_MANIFEST_H
+#define KV_MANIFEST_H
+
+#include <stdint.h>
+#include "store.h"
+
+#define KV_MANIFEST_FILE "kvfs.db"
+#define KV_SCHEMA_VERSION 1
+#define KV_NAME_MAX 255u          /* bytes in one model, layer or page name */
+#define KV_DTYPE_MAX 15u
+
+struct kv_manifest;
+
+/* Store identity and configuration, written once by mkfs. ~256 KiB (the
+ * stripe paths): allocate it, do not put it on a thread's stack. */
+struct kv_store_meta {
+	char uuid[37];
+	uint64_t segment_size;
+	uint64_t capacity;          /* 0 = no budget */
+	int64_t created_ns;
+	unsigned nstripes;
+	char stripes[KV_MAX_STRIPES][4096];  /* absolute paths */
+};
+
+/* Optional model geometry; all-zero means "not set" (any page size). */
+struct kv_geometry {
+	uint32_t layers;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t page_tokens;
+	char dtype[KV_DTYPE_MAX + 1];  /* "f16", "bf16", "f32", "f8", "i8" */
+};
+
+/* Attributes common to every persisted namespace object. */
+struct kv_obj_attr {
+	uint32_t mode;      /* permission bits only (type is implied by table) */
+	uint32_t uid, gid;
+	int64_t ctime_ns, mtime_ns, atime_ns;
+};
+
+struct kv_model_rec {
+	uint64_t ino;
+	char name[KV_NAME_MAX + 1];
+	struct kv_obj_attr attr;
+	struct kv_geometry geo;
+};
+
+struct kv_layer_rec {
+	uint64_t ino;
+	uint64_t model_ino;
+	uint32_t layer;     /* numeric value of name */
+	char name[KV_NAME_MAX + 1];
+	struct kv_obj_attr attr;
+};
+
+struct kv_extent_rec {
+	uint64_t id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+	uint32_t refcount;  /* pages referring to it */
+};
+
+struct kv_page_rec {
+	uint64_t ino;
+	uint64_t layer_ino;
+	char name[KV_NAME_MAX + 1];
+	uint64_t extent_id;
+	uint64_t size;      /* payload bytes (== extent length) */
+	struct kv_obj_attr attr;
+};
+
+/*
+ * Create STORE/kvfs.db with the current schema and meta, then fsync it and
+ * STORE. -EEXIST if a manifest is already there; -EINVAL (logged) for meta
+ * without a uuid, with 0 or more than KV_MAX_STRIPES stripes, an empty
+ * stripe path, or a segment size that is 0 or not KV_ALIGN-aligned.
+ * created_ns 0 means now. Nothing is left behind on failure.
+ */
+int kv_manifest_create(const char *store_dir, const struct kv_store_meta *meta);
+
+/*
+ * Open an existing manifest: WAL, synchronous=FULL, foreign keys on. The
+ * schema version is checked: newer than KV_SCHEMA_VERSION gives KV_ERR_SCHEMA
+ * with a log line naming both versions; a file that is not a kvfs manifest
+ * gives KV_ERR_NOTSTORE; a damaged database KV_ERR_CORRUPT. -ENOENT if absent.
+ */
+int kv_manifest_open(const char *store_dir, struct kv_manifest **out);
+void kv_manifest_close(struct kv_manifest *m);
+
+/* Read the meta and stripes back; KV_ERR_CORRUPT (logged) if invalid. */
+int kv_manifest_meta(struct kv_manifest *m, struct kv_store_meta *out);
+
+/*
+ * Group commit. begin/commit/rollback bracket any number of put/del calls
+ * (a put/del outside them commits on its own). begin inside a transaction or
+ * commit outside one is -EINVAL. commit is durable when it returns 0; when it
+ * fails the transaction has been rolled back. rollback outside a transaction
+ * does nothing.
+ */
+int kv_manifest_begin(struct kv_manifest *m);
+int kv_manifest_commit(struct kv_manifest *m);
+void kv_manifest_rollback(struct kv_manifest *m);
+
+/* Insert or update by primary key (ino / id); never replaces another row
+ * that holds the same name (that is -EEXIST). */
+int kv_manifest_put_model(struct kv_manifest *m, const struct kv_model_rec *r);
+int kv_manifest_put_layer(struct kv_manifest *m, const struct kv_layer_rec *r);
+int kv_manifest_put_extent(struct kv_manifest *m, const struct kv_extent_rec *r);
+int kv_manifest_put_page(struct kv_manifest *m, const struct kv_page_rec *r);
+/* Delete by primary key; -ENOENT if there was no such row. */
+int kv_manifest_del_model(struct kv_manifest *m, uint64_t ino);
+int kv_manifest_del_layer(struct kv_manifest *m, uint64_t ino);
+int kv_manifest_del_extent(struct kv_manifest *m, uint64_t id);
+int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino);
+
+/*
+ * Visit every row: all models, then all layers, then all extents, then all
+ * pages (so parents always come first). A callback returning non-zero stops
+ * the walk and that value is returned; a NULL callback skips its rows. Rows
+ * whose values are out of range (negative sizes, names too long, hash of the
+ * wrong length, unaligned offsets, extents past their segment or stripe,
+ * page size != extent length, refcount 0...) give KV_ERR_CORRUPT with a log
+ * line naming the table, key and column. Whether references resolve (a
+ * page's extent, a layer's model) is the visitor's to check.
+ */
+struct kv_manifest_visitor {
+	int (*model)(void *arg, const struct kv_model_rec *r);
+	int (*layer)(void *arg, const struct kv_layer_rec *r);
+	int (*extent)(void *arg, const struct kv_extent_rec *r);
+	int (*page)(void *arg, const struct kv_page_rec *r);
+};
+int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
+		     void *arg);
+
+/*
+ * PRAGMA integrity_check, meta, every row's values (as kv_manifest_load),
+ * foreign keys, pages whose extent is missing, refcounts that disagree with
+ * the pages referring to the extent, and extents overlapping in a segment.
+ * 0 if clean, KV_ERR_CORRUPT with the first problem in msg otherwise; another
+ * error if the check could not run. Reads everything: for fsck, not mount.
+ */
+int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen);
+
+/* Bytes of one element for a dtype name (case-insensitive: f16 fp16 bf16 2,
+ * f32 fp32 4, f64 fp64 8, f8 fp8 fp8_e4m3 fp8_e5m2 i8 int8 u8 1), 0 if unknown. */
+unsigned kv_dtype_size(const char *dtype);
+/* Payload bytes of one page under geo (K and V):
+ * 2 * page_tokens * kv_heads * head_dim * dtype size; 0 if geometry is unset,
+ * the dtype unknown or the product overflows. */
+uint64_t kv_geometry_page_bytes(const struct kv_geometry *geo);
+/* Validate geometry: all unset (zero, dtype "") is fine; otherwise layers,
+ * kv_heads, head_dim, page_tokens > 0, a known dtype and a page of at most
+ * 1 GiB. -EINVAL with a log line naming the field otherwise. */
+int kv_geometry_check(const struct kv_geometry *geo);
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * Logging and error codes shared by every kvfs module: kv_log() formats one
+ * line and hands it to a replaceable sink (default: one atomic write(2) to
+ * stderr, so lines from concurrent threads never interleave), kv_strerror()
+ * names any 0 / -errno / KV_ERR_* code, and kv_errno() maps a code to the
+ * errno the syscall edge (FUSE reply, tool exit status) should report.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "store.h"
+
+#define LOG_LINE_MAX 1024
+
+typedef void (*log_sink_fn)(enum kv_log_level, const char *);
+
+static _Atomic int log_level = KV_LOG_INFO;
+static _Atomic(log_sink_fn) log_sink;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static const char *const level_names[] = {
+	[KV_LOG_ERR] = "error",
+	[KV_LOG_WARN] = "warning",
+	[KV_LOG_INFO] = "info",
+	[KV_LOG_DEBUG] = "debug",
+};
+
+/* KVFS_LOG=error|warning|info|debug sets the initial level. */
+static void log_init(void)
+{
+	const char *env = getenv("KVFS_LOG");
+	size_t n = env ? strlen(env) : 0;
+
+	/* Accept any prefix of 3+ letters: "err", "warn", "debug". */
+	for (int l = KV_LOG_ERR; n >= 3 && l <= KV_LOG_DEBUG; l++) {
+		if (n <= strlen(level_names[l]) &&
+		    !strncasecmp(env, level_names[l], n))
+			atomic_store(&log_level, l);
+	}
+}
+
+void kv_log_set_level(enum kv_log_level lvl)
+{
+	/* Run the env default first so it cannot override this call later. */
+	pthread_once(&log_once, log_init);
+	atomic_store(&log_level, lvl);
+}
+
+void kv_log_set_sink(void (*sink)(enum kv_log_level, const char *line))
+{
+	atomic_store(&log_sink, sink);
+}
+
+static void stderr_sink(enum kv_log_level lvl, const char *line)
+{
+	char buf[LOG_LINE_MAX + 32];
+	int n = snprintf(buf, sizeof(buf), "kvfs: %s: %s\n",
+			 level_names[lvl], line);
+
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(buf)) {
+		n = sizeof(buf) - 1;
+		buf[n - 1] = '\n';
+	}
+	/* One write so concurrent lines do not interleave; nothing to do on error. */
+	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+	(void)w;
+}
+
+void kv_log(enum kv_log_level lvl, const char *fmt, ...)
+{
+	char line[LOG_LINE_MAX];
+	int saved = errno;  /* callers may log between a syscall and errno use */
+	va_list ap;
+
+	pthread_once(&log_once, log_init);
+	if ((int)lvl > atomic_load(&log_level) || (int)lvl < KV_LOG_ERR)
+		goto out;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+
+	log_sink_fn sink = atomic_load(&log_sink);
+	if (sink)
+		sink(lvl, line);
+	else
+		stderr_sink(lvl, line);
+out:
+	errno = saved;
+}
+
+const char *kv_strerror(int rc)
+{
+	static __thread char buf[128];
+
+	switch (rc) {
+	case 0:
+		return "success";
+	case KV_ERR_CORRUPT:
+		return "on-disk data failed validation";
+	case KV_ERR_SCHEMA:
+		return "manifest schema is newer than this kvfs";
+	case KV_ERR_NOTSTORE:
+		return "not a kvfs store";
+	case KV_ERR_MISMATCH:
+		return "stripe belongs to another store";
+	case KV_ERR_CHECKSUM:
+		return "payload checksum mismatch";
+	}
+	if (rc <= KV_ERR_BASE) {
+		snprintf(buf, sizeof(buf), "unknown kvfs error %d", rc);
+		return buf;
+	}
+	/* GNU strerror_r: may return a static string instead of filling buf. */
+	return strerror_r(rc < 0 ? -rc : rc, buf, sizeof(buf));
+}
+
+int kv_errno(int rc)
+{
+	switch (rc) {
+	case KV_ERR_CHECKSUM:
+	case KV_ERR_CORRUPT:
+		return EIO;
+	case KV_ERR_SCHEMA:
+		return EPROTONOSUPPORT;
+	case KV_ERR_NOTSTORE:
+	case KV_ERR_MISMATCH:
+		return EINVAL;
+	}
+	if (rc <= KV_ERR_BASE)
+		return EIO;
+	return rc < 0 ? -rc : rc;
+}

@@ -1,0 +1,205 @@
+/*
+ * kvfs extent store: the bytes of every page.
+ *
+ * A store is a set of stripes (one directory per SSD). Each stripe holds
+ * aggregate segment files (seg-00000000, seg-00000001, ...) of a fixed
+ * maximum size. A page payload lives in one extent: (stripe, segment, offset,
+ * length), with offset and on-disk footprint 4 KiB aligned so the same bytes
+ * can be read with O_DIRECT. Extents are placed round-robin across stripes so
+ * a batch of consecutive pages fans out over all devices.
+ *
+ * All extent I/O goes through one io_uring owned by the store and driven by
+ * an I/O thread; callers on any thread hand it batches (kv_store_io,
+ * kv_store_io_async). Reads are queued ahead of writes, which is the seam the
+ * read-priority scheduler builds on.
+ *
+ * The store knows nothing about names, SQLite or FUSE. What is committed is
+ * decided by the manifest (index/); at open the caller marks every committed
+ * extent with kv_store_mark_used() and then calls kv_store_reclaim(), which
+ * returns all other space (written but never committed) to the filesystem.
+ *
+ * Every function returns 0 or -errno unless stated otherwise, and logs a line
+ * saying what failed and why through kv_log().
+ */
+#ifndef KV_STORE_H
+#define KV_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_ALIGN 4096u            /* extent offset/footprint alignment (O_DIRECT) */
+#define KV_MAX_STRIPES 64u
+#define KV_HASH_LEN 16u           /* XXH3-128 */
+#define KV_SEGMENT_SIZE_DEFAULT (1ull << 30)
+#define KV_SEGMENT_SIZE_MIN (1ull << 20)
+
+/* Project-specific error codes, below the errno range (LMDB style). */
+#define KV_ERR_BASE      (-30700)
+#define KV_ERR_CORRUPT   (KV_ERR_BASE - 1)  /* on-disk data failed validation */
+#define KV_ERR_SCHEMA    (KV_ERR_BASE - 2)  /* manifest schema newer than this build */
+#define KV_ERR_NOTSTORE  (KV_ERR_BASE - 3)  /* directory is not a kvfs store/stripe */
+#define KV_ERR_MISMATCH  (KV_ERR_BASE - 4)  /* stripe belongs to another store */
+#define KV_ERR_CHECKSUM  (KV_ERR_BASE - 5)  /* payload checksum mismatch */
+
+/* Message for a 0/-errno/KV_ERR_* code. Never NULL. */
+const char *kv_strerror(int rc);
+/* Map a KV_ERR_* code to the errno a syscall edge should report (EIO, ...). */
+int kv_errno(int rc);
+
+/* ---- logging (shared by every module) ---- */
+enum kv_log_level { KV_LOG_ERR, KV_LOG_WARN, KV_LOG_INFO, KV_LOG_DEBUG };
+void kv_log(enum kv_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void kv_log_set_level(enum kv_log_level lvl);
+/* Redirect log lines (default: stderr with "kvfs: level: " prefix). */
+void kv_log_set_sink(void (*sink)(enum kv_log_level, const char *line));
+
+/* ---- extents ---- */
+struct kv_extent {
+	uint32_t stripe;   /* index into the stripe list */
+	uint32_t segment;  /* segment number within the stripe */
+	uint64_t offset;   /* byte offset in the segment, KV_ALIGN aligned */
+	uint64_t length;   /* payload bytes (> 0) */
+};
+
+/* Bytes an extent occupies on disk: length rounded up to KV_ALIGN. */
+static inline uint64_t kv_extent_footprint(const struct kv_extent *e)
+{
+	return (e->length + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+}
+
+/* XXH3-128 of buf; out is big-endian canonical form (as xxhsum prints). */
+void kv_hash128(const void *buf, size_t len, uint8_t out[KV_HASH_LEN]);
+/* Lower-case hex of a hash into out (2*KV_HASH_LEN+1 bytes). */
+void kv_hash_hex(const uint8_t h[KV_HASH_LEN], char *out);
+
+/* ---- store lifecycle ---- */
+struct kv_store;
+
+struct kv_store_opts {
+	unsigned nstripes;
+	const char *const *stripes;  /* directory per stripe, in index order */
+	const char *uuid;            /* store identity written to stripe markers */
+	uint64_t segment_size;       /* max segment file size; multiple of KV_ALIGN */
+	uint64_t capacity;           /* physical byte budget; 0 = no budget */
+	unsigned queue_depth;        /* io_uring entries in flight; 0 = default (64) */
+	bool create;                 /* mkfs: create dirs and stripe markers */
+	bool no_direct;              /* never use O_DIRECT (tmpfs) */
+};
+
+/*
+ * Open (or with o->create, initialise) the stripes. Each stripe directory
+ * carries a marker file "kvfs-stripe" naming the store uuid and the stripe
+ * index; a missing marker gives KV_ERR_NOTSTORE, a different uuid or index
+ * KV_ERR_MISMATCH. Starts the I/O thread. The allocator is not usable until
+ * kv_store_reclaim() has run (with zero or more kv_store_mark_used() calls
+ * before it). Falls back to buffered I/O with a warning where O_DIRECT is
+ * refused (EINVAL, e.g. tmpfs).
+ */
+int kv_store_open(const struct kv_store_opts *o, struct kv_store **out);
+/* Stop the I/O thread (after in-flight I/O completes) and close all files. */
+void kv_store_close(struct kv_store *s);
+
+/*
+ * Recovery, step 1: declare one committed extent. Returns KV_ERR_CORRUPT if it
+ * lies outside its segment size, in a stripe that does not exist, in a segment
+ * file that is missing or too short, or overlaps an extent already marked.
+ */
+int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e);
+
+struct kv_reclaim_stats {
+	uint64_t segments_removed;   /* segment files with no committed extent */
+	uint64_t bytes_reclaimed;    /* footprint of gaps punched / tails truncated */
+};
+/*
+ * Recovery, step 2: every byte of every segment not covered by a marked
+ * extent is returned to the filesystem (punched, tail truncated, empty
+ * segments unlinked), and the allocator is built from what remains.
+ */
+int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
+
+/*
+ * Allocate an extent for a payload of length bytes (> 0) on the next stripe
+ * in round-robin order (skipping stripes that are full). -ENOSPC when the
+ * capacity budget or every stripe is exhausted; -EFBIG if length exceeds the
+ * segment size. Thread-safe.
+ */
+int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out);
+/*
+ * Return an extent: its blocks are punched out of the segment file
+ * (FALLOC_FL_PUNCH_HOLE) and the range becomes allocatable again; a segment
+ * left with no extents is unlinked. The caller guarantees that no committed
+ * manifest row refers to it any more. Thread-safe.
+ */
+int kv_extent_free(struct kv_store *s, const struct kv_extent *e);
+
+/* ---- I/O ---- */
+enum kv_io_op { KV_IO_READ, KV_IO_WRITE };
+
+struct kv_io {
+	enum kv_io_op op;
+	struct kv_extent ext;
+	void *buf;   /* KV_ALIGN-aligned, kv_extent_footprint(&ext) bytes; a write
+	              * sends the whole footprint (pad with zeros) */
+	int res;     /* out: 0 or -errno (short transfers are retried inside) */
+	/* private to the store */
+	uint64_t done_bytes;
+	struct kv_io *next;
+	void *group;
+};
+
+/*
+ * Submit n I/Os and call done(arg) once all have completed (each io->res
+ * set). done runs on the store's I/O thread: it must not block or call back
+ * into the store. The ios array must stay valid until then. Returns 0 if
+ * queued, -errno if nothing was queued.
+ */
+int kv_store_io_async(struct kv_store *s, struct kv_io *ios, unsigned n,
+		      void (*done)(void *arg), void *arg);
+/* Submit n I/Os and wait. 0 if all succeeded, else the first failing res. */
+int kv_store_io(struct kv_store *s, struct kv_io *ios, unsigned n);
+
+/*
+ * Make the data of these extents durable: one fdatasync per distinct segment
+ * file, issued in parallel through the ring. Waits.
+ */
+int kv_store_sync(struct kv_store *s, const struct kv_extent *e, unsigned n);
+
+/*
+ * Read one extent into a fresh KV_ALIGN-aligned buffer (free with free())
+ * and verify it against hash. KV_ERR_CHECKSUM (with a log line naming the
+ * extent) if it does not match: no byte of a bad payload is handed out.
+ */
+int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
+			   const uint8_t hash[KV_HASH_LEN], void **out);
+
+/* Allocate a zeroed KV_ALIGN-aligned buffer of at least len bytes, NULL on OOM. */
+void *kv_buf_alloc(size_t len);
+
+struct kv_store_usage {
+	uint64_t capacity;        /* budget, or total bytes of the stripe filesystems */
+	uint64_t used;            /* footprint bytes of live extents */
+	uint64_t avail;           /* what may still be allocated */
+	uint64_t extents;
+	uint64_t segments;
+	unsigned nstripes;
+};
+void kv_store_usage(struct kv_store *s, struct kv_store_usage *u);
+
+/* Path of stripe i's directory (valid while the store is open). */
+const char *kv_store_stripe_path(struct kv_store *s, unsigned i);
+uint64_t kv_store_segment_size(struct kv_store *s);
+
+/*
+ * Fault injection (tests): make the nth I/O completion from now (1 = next)
+ * whose op is in op_mask (1<<KV_IO_READ | 1<<KV_IO_WRITE | KV_FAULT_FSYNC)
+ * complete with err (-EIO, -ENOSPC...) instead of its real result; err == 0
+ * instead makes it a short transfer of half the remaining bytes, which the
+ * store must retry transparently. nth = 0 disarms. Thread-safe.
+ */
+#define KV_FAULT_FSYNC (1u << 2)
+void kv_store_fault_arm(struct kv_store *s, unsigned op_mask, unsigned nth,
+			int err);
+
+#endif

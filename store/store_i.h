@@ -1,0 +1,142 @@
+/*
+ * Private internals of the extent store, shared by store.c (lifecycle,
+ * allocator, recovery), segment.c (stripe directories, segment files, range
+ * lists) and uring.c (the I/O thread). Nothing outside store/ includes this.
+ *
+ * Locking: kv_store.lock protects the allocator (every field of struct
+ * stripe and struct segment not marked otherwise, kv_store.used/extents/rr/
+ * reclaimed/direct). engine.qlock protects the submission queues and the
+ * fault-injection state. Never hold both: lock is always released before
+ * qlock is taken. The I/O thread never takes lock; what it needs from the
+ * allocator (fd, stripe fullness) is reached through pinned segments and
+ * atomics.
+ */
+#ifndef KV_STORE_I_H
+#define KV_STORE_I_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "store.h"
+
+#define MARKER_NAME "kvfs-stripe"
+#define MARKER_TMP_NAME "kvfs-stripe.tmp"
+#define SEG_NAME_MAX 32
+
+/* A sorted array of disjoint byte ranges. */
+struct range {
+	uint64_t off;
+	uint64_t len;
+};
+
+struct rangevec {
+	struct range *v;
+	size_t n;
+	size_t cap;
+};
+
+struct segment {
+	uint32_t stripe;
+	uint32_t num;
+	int fd;
+	/*
+	 * One reference for the stripe table plus one per queued I/O or fsync:
+	 * the fd stays open (and cannot be reused for another file) while the
+	 * ring may still use it, even after kv_extent_free unlinked the file.
+	 */
+	atomic_uint refs;
+	uint64_t bump;          /* end of the address space handed out */
+	uint64_t live;          /* extents allocated (or marked) and not freed */
+	uint64_t largest_free;  /* longest range in freel, cached for alloc */
+	uint64_t file_size;     /* size found at open; recovery validation */
+	struct rangevec freel;  /* punched ranges below bump, coalesced */
+	struct rangevec marks;  /* recovery only: extents marked used */
+};
+
+struct stripe {
+	char *path;
+	int dirfd;
+	dev_t dev;
+	ino_t ino;
+	struct segment **segs;  /* sorted by num; segs[nsegs - 1] is the tail */
+	size_t nsegs;
+	size_t cap;
+	uint64_t next_num;      /* numbers only grow: never reuse a name */
+	/* CLOCK_MONOTONIC ns before which alloc skips this stripe (ENOSPC) */
+	_Atomic uint64_t full_until;
+};
+
+struct fsync_req;
+
+struct engine {
+	struct io_uring ring;
+	pthread_t thread;
+	bool started;
+	int efd;                /* eventfd the I/O thread keeps a read posted on */
+	uint64_t efd_val;       /* target of that read */
+	unsigned qd;
+
+	pthread_mutex_t qlock;
+	struct kv_io *rq_head, *rq_tail;    /* reads: served first */
+	struct kv_io *wq_head, *wq_tail;    /* writes */
+	struct fsync_req *fq;               /* fsyncs */
+	bool wake_armed;        /* I/O thread may block: kick the eventfd */
+	bool stopping;
+	/* fault injection */
+	unsigned fault_mask;
+	_Atomic unsigned fault_nth;  /* read unlocked by the I/O thread */
+	int fault_err;
+
+	/* I/O thread only */
+	bool efd_posted;
+	struct kv_io *retry_head, *retry_tail;
+	unsigned inflight;
+};
+
+struct kv_store {
+	pthread_mutex_t lock;
+	struct stripe *stripes;
+	unsigned nstripes;
+	uint64_t segment_size;
+	uint64_t capacity;
+	bool direct;            /* open segments with O_DIRECT */
+	bool reclaimed;         /* allocator built; mark_used no longer allowed */
+	unsigned rr;            /* next stripe for alloc */
+	uint64_t used;          /* footprint bytes of live extents */
+	uint64_t extents;       /* live extents */
+	uint64_t enospc_logged; /* CLOCK_MONOTONIC ns of the last ENOSPC log */
+	struct engine eng;
+};
+
+/* ---- segment.c ---- */
+int stripe_open(struct kv_store *s, unsigned idx, const char *path,
+		const char *uuid, bool create);
+int stripe_scan(struct kv_store *s, struct stripe *st);
+void stripe_close(struct stripe *st);
+int segment_create(struct kv_store *s, struct stripe *st,
+		   struct segment **out);
+struct segment *segment_find(const struct stripe *st, uint32_t num);
+int segment_unlink(struct stripe *st, struct segment *seg);
+void segment_unref(struct segment *seg);
+void segment_name(uint32_t num, char out[SEG_NAME_MAX]);
+
+int rangevec_push(struct rangevec *rv, uint64_t off, uint64_t len);
+int rangevec_insert_free(struct rangevec *rv, uint64_t off, uint64_t len);
+int rangevec_insert_mark(struct rangevec *rv, uint64_t off, uint64_t len);
+bool rangevec_overlaps(const struct rangevec *rv, uint64_t off, uint64_t len);
+uint64_t rangevec_take(struct rangevec *rv, uint64_t len, uint64_t *off);
+uint64_t rangevec_span(const struct rangevec *rv, uint64_t off);
+uint64_t rangevec_largest(const struct rangevec *rv);
+void rangevec_release(struct rangevec *rv);
+
+/* ---- uring.c ---- */
+int engine_start(struct kv_store *s, unsigned qd);
+void engine_stop(struct kv_store *s);
+
+/* ---- store.c ---- */
+uint64_t now_ns(void);
+void stripe_mark_full(struct kv_store *s, uint32_t stripe);
+
+#endif

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Store-level errors: a full store, a newer manifest schema, a busy
+# mountpoint, a missing store; unlink of a page that is still open.
+. "$(dirname "$0")/lib.sh"
+command -v sqlite3 >/dev/null || skip "sqlite3 is not installed (apt-get install sqlite3)"
+
+mkfs --capacity 1M
+mount_kvfs
+mkdir -p "$MNT/m/00"
+head -c 700000 /dev/urandom > "$T/big"
+cp "$T/big" "$MNT/m/00/a" || fail "first page"
+cp "$T/big" "$MNT/m/00/b" 2>"$T/err" && fail "store over capacity accepted a page"
+grep -q "No space left on device" "$T/err" || fail "ENOSPC message: $(cat "$T/err")"
+grep -q "store full" "$LOG" || fail "no log line for ENOSPC"
+[ ! -e "$MNT/m/00/b" ] || sleep 0.2
+cmp "$T/big" "$MNT/m/00/a" || fail "existing page damaged by ENOSPC"
+
+# Mounting again on a busy mountpoint is refused with an explanation.
+out=$("$KVFS" mount "$STORE" "$MNT" 2>&1) && fail "double mount succeeded"
+echo "$out" | grep -q "already a mount point" || fail "busy mountpoint: $out"
+
+# Unlink while open: the reader keeps its bytes, the space returns after close.
+python3 - "$MNT/m/00/a" "$T/big" <<'PY' || fail "unlink while open"
+import os, sys
+f = open(sys.argv[1], "rb")
+os.unlink(sys.argv[1])
+assert not os.path.exists(sys.argv[1])
+assert f.read() == open(sys.argv[2], "rb").read()
+f.close()
+PY
+cp "$T/big" "$MNT/m/00/c" || fail "space of the unlinked page was not returned"
+umount_kvfs
+
+# A manifest from a newer kvfs is refused with a message.
+sqlite3 "$STORE/kvfs.db" "PRAGMA user_version=99; UPDATE meta SET value='99' WHERE key='schema_version';"
+out=$("$KVFS" mount "$STORE" "$MNT" -f 2>&1) && fail "newer schema mounted"
+echo "$out" | grep -qi "schema" || fail "schema refusal message: $out"
+is_mounted "$MNT" && fail "mounted anyway"
+
+# Not a store at all.
+out=$("$KVFS" mount "$T/nowhere" "$MNT" -f 2>&1) && fail "mounted a missing store"
+echo "$out" | grep -q "cannot open store" || fail "missing store message: $out"
+echo PASS

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A model with geometry enforces its page size with clear errors.
+. "$(dirname "$0")/lib.sh"
+command -v getfattr >/dev/null || skip "getfattr is not installed (apt-get install attr)"
+
+mkfs
+mount_kvfs
+# 2 (K,V) * 4 tokens * 2 heads * 8 dims * 2 bytes (bf16) = 256 bytes a page
+"$KVFS" model create "$MNT/tiny" --layers 3 --kv-heads 2 --head-dim 8 --dtype bf16 --page-tokens 4 >/dev/null || fail "model create"
+[ "$(ls "$MNT/tiny" | tr '\n' ' ')" = "00 01 02 " ] || fail "layer dirs: $(ls "$MNT/tiny")"
+[ "$(getfattr --absolute-names --only-values -n user.kvfs.page_bytes "$MNT/tiny")" = 256 ] || fail "page_bytes xattr"
+getfattr --absolute-names --only-values -n user.kvfs.geometry "$MNT/tiny" | grep -q 'layers=3 kv_heads=2 head_dim=8 dtype=bf16 page_tokens=4' || fail "geometry xattr"
+"$KVFS" model list "$MNT" | grep -q '^tiny .*layers=3' || fail "model list"
+
+head -c 256 /dev/urandom > "$T/ok"
+cp "$T/ok" "$MNT/tiny/00/good" || fail "right-sized page refused"
+head -c 100 /dev/urandom > "$T/short"
+cp "$T/short" "$MNT/tiny/00/short" 2>"$T/err" && fail "short page accepted"
+grep -q "Invalid argument" "$T/err" || fail "short page error: $(cat "$T/err")"
+sleep 0.2
+[ ! -e "$MNT/tiny/00/short" ] || fail "short page is visible"
+head -c 300 /dev/urandom > "$T/long"
+cp "$T/long" "$MNT/tiny/00/long" 2>"$T/err" && fail "long page accepted"
+grep -q "File too large" "$T/err" || fail "long page error: $(cat "$T/err")"
+grep -q "model geometry" "$LOG" || fail "no log line naming the geometry"
+expect_errno EINVAL "os.mkdir('$MNT/tiny/03')"
+# Geometry cannot change under existing pages.
+expect_errno ENOTEMPTY "os.setxattr('$MNT/tiny', 'user.kvfs.geometry', b'layers=3 kv_heads=1 head_dim=8 dtype=bf16 page_tokens=4')"
+expect_errno EINVAL "os.setxattr('$MNT/tiny', 'user.kvfs.geometry', b'layers=3 dtype=nope')"
+umount_kvfs
+mount_kvfs
+[ "$(getfattr --absolute-names --only-values -n user.kvfs.page_bytes "$MNT/tiny")" = 256 ] || fail "geometry lost on remount"
+cmp "$T/ok" "$MNT/tiny/00/good" || fail "page after remount"
+umount_kvfs
+echo PASS

@@ -1,0 +1,839 @@
+/*
+ * Unit tests for index/index.c: the namespace (add, lookup, get, update,
+ * remove, rename rules, readdir snapshots), the extent table (dedup lookup,
+ * refcounts), incremental stats, scale, loading from a manifest (including
+ * damaged ones) and lookups racing with a writer.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "index.h"
+
+/* ---- helpers ---- */
+
+static void quiet(enum kv_log_level lvl, const char *line)
+{
+	(void)lvl;
+	(void)line;
+}
+
+static int setup(void **state)
+{
+	struct kv_index *x;
+
+	if (kv_index_new(&x) < 0)
+		return -1;
+	kv_log_set_sink(quiet);
+	*state = x;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	kv_index_free(*state);
+	kv_log_set_sink(NULL);
+	return 0;
+}
+
+static struct kv_node_info info(enum kv_kind kind, uint64_t ino, uint64_t parent,
+				const char *name)
+{
+	struct kv_node_info n = { .ino = ino, .parent = parent, .kind = kind,
+				  .attr = { .mode = 0755, .uid = 7, .gid = 8,
+					    .ctime_ns = 100, .mtime_ns = 200, .atime_ns = 300 } };
+
+	snprintf(n.name, sizeof(n.name), "%s", name);
+	return n;
+}
+
+static int add_model(struct kv_index *x, uint64_t ino, const char *name)
+{
+	struct kv_node_info n = info(KV_KIND_MODEL, ino, KV_ROOT_INO, name);
+
+	return kv_index_add(x, &n);
+}
+
+static int add_layer(struct kv_index *x, uint64_t ino, uint64_t model, uint32_t num)
+{
+	struct kv_node_info n = info(KV_KIND_LAYER, ino, model, "");
+
+	snprintf(n.name, sizeof(n.name), "%02u", num);
+	n.layer = num;
+	return kv_index_add(x, &n);
+}
+
+static int add_page(struct kv_index *x, uint64_t ino, uint64_t layer,
+		    const char *name, uint64_t size)
+{
+	struct kv_node_info n = info(KV_KIND_PAGE, ino, layer, name);
+
+	n.attr.mode = 0444;
+	n.size = size;
+	n.state = KV_PAGE_SEALED;
+	n.extent_id = ino;
+	n.ext = (struct kv_extent){ .stripe = 1, .segment = 2, .offset = 4096 * ino,
+				    .length = size };
+	n.hash[0] = (uint8_t)ino;
+	return kv_index_add(x, &n);
+}
+
+/* model 2 "m", layer 3 "00", pages 10 "a" (100 B), 11 "b" (200 B). */
+static void small_tree(struct kv_index *x)
+{
+	assert_int_equal(add_model(x, 2, "m"), 0);
+	assert_int_equal(add_layer(x, 3, 2, 0), 0);
+	assert_int_equal(add_page(x, 10, 3, "a", 100), 0);
+	assert_int_equal(add_page(x, 11, 3, "b", 200), 0);
+}
+
+static void hash_of(uint64_t v, uint8_t h[KV_HASH_LEN])
+{
+	unsigned i;
+
+	for (i = 0; i < KV_HASH_LEN; i++)
+		h[i] = (uint8_t)(v >> (8 * (i % 8))) ^ (uint8_t)i;
+}
+
+/* ---- namespace ---- */
+
+static void test_root(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n;
+	uint64_t a, b;
+
+	assert_int_equal(kv_index_get(x, KV_ROOT_INO, &n), 0);
+	assert_int_equal(n.kind, KV_KIND_ROOT);
+	assert_int_equal(n.parent, 0);
+	assert_int_equal(n.attr.mode, 0755);
+	assert_int_equal(n.nchildren, 0);
+	a = kv_index_next_ino(x);
+	b = kv_index_next_ino(x);
+	assert_true(a > KV_ROOT_INO);
+	assert_true(b > a);
+	assert_int_equal(kv_index_remove(x, KV_ROOT_INO), -EBUSY);
+	assert_int_equal(kv_index_get(x, 999, &n), -ENOENT);
+}
+
+static void test_add_lookup_get(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n;
+
+	small_tree(x);
+	assert_int_equal(kv_index_lookup(x, KV_ROOT_INO, "m", &n), 0);
+	assert_int_equal(n.ino, 2);
+	assert_int_equal(n.kind, KV_KIND_MODEL);
+	assert_int_equal(n.nchildren, 1);
+	assert_int_equal(kv_index_lookup(x, 2, "00", &n), 0);
+	assert_int_equal(n.ino, 3);
+	assert_int_equal(n.layer, 0);
+	assert_int_equal(n.nchildren, 2);
+	assert_int_equal(kv_index_lookup(x, 3, "b", &n), 0);
+	assert_int_equal(n.ino, 11);
+	assert_int_equal(kv_index_get(x, 11, &n), 0);
+	assert_string_equal(n.name, "b");
+	assert_int_equal(n.parent, 3);
+	assert_int_equal(n.kind, KV_KIND_PAGE);
+	assert_int_equal(n.state, KV_PAGE_SEALED);
+	assert_int_equal(n.size, 200);
+	assert_int_equal(n.extent_id, 11);
+	assert_int_equal(n.ext.offset, 4096 * 11);
+	assert_int_equal(n.hash[0], 11);
+	assert_int_equal(n.attr.mode, 0444);
+	assert_int_equal(n.attr.uid, 7);
+	assert_int_equal(n.attr.atime_ns, 300);
+	assert_int_equal(kv_index_lookup(x, 3, "c", &n), -ENOENT);
+	assert_int_equal(kv_index_lookup(x, 2, "a", &n), -ENOENT);
+
+	assert_int_equal(add_page(x, 11, 3, "c", 1), -EEXIST);   /* inode taken */
+	assert_int_equal(add_page(x, 12, 3, "a", 1), -EEXIST);   /* name taken */
+	assert_int_equal(add_page(x, 1000, 3, "big", 1), 0);
+	assert_true(kv_index_next_ino(x) > 1000);
+}
+
+static void test_names(void **state)
+{
+	struct kv_index *x = *state;
+	char longname[KV_NAME_MAX + 2];
+	struct kv_node_info n;
+
+	small_tree(x);
+	assert_int_equal(add_page(x, 20, 3, "", 1), -EINVAL);
+	assert_int_equal(add_page(x, 20, 3, ".", 1), -EINVAL);
+	assert_int_equal(add_page(x, 20, 3, "..", 1), -EINVAL);
+	assert_int_equal(add_page(x, 20, 3, "a/b", 1), -EINVAL);
+	assert_int_equal(add_page(x, 20, 3, "...", 1), 0);
+	assert_int_equal(add_page(x, 21, 3, ".hidden", 1), 0);
+
+	memset(longname, 'k', KV_NAME_MAX);
+	longname[KV_NAME_MAX] = '\0';
+	assert_int_equal(add_page(x, 22, 3, longname, 1), 0);
+	assert_int_equal(kv_index_lookup(x, 3, longname, &n), 0);
+	n = info(KV_KIND_PAGE, 23, 3, "");
+	memset(n.name, 'k', sizeof(n.name));   /* 256 bytes, no terminator */
+	assert_int_equal(kv_index_add(x, &n), -ENAMETOOLONG);
+	memset(longname, 'k', KV_NAME_MAX + 1);
+	longname[KV_NAME_MAX + 1] = '\0';
+	assert_int_equal(kv_index_lookup(x, 3, longname, &n), -ENAMETOOLONG);
+
+	/* Layer dirs are named by their number. */
+	n = info(KV_KIND_LAYER, 30, 2, "x");
+	assert_int_equal(kv_index_add(x, &n), -EINVAL);
+	n = info(KV_KIND_LAYER, 30, 2, "1");
+	n.layer = 2;
+	assert_int_equal(kv_index_add(x, &n), -EINVAL);
+	n.layer = 1;
+	assert_int_equal(kv_index_add(x, &n), 0);
+	n = info(KV_KIND_LAYER, 31, 2, "01");
+	n.layer = 1;
+	assert_int_equal(kv_index_add(x, &n), -EEXIST);
+}
+
+static void test_kinds(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n;
+
+	small_tree(x);
+	assert_int_equal(add_page(x, 20, KV_ROOT_INO, "p", 1), -ENOTDIR);
+	assert_int_equal(add_page(x, 20, 2, "p", 1), -ENOTDIR);
+	assert_int_equal(add_page(x, 20, 10, "p", 1), -ENOTDIR);
+	assert_int_equal(add_layer(x, 20, KV_ROOT_INO, 5), -ENOTDIR);
+	assert_int_equal(add_layer(x, 20, 3, 5), -ENOTDIR);
+	n = info(KV_KIND_MODEL, 20, 2, "m2");
+	assert_int_equal(kv_index_add(x, &n), -ENOTDIR);
+	assert_int_equal(add_page(x, 20, 77, "p", 1), -ENOENT);
+	n = info(KV_KIND_ROOT, 20, KV_ROOT_INO, "r");
+	assert_int_equal(kv_index_add(x, &n), -EINVAL);
+	assert_int_equal(add_model(x, 0, "zero"), -EINVAL);
+	assert_int_equal(add_model(x, KV_ROOT_INO, "one"), -EEXIST);
+	assert_int_equal(kv_index_get(x, 20, &n), -ENOENT);
+}
+
+static void test_readdir(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_dirent *d;
+	size_t n;
+
+	small_tree(x);
+	assert_int_equal(add_page(x, 12, 3, "c", 300), 0);
+	assert_int_equal(kv_index_readdir(x, 3, &d, &n), 0);
+	assert_int_equal(n, 3);
+	assert_string_equal(d[0].name, "a");
+	assert_int_equal(d[0].ino, 10);
+	assert_string_equal(d[1].name, "b");
+	assert_string_equal(d[2].name, "c");
+	assert_int_equal(d[2].kind, KV_KIND_PAGE);
+	/* A snapshot: later changes do not touch it. */
+	assert_int_equal(kv_index_remove(x, 11), 0);
+	assert_string_equal(d[1].name, "b");
+	kv_dirents_free(d, n);
+
+	assert_int_equal(kv_index_readdir(x, 3, &d, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(d[1].name, "c");
+	kv_dirents_free(d, n);
+	assert_int_equal(kv_index_readdir(x, KV_ROOT_INO, &d, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(d[0].kind, KV_KIND_MODEL);
+	kv_dirents_free(d, n);
+	assert_int_equal(add_layer(x, 4, 2, 1), 0);
+	assert_int_equal(kv_index_readdir(x, 4, &d, &n), 0);
+	assert_int_equal(n, 0);
+	kv_dirents_free(d, n);
+	assert_int_equal(kv_index_readdir(x, 10, &d, &n), -ENOTDIR);
+	assert_int_equal(kv_index_readdir(x, 99, &d, &n), -ENOENT);
+}
+
+static void test_remove(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+
+	small_tree(x);
+	assert_int_equal(kv_index_remove(x, 3), -ENOTEMPTY);
+	assert_int_equal(kv_index_remove(x, 2), -ENOTEMPTY);
+	assert_int_equal(kv_index_remove(x, 10), 0);
+	assert_int_equal(kv_index_remove(x, 10), -ENOENT);
+	assert_int_equal(kv_index_lookup(x, 3, "a", &n), -ENOENT);
+	assert_int_equal(kv_index_get(x, 3, &n), 0);
+	assert_int_equal(n.nchildren, 1);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 1);
+	assert_int_equal(st.page_bytes, 200);
+	assert_int_equal(kv_index_remove(x, 11), 0);
+	assert_int_equal(kv_index_remove(x, 3), 0);
+	assert_int_equal(kv_index_remove(x, 2), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.models + st.layers + st.pages + st.page_bytes, 0);
+	/* The name is free again. */
+	assert_int_equal(add_model(x, 2, "m"), 0);
+}
+
+static void test_move_pages(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	uint64_t rep = 77;
+
+	small_tree(x);
+	assert_int_equal(add_layer(x, 4, 2, 1), 0);
+	/* Plain rename in place. */
+	assert_int_equal(kv_index_move(x, 10, 3, "a2", 0, &rep), 0);
+	assert_int_equal(rep, 0);
+	assert_int_equal(kv_index_lookup(x, 3, "a", &n), -ENOENT);
+	assert_int_equal(kv_index_lookup(x, 3, "a2", &n), 0);
+	assert_int_equal(n.ino, 10);
+	/* Onto itself: nothing happens. */
+	assert_int_equal(kv_index_move(x, 10, 3, "a2", 0, &rep), 0);
+	assert_int_equal(rep, 0);
+	/* Onto an existing page. */
+	assert_int_equal(kv_index_move(x, 10, 3, "b", 0, &rep), -EEXIST);
+	assert_int_equal(kv_index_move(x, 10, 3, "b", 1, &rep), 0);
+	assert_int_equal(rep, 11);
+	assert_int_equal(kv_index_get(x, 11, &n), -ENOENT);
+	assert_int_equal(kv_index_lookup(x, 3, "b", &n), 0);
+	assert_int_equal(n.ino, 10);
+	assert_int_equal(n.size, 100);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 1);
+	assert_int_equal(st.page_bytes, 100);
+	/* Across layers, with a longer name (the node is reallocated). */
+	assert_int_equal(kv_index_move(x, 10, 4, "a-much-longer-name-than-before", 0, NULL), 0);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.parent, 4);
+	assert_string_equal(n.name, "a-much-longer-name-than-before");
+	assert_int_equal(n.hash[0], 10);
+	assert_int_equal(kv_index_get(x, 3, &n), 0);
+	assert_int_equal(n.nchildren, 0);
+	assert_int_equal(kv_index_get(x, 4, &n), 0);
+	assert_int_equal(n.nchildren, 1);
+	/* Kinds must still fit. */
+	assert_int_equal(kv_index_move(x, 10, 2, "p", 0, &rep), -EINVAL);
+	assert_int_equal(kv_index_move(x, 10, KV_ROOT_INO, "p", 0, &rep), -EINVAL);
+	assert_int_equal(kv_index_move(x, 10, 10, "p", 0, &rep), -ENOTDIR);
+	assert_int_equal(kv_index_move(x, 10, 99, "p", 0, &rep), -ENOENT);
+	assert_int_equal(kv_index_move(x, 99, 3, "p", 0, &rep), -ENOENT);
+	assert_int_equal(kv_index_move(x, 10, 3, "a/b", 0, &rep), -EINVAL);
+	assert_int_equal(kv_index_move(x, KV_ROOT_INO, 3, "r", 0, &rep), -EBUSY);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 1);
+	assert_int_equal(st.layers, 2);
+}
+
+static void test_move_dirs(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n;
+	struct kv_dirent *d;
+	uint64_t rep;
+	size_t cnt;
+
+	small_tree(x);
+	assert_int_equal(add_layer(x, 4, 2, 1), 0);
+	assert_int_equal(add_layer(x, 5, 2, 2), 0);
+	assert_int_equal(add_page(x, 12, 4, "x", 1), 0);
+	/* Onto a non-empty dir, an empty one, and without replace. */
+	assert_int_equal(kv_index_move(x, 5, 2, "01", 1, &rep), -ENOTEMPTY);
+	assert_int_equal(kv_index_move(x, 4, 2, "02", 0, &rep), -EEXIST);
+	assert_int_equal(kv_index_move(x, 4, 2, "02", 1, &rep), 0);
+	assert_int_equal(rep, 5);
+	assert_int_equal(kv_index_get(x, 4, &n), 0);
+	assert_int_equal(n.layer, 2);           /* the number follows the name */
+	assert_int_equal(kv_index_move(x, 4, 2, "nope", 0, &rep), -EINVAL);
+	assert_int_equal(kv_index_move(x, 4, 2, "000", 0, &rep), -EEXIST);  /* layer 0 */
+	assert_int_equal(kv_index_move(x, 4, KV_ROOT_INO, "02", 0, &rep), -EINVAL);
+
+	/* A layer with children gets a longer name: children must follow. */
+	assert_int_equal(kv_index_move(x, 3, 2, "0000000000007", 0, &rep), 0);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.parent, 3);
+	assert_int_equal(kv_index_lookup(x, 3, "b", &n), 0);
+	assert_int_equal(kv_index_get(x, 3, &n), 0);
+	assert_string_equal(n.name, "0000000000007");
+	assert_int_equal(n.layer, 7);
+	assert_int_equal(n.nchildren, 2);
+	assert_int_equal(kv_index_readdir(x, 3, &d, &cnt), 0);
+	assert_int_equal(cnt, 2);
+	kv_dirents_free(d, cnt);
+	/* Models: rename, and replace an empty model. */
+	assert_int_equal(add_model(x, 6, "empty"), 0);
+	assert_int_equal(kv_index_move(x, 2, KV_ROOT_INO, "empty", 1, &rep), 0);
+	assert_int_equal(rep, 6);
+	assert_int_equal(kv_index_lookup(x, KV_ROOT_INO, "empty", &n), 0);
+	assert_int_equal(n.ino, 2);
+	/* Tear down through the moved nodes' links. */
+	assert_int_equal(kv_index_remove(x, 10), 0);
+	assert_int_equal(kv_index_remove(x, 11), 0);
+	assert_int_equal(kv_index_remove(x, 3), 0);
+	assert_int_equal(kv_index_remove(x, 12), 0);
+	assert_int_equal(kv_index_remove(x, 4), 0);
+	assert_int_equal(kv_index_remove(x, 2), 0);
+	assert_int_equal(kv_index_get(x, KV_ROOT_INO, &n), 0);
+	assert_int_equal(n.nchildren, 0);
+}
+
+static void test_update(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_stats st;
+	struct kv_node_info n, u;
+
+	small_tree(x);
+	memset(&u, 0, sizeof(u));
+	u.attr = (struct kv_obj_attr){ .mode = 0100644, .uid = 1, .gid = 2,
+				       .ctime_ns = 5, .mtime_ns = 6, .atime_ns = 7 };
+	u.size = 4096;
+	u.state = KV_PAGE_DURABLE;
+	u.extent_id = 55;
+	u.ext.length = 4096;
+	u.hash[15] = 0xee;
+	assert_int_equal(kv_index_update(x, 10, &u, KV_UPD_ATTR | KV_UPD_SIZE |
+					 KV_UPD_STATE | KV_UPD_DATA), 0);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.attr.mode, 0644);    /* type bits dropped */
+	assert_int_equal(n.attr.mtime_ns, 6);
+	assert_int_equal(n.size, 4096);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+	assert_int_equal(n.extent_id, 55);
+	assert_int_equal(n.hash[15], 0xee);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.page_bytes, 4096 + 200);
+
+	u.attr.atime_ns = 999;
+	u.attr.mtime_ns = 1;
+	assert_int_equal(kv_index_update(x, 10, &u, KV_UPD_ATIME), 0);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.attr.atime_ns, 999);
+	assert_int_equal(n.attr.mtime_ns, 6);
+
+	u.geo = (struct kv_geometry){ .layers = 1, .kv_heads = 1, .head_dim = 1,
+				      .page_tokens = 1, .dtype = "f32" };
+	assert_int_equal(kv_index_update(x, 2, &u, KV_UPD_GEO), 0);
+	assert_int_equal(kv_index_get(x, 2, &n), 0);
+	assert_string_equal(n.geo.dtype, "f32");
+	assert_int_equal(kv_index_update(x, 10, &u, KV_UPD_GEO), -EINVAL);
+	assert_int_equal(kv_index_update(x, 3, &u, KV_UPD_SIZE), -EISDIR);
+	assert_int_equal(kv_index_update(x, 10, &u, 1u << 20), -EINVAL);
+	assert_int_equal(kv_index_update(x, 99, &u, KV_UPD_ATTR), -ENOENT);
+	assert_int_equal(kv_index_update(x, 99, &u, KV_UPD_ATIME), -ENOENT);
+}
+
+/* ---- extents ---- */
+
+static void test_extents(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_extent_rec r = { .id = 5, .refcount = 1,
+				   .ext = { .stripe = 1, .segment = 2, .offset = 8192,
+					    .length = 5000 } };
+	struct kv_extent_rec twin, got;
+	struct kv_index_stats st;
+	uint32_t count = 0;
+	uint8_t other[KV_HASH_LEN];
+
+	hash_of(42, r.hash);
+	hash_of(43, other);
+	assert_int_equal(kv_index_extent_put(x, &r), 0);
+	twin = r;           /* same content, another place: a dedup twin */
+	twin.id = 6;
+	twin.ext.offset = 16384;
+	assert_int_equal(kv_index_extent_put(x, &twin), 0);
+	assert_true(kv_index_next_extent_id(x) > 6);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.extents, 2);
+	assert_int_equal(st.extent_bytes, 2 * 8192);   /* footprints */
+
+	assert_int_equal(kv_index_extent_get(x, 5, &got), 0);
+	assert_int_equal(got.ext.offset, 8192);
+	assert_memory_equal(got.hash, r.hash, KV_HASH_LEN);
+	assert_int_equal(kv_index_extent_find(x, r.hash, 5000, &got), 0);
+	assert_true(got.id == 5 || got.id == 6);
+	assert_int_equal(kv_index_extent_find(x, r.hash, 5001, &got), -ENOENT);
+	assert_int_equal(kv_index_extent_find(x, other, 5000, &got), -ENOENT);
+
+	assert_int_equal(kv_index_extent_ref(x, 5, +1, &count), 0);
+	assert_int_equal(count, 2);
+	assert_int_equal(kv_index_extent_ref(x, 5, -3, &count), -EINVAL);
+	assert_int_equal(kv_index_extent_ref(x, 5, -2, &count), 0);
+	assert_int_equal(count, 0);
+	assert_int_equal(kv_index_extent_get(x, 5, &got), -ENOENT);
+	assert_int_equal(kv_index_extent_ref(x, 5, -1, &count), -ENOENT);
+	/* The twin is still found by content. */
+	assert_int_equal(kv_index_extent_find(x, r.hash, 5000, &got), 0);
+	assert_int_equal(got.id, 6);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.extents, 1);
+	assert_int_equal(st.extent_bytes, 8192);
+
+	/* Put on an existing id replaces it, also in the content map. */
+	memcpy(twin.hash, other, KV_HASH_LEN);
+	twin.ext.length = 100;
+	assert_int_equal(kv_index_extent_put(x, &twin), 0);
+	assert_int_equal(kv_index_extent_find(x, r.hash, 5000, &got), -ENOENT);
+	assert_int_equal(kv_index_extent_find(x, other, 100, &got), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.extent_bytes, 4096);
+
+	r.id = 0;
+	assert_int_equal(kv_index_extent_put(x, &r), -EINVAL);
+	r.id = 9;
+	r.ext.offset = 100;
+	assert_int_equal(kv_index_extent_put(x, &r), -EINVAL);
+}
+
+static int count_extent(void *arg, const struct kv_extent_rec *r)
+{
+	uint64_t *sum = arg;
+
+	*sum += r->id;
+	return r->id == 1000 ? 7 : 0;
+}
+
+static void test_extent_walk(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_extent_rec r = { .refcount = 1, .ext = { .length = 1 } };
+	uint64_t sum = 0, i;
+
+	for (i = 1; i <= 500; i++) {
+		r.id = i;
+		r.ext.offset = i * 4096;
+		hash_of(i, r.hash);
+		assert_int_equal(kv_index_extent_put(x, &r), 0);
+	}
+	assert_int_equal(kv_index_extent_walk(x, count_extent, &sum), 0);
+	assert_int_equal(sum, 500 * 501 / 2);
+	r.id = 1000;
+	assert_int_equal(kv_index_extent_put(x, &r), 0);
+	sum = 0;
+	assert_int_equal(kv_index_extent_walk(x, count_extent, &sum), 7);
+}
+
+/* ---- scale ---- */
+
+static void test_many(void **state)
+{
+	enum { N = 100000, LAYERS = 10 };
+	struct kv_index *x = *state;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	char name[40];
+	uint64_t i;
+
+	assert_int_equal(add_model(x, 2, "m"), 0);
+	for (i = 0; i < LAYERS; i++)
+		assert_int_equal(add_layer(x, 3 + i, 2, (uint32_t)i), 0);
+	for (i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "%016" PRIx64 "%016" PRIx64, i * 2654435761u, i);
+		if (add_page(x, 100 + i, 3 + i % LAYERS, name, 1 + i % 7) != 0)
+			fail_msg("add %" PRIu64 " failed", i);
+	}
+	for (i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "%016" PRIx64 "%016" PRIx64, i * 2654435761u, i);
+		if (kv_index_lookup(x, 3 + i % LAYERS, name, &n) != 0 || n.ino != 100 + i)
+			fail_msg("lookup %" PRIu64 " failed", i);
+		if (kv_index_get(x, 100 + i, &n) != 0 || n.size != 1 + i % 7)
+			fail_msg("get %" PRIu64 " failed", i);
+	}
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, N);
+	/* Remove every other page; the rest must stay reachable. */
+	for (i = 0; i < N; i += 2)
+		assert_int_equal(kv_index_remove(x, 100 + i), 0);
+	for (i = 0; i < N; i++) {
+		int want = i % 2 ? 0 : -ENOENT;
+
+		snprintf(name, sizeof(name), "%016" PRIx64 "%016" PRIx64, i * 2654435761u, i);
+		if (kv_index_lookup(x, 3 + i % LAYERS, name, &n) != want ||
+		    kv_index_get(x, 100 + i, &n) != want)
+			fail_msg("after removals, page %" PRIu64 " is wrong", i);
+	}
+	/* Layer 3 held only even pages, layer 4 only odd ones. */
+	assert_int_equal(kv_index_get(x, 3, &n), 0);
+	assert_int_equal(n.nchildren, 0);
+	assert_int_equal(kv_index_get(x, 4, &n), 0);
+	assert_int_equal(n.nchildren, N / LAYERS);
+}
+
+/* ---- load from a manifest ---- */
+
+struct store {
+	char dir[64];
+	char db[128];
+	struct kv_manifest *m;
+};
+
+static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *f)
+{
+	(void)sb;
+	(void)type;
+	(void)f;
+	return remove(p);
+}
+
+static void store_make(struct store *s)
+{
+	struct kv_store_meta *meta = calloc(1, sizeof(*meta));
+
+	assert_non_null(meta);
+	strcpy(s->dir, "/tmp/kvfs-test-index-XXXXXX");
+	assert_non_null(mkdtemp(s->dir));
+	snprintf(s->db, sizeof(s->db), "%s/%s", s->dir, KV_MANIFEST_FILE);
+	strcpy(meta->uuid, "0123abcd-89ab-4def-8123-456789abcdef");
+	meta->segment_size = 1ull << 30;
+	meta->nstripes = 1;
+	strcpy(meta->stripes[0], "/srv/ssd0");
+	assert_int_equal(kv_manifest_create(s->dir, meta), 0);
+	free(meta);
+	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
+}
+
+static void store_done(struct store *s)
+{
+	kv_manifest_close(s->m);
+	nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void store_sql(struct store *s, const char *sql)
+{
+	sqlite3 *db;
+
+	kv_manifest_close(s->m);
+	assert_int_equal(sqlite3_open(s->db, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
+}
+
+/* model 2, layer 3 "05", extents 1 (two pages) and 2, pages 10, 11, 12. */
+static void store_fill(struct store *s)
+{
+	struct kv_model_rec mo = { .ino = 2, .name = "qwen", .attr = { .mode = 0750 },
+				   .geo = { .layers = 28, .kv_heads = 4, .head_dim = 128,
+					    .page_tokens = 16, .dtype = "f16" } };
+	struct kv_layer_rec la = { .ino = 3, .model_ino = 2, .layer = 5, .name = "05",
+				   .attr = { .mode = 0750 } };
+	struct kv_extent_rec e1 = { .id = 1, .refcount = 2,
+				    .ext = { .segment = 0, .offset = 0, .length = 32768 } };
+	struct kv_extent_rec e2 = { .id = 2, .refcount = 1,
+				    .ext = { .segment = 1, .offset = 4096, .length = 32768 } };
+	struct kv_page_rec p = { .layer_ino = 3, .size = 32768, .attr = { .mode = 0444 } };
+	struct kv_manifest *m = s->m;
+
+	hash_of(1, e1.hash);
+	hash_of(2, e2.hash);
+	assert_int_equal(kv_manifest_begin(m), 0);
+	assert_int_equal(kv_manifest_put_model(m, &mo), 0);
+	assert_int_equal(kv_manifest_put_layer(m, &la), 0);
+	assert_int_equal(kv_manifest_put_extent(m, &e1), 0);
+	assert_int_equal(kv_manifest_put_extent(m, &e2), 0);
+	p.ino = 10, p.extent_id = 1, strcpy(p.name, "p10");
+	assert_int_equal(kv_manifest_put_page(m, &p), 0);
+	p.ino = 11, p.extent_id = 1, strcpy(p.name, "p11");
+	assert_int_equal(kv_manifest_put_page(m, &p), 0);
+	p.ino = 12, p.extent_id = 2, strcpy(p.name, "p12");
+	assert_int_equal(kv_manifest_put_page(m, &p), 0);
+	assert_int_equal(kv_manifest_commit(m), 0);
+}
+
+static void test_load_roundtrip(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_stats st;
+	struct kv_extent_rec e;
+	struct kv_node_info n;
+	struct store s;
+	uint8_t h[KV_HASH_LEN];
+
+	store_make(&s);
+	store_fill(&s);
+	assert_int_equal(kv_index_load(x, s.m), 0);
+	assert_int_equal(kv_index_lookup(x, KV_ROOT_INO, "qwen", &n), 0);
+	assert_int_equal(n.ino, 2);
+	assert_int_equal(n.geo.kv_heads, 4);
+	assert_int_equal(n.attr.mode, 0750);
+	assert_int_equal(kv_index_lookup(x, 2, "05", &n), 0);
+	assert_int_equal(n.layer, 5);
+	assert_int_equal(kv_index_lookup(x, 3, "p12", &n), 0);
+	assert_int_equal(n.ino, 12);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+	assert_int_equal(n.extent_id, 2);
+	assert_int_equal(n.ext.segment, 1);
+	assert_int_equal(n.ext.offset, 4096);
+	hash_of(2, h);
+	assert_memory_equal(n.hash, h, KV_HASH_LEN);
+	assert_int_equal(kv_index_extent_get(x, 1, &e), 0);
+	assert_int_equal(e.refcount, 2);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.models, 1);
+	assert_int_equal(st.layers, 1);
+	assert_int_equal(st.pages, 3);
+	assert_int_equal(st.page_bytes, 3 * 32768);
+	assert_int_equal(st.extents, 2);
+	assert_int_equal(st.extent_bytes, 2 * 32768);
+	assert_true(kv_index_next_ino(x) > 12);
+	assert_true(kv_index_next_extent_id(x) > 2);
+	/* Only into an empty index. */
+	assert_int_equal(kv_index_load(x, s.m), -EINVAL);
+	store_done(&s);
+}
+
+static void test_load_missing_extent(void **state)
+{
+	struct kv_index *x = *state;
+	struct store s;
+
+	store_make(&s);
+	store_fill(&s);
+	store_sql(&s, "INSERT INTO pages VALUES (13, 3, 'lost', 99, 32768, 292, 0, 0, 0, 0, 0);");
+	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
+	store_done(&s);
+}
+
+static void test_load_refcount_mismatch(void **state)
+{
+	struct kv_index *x = *state;
+	struct store s;
+
+	store_make(&s);
+	store_fill(&s);
+	store_sql(&s, "UPDATE extents SET refcount = 3 WHERE id = 1;");
+	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
+	store_done(&s);
+}
+
+static void test_load_missing_layer(void **state)
+{
+	struct kv_index *x = *state;
+	struct store s;
+
+	store_make(&s);
+	store_fill(&s);
+	store_sql(&s, "UPDATE pages SET layer_ino = 44 WHERE ino = 12;");
+	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
+	store_done(&s);
+}
+
+/* ---- concurrency ---- */
+
+enum { STABLE = 2000, CHURN = 500, ROUNDS = 20 };
+
+struct race {
+	struct kv_index *x;
+	atomic_bool stop;
+	atomic_ulong errors;
+	atomic_ulong lookups;
+};
+
+static void *reader(void *arg)
+{
+	struct race *r = arg;
+	struct kv_node_info n;
+	struct kv_dirent *d;
+	unsigned seed = (unsigned)(uintptr_t)&n;
+	char name[32];
+	size_t cnt;
+	int rc;
+
+	while (!atomic_load(&r->stop)) {
+		unsigned i = (unsigned)rand_r(&seed) % STABLE;
+		unsigned c = (unsigned)rand_r(&seed) % CHURN;
+
+		snprintf(name, sizeof(name), "s%u", i);
+		if (kv_index_lookup(r->x, 3, name, &n) != 0 || n.ino != 1000 + i ||
+		    strcmp(n.name, name) != 0)
+			atomic_fetch_add(&r->errors, 1);
+		snprintf(name, sizeof(name), "c%u", c);
+		rc = kv_index_lookup(r->x, 4, name, &n);
+		if (rc != -ENOENT && (rc != 0 || n.ino != 100000 + c))
+			atomic_fetch_add(&r->errors, 1);
+		if (i == 0) {
+			if (kv_index_readdir(r->x, 4, &d, &cnt) != 0 || cnt > CHURN)
+				atomic_fetch_add(&r->errors, 1);
+			else
+				kv_dirents_free(d, cnt);
+		}
+		atomic_fetch_add(&r->lookups, 1);
+	}
+	return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+	struct race r = { .x = *state };
+	pthread_t th[4];
+	struct kv_index_stats st;
+	char name[32];
+	unsigned i, round;
+
+	assert_int_equal(add_model(r.x, 2, "m"), 0);
+	assert_int_equal(add_layer(r.x, 3, 2, 0), 0);
+	assert_int_equal(add_layer(r.x, 4, 2, 1), 0);
+	for (i = 0; i < STABLE; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		assert_int_equal(add_page(r.x, 1000 + i, 3, name, 10), 0);
+	}
+	for (i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, reader, &r), 0);
+	/* Churn until the readers have really raced with it (under valgrind the
+	 * writer may otherwise finish before a reader is ever scheduled). */
+	for (round = 0; round < ROUNDS || atomic_load(&r.lookups) < 1000; round++) {
+		for (i = 0; i < CHURN; i++) {
+			snprintf(name, sizeof(name), "c%u", i);
+			assert_int_equal(add_page(r.x, 100000 + i, 4, name, 1), 0);
+		}
+		for (i = 0; i < CHURN; i++)
+			assert_int_equal(kv_index_remove(r.x, 100000 + i), 0);
+	}
+	atomic_store(&r.stop, true);
+	for (i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(atomic_load(&r.errors), 0);
+	assert_true(atomic_load(&r.lookups) > 0);
+	kv_index_stats(r.x, &st);
+	assert_int_equal(st.pages, STABLE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_root, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_add_lookup_get, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kinds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readdir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_move_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_move_dirs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_extents, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_extent_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_load_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_load_missing_extent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_load_refcount_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_load_missing_layer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Set up kvfs and show it working: build, create a store in /var/lib/kvfs,
+# mount it on /mnt/kvfs, write and read some KV pages with ordinary tools,
+# and leave it mounted to explore. Override with KVFS_STORE / KVFS_MNT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+KVFS=$PWD/build/tools/kvfs
+STORE=${KVFS_STORE:-/var/lib/kvfs/store}
+MNT=${KVFS_MNT:-/mnt/kvfs}
+show() { echo; echo "\$ $*"; "$@"; }
+
+[ -f "$STORE/kvfs.db" ] || "$KVFS" mkfs "$STORE" --capacity 8G
+mkdir -p "$MNT"
+if ! grep -q " $MNT fuse.kvfs " /proc/mounts; then
+	stat "$MNT" >/dev/null 2>&1 || fusermount3 -u -z "$MNT" 2>/dev/null || true
+	"$KVFS" mount "$STORE" "$MNT"
+fi
+
+# A small model: 4 layers, pages of 16 tokens * 8 KV heads * 128 dims, bf16.
+M=$MNT/demo-llama
+[ -d "$M" ] || "$KVFS" model create "$M" --layers 4 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16
+page=$(getfattr --absolute-names --only-values -n user.kvfs.page_bytes "$M")
+for layer in 00 01 02 03; do
+	for blk in 0 1 2; do
+		key=$(printf 'prefix%02d-%s' "$blk" "$layer" | sha256sum | cut -c1-32)
+		[ -e "$M/$layer/$key" ] || head -c "$page" /dev/urandom > "$M/$layer/$key"
+	done
+done
+show ls -l "$M/00"
+first=$(ls "$M/00" | head -1)
+show getfattr --absolute-names -d "$M/00/$first"
+show getfattr --absolute-names -d "$M"
+show du -sh "$M"
+show df -h "$MNT"
+show "$KVFS" model list "$MNT"
+cat <<MSG
+
+kvfs is mounted on $MNT (store $STORE, daemon log $STORE/kvfs.log).
+Explore it with ls, cat, stat, getfattr --absolute-names -d, du, df; copy files into a layer
+directory to add pages. Unmount with:  fusermount3 -u $MNT
+MSG

@@ -1,0 +1,114 @@
+/*
+ * The `kvfs` command: one binary, one subcommand per task. Each subcommand
+ * parses its own arguments and returns an exit status (0 ok, 1 failed,
+ * 2 usage error).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "fs.h"
+#include "store.h"
+#include "tools.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"kvfs %s: an SSD-backed KV-cache store for LLM inference, mounted as files\n"
+		"\n"
+		"usage: kvfs COMMAND [ARGS]\n"
+		"  mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n"
+		"                                 create a store (manifest in STORE, data in the stripes)\n"
+		"  mount STORE MOUNTPOINT [-f] [-d] [-o opt,...]\n"
+		"                                 serve a store as a filesystem\n"
+		"  model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
+		"  model list MOUNT               models, their geometry and page counts\n"
+		"  bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
+		"                                 write, then cold-read N page files under DIR\n"
+		"  version\n"
+		"\n"
+		"Run `kvfs COMMAND --help` for a command's options. Docs: docs/usage.md\n",
+		KVFS_VERSION);
+}
+
+static int cmd_mkfs(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "stripe", required_argument, NULL, 's' },
+		{ "segment-size", required_argument, NULL, 'g' },
+		{ "capacity", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *stripes[KV_MAX_STRIPES];
+	struct kvfs_mkfs_opts o = { .stripes = stripes };
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (o.nstripes == KV_MAX_STRIPES) {
+				fprintf(stderr, "kvfs mkfs: at most %u stripes\n", KV_MAX_STRIPES);
+				return 2;
+			}
+			stripes[o.nstripes++] = optarg;
+			break;
+		case 'g':
+			if (kvfs_parse_size(optarg, &o.segment_size) < 0)
+				goto bad;
+			break;
+		case 'c':
+			if (kvfs_parse_size(optarg, &o.capacity) < 0)
+				goto bad;
+			break;
+		case 'h':
+			printf("usage: kvfs mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n");
+			return 0;
+		default:
+			return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		fprintf(stderr, "usage: kvfs mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n");
+		return 2;
+	}
+	rc = kvfs_mkfs(argv[optind], &o);
+	if (rc < 0) {
+		fprintf(stderr, "kvfs mkfs: %s: %s\n", argv[optind], kv_strerror(rc));
+		return 1;
+	}
+	printf("kvfs: created store %s with %u stripe(s)\n", argv[optind],
+	       o.nstripes ? o.nstripes : 1);
+	return 0;
+bad:
+	fprintf(stderr, "kvfs mkfs: bad size \"%s\" (use e.g. 64M, 1G, 2T)\n", optarg);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : NULL;
+
+	if (!cmd || !strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		usage(cmd ? stdout : stderr);
+		return cmd ? 0 : 2;
+	}
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("kvfs %s\n", KVFS_VERSION);
+		return 0;
+	}
+	if (!strcmp(cmd, "mkfs"))
+		return cmd_mkfs(argc - 1, argv + 1);
+	if (!strcmp(cmd, "mount"))
+		return kvfs_mount_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "model"))
+		return kvfs_cmd_model(argc - 1, argv + 1);
+	if (!strcmp(cmd, "bench-files"))
+		return kvfs_cmd_bench_files(argc - 1, argv + 1);
+	fprintf(stderr, "kvfs: unknown command \"%s\"\n\n", cmd);
+	usage(stderr);
+	return 2;
+}

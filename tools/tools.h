@@ -1,0 +1,8 @@
+/* Subcommands of the kvfs command (tools/). Each returns an exit status. */
+#ifndef KVFS_TOOLS_H
+#define KVFS_TOOLS_H
+
+int kvfs_cmd_model(int argc, char **argv);
+int kvfs_cmd_bench_files(int argc, char **argv);
+
+#endif
