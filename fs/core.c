@@ -331,8 +331,9 @@ static int recover_space(struct kvfs *fs)
 
 	rc = kv_index_extent_walk(fs->idx, mark_extent, fs->store);
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "manifest extents do not match the segment files: %s; "
-		       "run `kvfs fsck %s`", kv_strerror(rc), fs->store_dir);
+		kv_log(KV_LOG_ERR, "manifest extents do not match the segment files of %s: %s; "
+		       "nothing was changed (see docs/format.md, recovery)",
+		       fs->store_dir, kv_strerror(rc));
 		return rc;
 	}
 	rc = kv_store_reclaim(fs->store, &rs);

@@ -79,21 +79,21 @@ void kv_log(enum kv_log_level lvl, const char *fmt, ...)
 {
 	char line[LOG_LINE_MAX];
 	int saved = errno;  /* callers may log between a syscall and errno use */
+	log_sink_fn sink;
 	va_list ap;
 
 	pthread_once(&log_once, log_init);
-	if ((int)lvl > atomic_load(&log_level) || (int)lvl < KV_LOG_ERR)
-		goto out;
+	if ((int)lvl > atomic_load(&log_level) || (int)lvl < KV_LOG_ERR ||
+	    lvl > KV_LOG_DEBUG)
+		return;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-
-	log_sink_fn sink = atomic_load(&log_sink);
+	sink = atomic_load(&log_sink);
 	if (sink)
 		sink(lvl, line);
 	else
 		stderr_sink(lvl, line);
-out:
 	errno = saved;
 }
 

@@ -190,6 +190,9 @@ int kv_store_open(const struct kv_store_opts *o, struct kv_store **out)
 	rc = engine_start(s, o->queue_depth ? o->queue_depth : 64);
 	if (rc)
 		goto fail;
+	kv_log(KV_LOG_INFO, "store: %u stripe%s, %" PRIu64 "-byte segments, "
+	       "%s I/O, queue depth %u", s->nstripes, s->nstripes > 1 ? "s" : "",
+	       s->segment_size, s->direct ? "direct" : "buffered", s->eng.qd);
 	*out = s;
 	return 0;
 
@@ -238,9 +241,13 @@ static void log_enospc(struct kv_store *s, const char *why, uint64_t fp)
 	if (s->enospc_logged && now - s->enospc_logged < 1000000000ull)
 		return;
 	s->enospc_logged = now;
-	kv_log(KV_LOG_WARN, "store: no space for a %" PRIu64 "-byte extent: %s "
-	       "(%" PRIu64 " of %" PRIu64 " bytes used)", fp, why, s->used,
-	       s->capacity);
+	if (s->capacity)
+		kv_log(KV_LOG_WARN, "store: no space for a %" PRIu64 "-byte "
+		       "extent: %s (%" PRIu64 " of %" PRIu64 " bytes used)", fp,
+		       why, s->used, s->capacity);
+	else
+		kv_log(KV_LOG_WARN, "store: no space for a %" PRIu64 "-byte "
+		       "extent: %s (%" PRIu64 " bytes used)", fp, why, s->used);
 }
 
 static int stripe_alloc(struct kv_store *s, struct stripe *st, uint64_t fp,

@@ -52,7 +52,12 @@ enum kv_log_level { KV_LOG_ERR, KV_LOG_WARN, KV_LOG_INFO, KV_LOG_DEBUG };
 void kv_log(enum kv_log_level lvl, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void kv_log_set_level(enum kv_log_level lvl);
-/* Redirect log lines (default: stderr with "kvfs: level: " prefix). */
+/*
+ * Redirect log lines (default: stderr with "kvfs: level: " prefix). The sink
+ * gets the message without prefix or newline, may be called from any thread
+ * (the store's I/O thread included) and must be thread-safe. NULL restores
+ * the default. The initial level is INFO, or KVFS_LOG=error|warning|info|debug.
+ */
 void kv_log_set_sink(void (*sink)(enum kv_log_level, const char *line));
 
 /* ---- extents ---- */
@@ -105,32 +110,44 @@ void kv_store_close(struct kv_store *s);
  * Recovery, step 1: declare one committed extent. Returns KV_ERR_CORRUPT if it
  * lies outside its segment size, in a stripe that does not exist, in a segment
  * file that is missing or too short, or overlaps an extent already marked.
+ * -EINVAL once kv_store_reclaim has run.
  */
 int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e);
 
 struct kv_reclaim_stats {
 	uint64_t segments_removed;   /* segment files with no committed extent */
-	uint64_t bytes_reclaimed;    /* footprint of gaps punched / tails truncated */
+	uint64_t bytes_reclaimed;    /* disk space returned: allocated blocks freed
+	                              * by punching gaps, truncating tails and
+	                              * removing segments (st_blocks, so space
+	                              * already punched is not counted again) */
 };
 /*
  * Recovery, step 2: every byte of every segment not covered by a marked
  * extent is returned to the filesystem (punched, tail truncated, empty
- * segments unlinked), and the allocator is built from what remains.
+ * segments unlinked), and the allocator is built from what remains. Runs
+ * once (-EINVAL the second time); st may be NULL. On error the allocator
+ * stays unusable: close the store.
  */
 int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
 
 /*
  * Allocate an extent for a payload of length bytes (> 0) on the next stripe
- * in round-robin order (skipping stripes that are full). -ENOSPC when the
- * capacity budget or every stripe is exhausted; -EFBIG if length exceeds the
- * segment size. Thread-safe.
+ * in round-robin order (skipping stripes that are full: a write there failed
+ * with ENOSPC/EDQUOT less than a second ago and nothing was freed there
+ * since). -ENOSPC when the capacity budget or every stripe is exhausted;
+ * -EFBIG if length exceeds the segment size; -EAGAIN before
+ * kv_store_reclaim(); -EINVAL for length 0. Thread-safe.
  */
 int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out);
 /*
  * Return an extent: its blocks are punched out of the segment file
  * (FALLOC_FL_PUNCH_HOLE) and the range becomes allocatable again; a segment
- * left with no extents is unlinked. The caller guarantees that no committed
- * manifest row refers to it any more. Thread-safe.
+ * left with no extents is unlinked (the stripe's newest segment is truncated
+ * to 0 instead). The caller guarantees that no committed manifest row refers
+ * to it any more (the removing transaction is durable) and that no I/O on it
+ * is in flight. -EINVAL (and a log line) for an extent that is not allocated,
+ * e.g. a double free. A failed punch is only logged: the range is still
+ * reused, and the next reclaim punches whatever is free then. Thread-safe.
  */
 int kv_extent_free(struct kv_store *s, const struct kv_extent *e);
 
@@ -151,18 +168,28 @@ struct kv_io {
 
 /*
  * Submit n I/Os and call done(arg) once all have completed (each io->res
- * set). done runs on the store's I/O thread: it must not block or call back
- * into the store. The ios array must stay valid until then. Returns 0 if
- * queued, -errno if nothing was queued.
+ * set). done runs on the store's I/O thread, possibly before this call
+ * returns: it must not block or call back into the store. The ios array and
+ * the buffers must stay valid until then. Returns 0 if queued, -errno if
+ * nothing was queued: -EINVAL for n == 0 or a malformed io (bad stripe,
+ * misaligned offset or buffer, extent beyond the segment size), -ENOMEM,
+ * -ESHUTDOWN once kv_store_close has begun. An io whose segment file no
+ * longer exists completes with res -EIO. Thread-safe.
  */
 int kv_store_io_async(struct kv_store *s, struct kv_io *ios, unsigned n,
 		      void (*done)(void *arg), void *arg);
-/* Submit n I/Os and wait. 0 if all succeeded, else the first failing res. */
+/*
+ * Submit n I/Os and wait. 0 if all succeeded, else the first failing res (or
+ * kv_store_io_async's error). n == 0 returns 0. Never call it from a done
+ * callback (the I/O thread would wait on itself).
+ */
 int kv_store_io(struct kv_store *s, struct kv_io *ios, unsigned n);
 
 /*
  * Make the data of these extents durable: one fdatasync per distinct segment
- * file, issued in parallel through the ring. Waits.
+ * file, issued in parallel through the ring. Waits. A segment already
+ * removed (all its extents freed) is skipped. Returns the first fdatasync
+ * error, -EINVAL for a stripe that does not exist, -ESHUTDOWN when closing.
  */
 int kv_store_sync(struct kv_store *s, const struct kv_extent *e, unsigned n);
 

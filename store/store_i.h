@@ -75,6 +75,7 @@ struct engine {
 	pthread_t thread;
 	bool started;
 	int efd;                /* eventfd the I/O thread keeps a read posted on */
+	int cq_efd;             /* valgrind only: CQ notifications, else -1 */
 	uint64_t efd_val;       /* target of that read */
 	unsigned qd;
 

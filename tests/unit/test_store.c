@@ -759,6 +759,39 @@ static void test_fault_short(void **state)
 	kv_store_close(s);
 }
 
+/* A stripe whose filesystem said ENOSPC is skipped until something frees. */
+static void test_stripe_full(void **state)
+{
+	struct kv_io io = { .op = KV_IO_WRITE };
+	struct kv_extent e, other, f;
+	struct kv_store *s;
+	struct tstore t;
+
+	tstore_init(&t, "stripe-full", 2, MIB);
+	s = tstore_open(&t);
+	write_one(s, 4096, 1, &other);          /* stripe 0 */
+	assert_int_equal(kv_extent_alloc(s, 4096, &e), 0);
+	assert_int_equal(e.stripe, 1);
+	io.ext = e;
+	io.buf = kv_buf_alloc(4096);
+	capture_start();
+	kv_store_fault_arm(s, 1u << KV_IO_WRITE, 1, -ENOSPC);
+	assert_int_equal(kv_store_io(s, &io, 1), -ENOSPC);
+	capture_stop();
+	assert_non_null(strstr(log_buf, t.dirs[1]));
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(kv_extent_alloc(s, 4096, &f), 0);
+		assert_int_equal(f.stripe, 0);
+	}
+	/* space freed on stripe 1: it takes allocations again */
+	assert_int_equal(kv_extent_free(s, &e), 0);
+	assert_int_equal(kv_extent_alloc(s, 4096, &f), 0);
+	assert_int_equal(kv_extent_alloc(s, 4096, &e), 0);
+	assert_int_not_equal(f.stripe, e.stripe);
+	free(io.buf);
+	kv_store_close(s);
+}
+
 /* ---- concurrency ---- */
 
 struct worker {
@@ -895,6 +928,7 @@ int main(void)
 		cmocka_unit_test(test_stray_files_ignored),
 		cmocka_unit_test(test_fault_eio),
 		cmocka_unit_test(test_fault_short),
+		cmocka_unit_test(test_stripe_full),
 		cmocka_unit_test(test_concurrent_io),
 		cmocka_unit_test(test_buffered_mode),
 		cmocka_unit_test(test_hash_and_errors),
