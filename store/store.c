@@ -634,7 +634,7 @@ int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 	io.buf = kv_buf_alloc(kv_extent_footprint(e));
 	if (!io.buf)
 		return -ENOMEM;
-	rc = kv_store_io(s, &io, 1);
+	rc = store_read_sync(s, &io);
 	if (rc)
 		goto fail;
 	kv_hash128(io.buf, e->length, got);

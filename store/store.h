@@ -197,6 +197,8 @@ int kv_store_sync(struct kv_store *s, const struct kv_extent *e, unsigned n);
  * Read one extent into a fresh KV_ALIGN-aligned buffer (free with free())
  * and verify it against hash. KV_ERR_CHECKSUM (with a log line naming the
  * extent) if it does not match: no byte of a bad payload is handed out.
+ * The read runs on the calling thread's own small ring (one io_uring_enter,
+ * no hand-off to the I/O thread), since the caller waits for it anyway.
  */
 int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 			   const uint8_t hash[KV_HASH_LEN], void **out);

@@ -135,6 +135,9 @@ void rangevec_release(struct rangevec *rv);
 /* ---- uring.c ---- */
 int engine_start(struct kv_store *s, unsigned qd);
 void engine_stop(struct kv_store *s);
+/* Read one io synchronously on the calling thread's own ring (falls back to
+ * the I/O thread's queue). 0 or -errno, also left in io->res. */
+int store_read_sync(struct kv_store *s, struct kv_io *io);
 
 /* ---- store.c ---- */
 uint64_t now_ns(void);
