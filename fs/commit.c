@@ -39,6 +39,7 @@ struct op {
 	uint64_t seq;
 	struct kv_node_info node;     /* snapshot when queued */
 	bool drop_extent;             /* DEL_PAGE: last reference to the extent */
+	bool with_next;               /* commit in the same transaction as the next op */
 	/* new pages only */
 	struct kvfs_data *payload;
 	struct kv_io io;
@@ -60,6 +61,7 @@ struct kvfs_commit {
 	uint64_t fail_seq;            /* newest op that could not be made durable */
 	uint64_t *failed_inos;        /* withdrawn pages: later ops on them are skipped */
 	size_t nfailed;
+	bool pair_open;               /* last queued op waits for its partner */
 	bool stop;
 	bool running;
 };
@@ -85,6 +87,7 @@ static void enqueue(struct kvfs *fs, struct op *o)
 	o->seq = c->next_seq++;
 	*c->tail = o;
 	c->tail = &o->next;
+	c->pair_open = o->with_next;
 	pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 }
@@ -108,11 +111,12 @@ void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n)
 }
 
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
-			  bool drop_extent)
+			  bool drop_extent, bool with_next)
 {
 	struct op *o = op_new_retry(KVFS_OP_DEL_PAGE, n);
 
 	o->drop_extent = drop_extent;
+	o->with_next = with_next;
 	enqueue(fs, o);
 }
 
@@ -160,6 +164,7 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	o->seq = c->next_seq++;
 	*c->tail = o;
 	c->tail = &o->next;
+	c->pair_open = false;
 	pthread_mutex_unlock(&c->lock);
 	rc = kv_store_io_async(fs->store, &o->io, 1, on_written_op, o);
 	if (rc < 0) {
@@ -199,13 +204,14 @@ static void remember_failed(struct kvfs_commit *c, uint64_t ino)
 	c->failed_inos[c->nfailed++] = ino;
 }
 
-/* Take up to max ops off the queue, keeping their order. */
+/* Take up to max ops off the queue, keeping their order and never splitting
+ * an atomic pair (the delete of a page a rename replaces, and the move). */
 static struct op *take_batch(struct kvfs_commit *c, unsigned max)
 {
 	struct op *first = c->head, *last = first;
 	unsigned n = 1;
 
-	while (last->next && n < max) {
+	while (last->next && (n < max || last->with_next)) {
 		last = last->next;
 		n++;
 	}
@@ -328,11 +334,32 @@ static bool op_skipped(struct kvfs_commit *c, struct op *o)
 	return (o->has_write && o->io.res < 0) || (page && ino_failed(c, o->node.ino));
 }
 
-static int commit_batch(struct kvfs *fs, struct op *batch)
+/* Pages whose payload never became durable are withdrawn before anything
+ * else in the batch is applied, so a later change to them in the same
+ * batch (a rename, a touch) is skipped rather than naming a missing row. */
+static void note_failed_writes(struct kvfs_commit *c, struct op *batch)
+{
+	struct op *o;
+
+	for (o = batch; o; o = o->next)
+		if (o->has_write && o->io.res < 0 && !ino_failed(c, o->node.ino))
+			remember_failed(c, o->node.ino);
+}
+
+/* A statement refused by a constraint is undone alone (SQLite's ABORT), the
+ * transaction goes on: one inconsistent change must not block every later
+ * one. I/O-type errors abort the whole batch, which is retried. */
+static bool error_is_permanent(int rc)
+{
+	return rc == -EEXIST || rc == -EINVAL || rc == -ENOTEMPTY || rc == -ENOENT;
+}
+
+static int commit_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped)
 {
 	struct op *o;
 	int rc;
 
+	note_failed_writes(fs->commit, batch);
 	rc = kv_manifest_begin(fs->man);
 	if (rc < 0)
 		return rc;
@@ -343,6 +370,13 @@ static int commit_batch(struct kvfs *fs, struct op *batch)
 		if (rc == -ENOENT && o->kind != KVFS_OP_PUT_PAGE) {
 			kv_log(KV_LOG_WARN, "manifest: %s had no row to delete",
 			       o->node.name);
+			continue;
+		}
+		if (rc < 0 && error_is_permanent(rc)) {
+			kv_log(KV_LOG_ERR, "manifest: change to %s (inode %llu) refused: %s; "
+			       "it is not durable and will not survive a restart",
+			       o->node.name, (unsigned long long)o->node.ino, kv_strerror(rc));
+			*dropped = o->seq;
 			continue;
 		}
 		if (rc < 0) {
@@ -369,17 +403,22 @@ static void withdraw_page(struct kvfs *fs, struct op *o)
 	kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload failed: %s",
 	       o->node.name, (unsigned long long)o->node.ino, kv_strerror(o->io.res));
 	atomic_fetch_add(&fs->st.pages_lost, 1);
-	remember_failed(fs->commit, o->node.ino);
 	if (kv_index_get(fs->idx, o->node.ino, &cur) == 0 &&
 	    cur.extent_id == o->node.extent_id) {
 		kv_index_remove(fs->idx, o->node.ino);
 		kv_index_extent_ref(fs->idx, o->node.extent_id, -1, &count);
 	}
 	l = kvfs_live_find(fs, o->node.ino);
-	if (l) {
+	if (l && l->opens) {
+		/* A reader still holds it: the bytes are freed at its last close. */
 		l->unlinked = true;
 		l->info = o->node;
-		l->free_on_close = false;
+		l->free_on_close = true;
+		kvfs_data_put(l->ram);
+		l->ram = NULL;
+		return;
+	}
+	if (l) {
 		kvfs_data_put(l->ram);
 		l->ram = NULL;
 		kvfs_live_maybe_drop(fs, l);
@@ -433,7 +472,7 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 
 	pthread_mutex_lock(&fs->ns_lock);
 	for (o = batch; o; o = o->next) {
-		if (o->has_write && o->io.res < 0 && !ino_failed(c, o->node.ino))
+		if (o->has_write && o->io.res < 0)
 			withdraw_page(fs, o);
 		else if (op_skipped(c, o))
 			continue;
@@ -446,10 +485,10 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 	pthread_mutex_unlock(&fs->ns_lock);
 }
 
-static void finish_batch(struct kvfs *fs, struct op *batch)
+static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 {
 	struct kvfs_commit *c = fs->commit;
-	uint64_t last = 0, failed = 0;
+	uint64_t last = 0;
 	unsigned n = 0;
 	struct op *o;
 
@@ -494,11 +533,14 @@ static void *committer(void *arg)
 	struct kvfs *fs = arg;
 	struct kvfs_commit *c = fs->commit;
 	struct op *batch;
+	uint64_t dropped;
 	int rc;
 
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
-		while (!c->head && !c->stop)
+		/* An atomic pair is queued under ns_lock in two steps: never
+		 * take the first half without the second. */
+		while ((!c->head || c->pair_open) && !c->stop)
 			pthread_cond_wait(&c->work_cv, &c->lock);
 		if (!c->head) {
 			pthread_mutex_unlock(&c->lock);
@@ -508,7 +550,8 @@ static void *committer(void *arg)
 		pthread_mutex_unlock(&c->lock);
 
 		make_payloads_durable(fs, batch);
-		rc = commit_batch(fs, batch);
+		dropped = 0;
+		rc = commit_batch(fs, batch, &dropped);
 		if (rc < 0) {
 			kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
 			       kv_strerror(rc));
@@ -520,7 +563,7 @@ static void *committer(void *arg)
 			continue;
 		}
 		after_commit(fs, batch);
-		finish_batch(fs, batch);
+		finish_batch(fs, batch, dropped);
 	}
 	return NULL;
 }
@@ -571,15 +614,25 @@ void kvfs_commit_stop(struct kvfs *fs)
 	fs->commit = NULL;
 }
 
-int kvfs_commit_wait_all(struct kvfs *fs)
+uint64_t kvfs_commit_mark(struct kvfs *fs)
 {
 	struct kvfs_commit *c = fs->commit;
-	uint64_t target, start;
+	uint64_t m;
+
+	pthread_mutex_lock(&c->lock);
+	m = c->committed_seq;
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
+int kvfs_commit_wait_all(struct kvfs *fs, uint64_t start)
+{
+	struct kvfs_commit *c = fs->commit;
+	uint64_t target;
 	int rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	target = c->next_seq - 1;
-	start = c->committed_seq;
 	while (c->committed_seq < target && c->fail_seq <= start)
 		pthread_cond_wait(&c->done_cv, &c->lock);
 	/* Conservative: any failure among the ops this caller waited for is

@@ -412,6 +412,13 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	rc = kv_manifest_meta(fs->man, &fs->meta);
 	if (rc < 0)
 		goto fail;
+	if (fs->opts.max_page > fs->meta.segment_size) {
+		/* A page lives in one extent: a larger one could never be sealed. */
+		kv_log(KV_LOG_WARN, "max_page %llu is larger than the segment size; using %llu",
+		       (unsigned long long)fs->opts.max_page,
+		       (unsigned long long)fs->meta.segment_size);
+		fs->opts.max_page = fs->meta.segment_size;
+	}
 	rc = open_store(dir, &fs->meta, false, fs->opts.no_direct, &fs->store);
 	if (rc < 0)
 		goto fail;

@@ -104,7 +104,7 @@ int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
 int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l);
 /* Detach a page from the namespace (unlink or replaced by rename); frees its
  * extent once the manifest forgot it and no one holds it open. ns_lock held. */
-int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n);
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next);
 /* Payload size allowed for pages under layer dir `parent` (geometry or max). */
 int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 		    bool *exact);
@@ -128,17 +128,21 @@ int kvfs_commit_start(struct kvfs *fs);
 void kvfs_commit_stop(struct kvfs *fs);
 /* Queue a namespace row change (ns_lock held, so queue order = namespace order). */
 void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n);
+/* with_next: the next queued op belongs to the same atomic change (a rename
+ * replacing this page) and must commit in the same transaction. */
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
-			  bool drop_extent);
+			  bool drop_extent, bool with_next);
 void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
 void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
 /* Queue a newly sealed page: submits the write of payload to n->ext now,
  * the row follows once the data is synced. Takes a reference on payload. */
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 			 struct kvfs_data *payload);
-/* Wait until every operation queued before this call is durable. 0 or -EIO
- * if one of them could not be made durable. */
-int kvfs_commit_wait_all(struct kvfs *fs);
+/* A point to wait from: take it before queueing what the caller will wait for. */
+uint64_t kvfs_commit_mark(struct kvfs *fs);
+/* Wait until every operation queued before this call is durable. 0, or -EIO
+ * if one queued after mark could not be made durable. */
+int kvfs_commit_wait_all(struct kvfs *fs, uint64_t mark);
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);

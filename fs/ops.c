@@ -336,7 +336,7 @@ static int do_unlink(struct kvfs *fs, fuse_ino_t parent, const char *name)
 		return rc;
 	if (n.kind != KV_KIND_PAGE)
 		return -EISDIR;
-	return kvfs_page_forget(fs, &n);
+	return kvfs_page_forget(fs, &n, false);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -397,8 +397,8 @@ static int drop_target(struct kvfs *fs, const struct kv_node_info *n,
 		return -EISDIR;
 	if (n->kind != KV_KIND_PAGE && d->kind == KV_KIND_PAGE)
 		return -ENOTDIR;
-	if (d->kind == KV_KIND_PAGE)
-		return kvfs_page_forget(fs, d);
+	if (d->kind == KV_KIND_PAGE)   /* its delete commits with the move */
+		return kvfs_page_forget(fs, d, n->state != KV_PAGE_WRITING);
 	if (d->nchildren)
 		return -ENOTEMPTY;
 	rc = kv_index_remove(fs->idx, d->ino);
@@ -562,7 +562,9 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 			struct fuse_file_info *fi)
 {
 	(void)ino; (void)datasync; (void)fi;
-	kvfs_reply_err(req, kvfs_commit_wait_all(req_fs(req)));
+	struct kvfs *fs = req_fs(req);
+
+	kvfs_reply_err(req, kvfs_commit_wait_all(fs, kvfs_commit_mark(fs)));
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

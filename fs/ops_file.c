@@ -18,6 +18,11 @@
 #include "ops.h"
 
 #define SEAL_WAIT_MS 2000
+/* Waiting readers hold FUSE worker threads; leave enough free to run the
+ * RELEASE they are waiting for (the daemon runs up to 16). */
+#define SEAL_WAITERS_MAX 8
+
+static unsigned seal_waiters;   /* under ns_lock */
 
 static struct kvfs_fh *fh_new(uint64_t ino, bool writer)
 {
@@ -37,6 +42,8 @@ static void fh_free(struct kvfs_fh *fh)
 	pthread_mutex_destroy(&fh->lock);
 	free(fh);
 }
+
+static void fh_release(struct kvfs *fs, struct kvfs_fh *fh);
 
 static struct kvfs_fh *get_fh(struct fuse_file_info *fi)
 {
@@ -114,7 +121,10 @@ void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fh->ino = n.ino;
 	fi->fh = (uintptr_t)fh;
 	kvfs_fill_entry(fs, &n, &e);
-	fuse_reply_create(req, &e, fi);
+	/* If the caller was interrupted the kernel never sends RELEASE: undo
+	 * the create here or the page would stay "being written" forever. */
+	if (fuse_reply_create(req, &e, fi) != 0)
+		fh_release(fs, fh);
 }
 
 /* ---- open ---- */
@@ -125,6 +135,9 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino)
 	struct kvfs_live *l = kvfs_live_find(fs, ino);
 	struct timespec until;
 
+	if (seal_waiters >= SEAL_WAITERS_MAX)
+		return;
+	seal_waiters++;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += SEAL_WAIT_MS / 1000;
 	while (l && l->writing && l->flushed) {
@@ -132,6 +145,7 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino)
 			break;
 		l = kvfs_live_find(fs, ino);
 	}
+	seal_waiters--;
 }
 
 static int do_open(struct kvfs *fs, uint64_t ino, int flags)
@@ -183,7 +197,8 @@ void kvfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 1;      /* sealed: the kernel's cached bytes stay valid */
 	fi->noflush = 1;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		fh_release(fs, fh);   /* interrupted: no RELEASE will come */
 }
 
 /* ---- read ---- */
@@ -292,6 +307,10 @@ static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
 	rc = check_space(fs, l, end);
 	if (rc < 0)
 		return rc;
+	/* Grow under the lock: the writer's own reads copy from this buffer. */
+	rc = kvfs_data_reserve(l->wbuf, end);
+	if (rc < 0)
+		return rc;
 	l->flushed = false;
 	*out = l->wbuf;
 	return 0;
@@ -311,21 +330,21 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = write_target(fs, fh, end, &d, &n);
 	pthread_mutex_unlock(&fs->ns_lock);
-	/* The kernel serialises writes, truncates and the final release of one
-	 * inode, so the buffer is ours to fill without holding ns_lock. */
-	if (rc == 0)
-		rc = kvfs_data_reserve(d, end);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
+	/* The kernel serialises writes, truncates and the final release of one
+	 * inode, and the buffer only moves under ns_lock (above), so the bytes
+	 * are ours to fill without holding it. */
 	memcpy(d->bytes + off, buf, size);
-	if (end > d->size) {
-		pthread_mutex_lock(&fs->ns_lock);
+	pthread_mutex_lock(&fs->ns_lock);
+	if (end > d->size)
 		d->size = end;
-		n.size = end;
+	if (kv_index_get(fs->idx, fh->ino, &n) == 0) {
+		n.size = d->size;
 		n.attr.mtime_ns = kvfs_now_ns();
 		kv_index_update(fs->idx, fh->ino, &n, KV_UPD_SIZE | KV_UPD_ATTR);
-		pthread_mutex_unlock(&fs->ns_lock);
 	}
+	pthread_mutex_unlock(&fs->ns_lock);
 	fuse_reply_write(req, size);
 }
 
@@ -340,6 +359,10 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 	if (!l || !l->writing || !l->wbuf)
 		return -EPERM;
 	rc = kv_index_get(fs->idx, ino, &n);
+	if (rc == -ENOENT && l->unlinked) {
+		n = l->info;
+		rc = 0;
+	}
 	if (rc == 0)
 		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
 	if (rc < 0)
@@ -355,7 +378,7 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 		memset(l->wbuf->bytes + size, 0, l->wbuf->size - size);
 	l->wbuf->size = size;
 	n.size = size;
-	return kv_index_update(fs->idx, ino, &n, KV_UPD_SIZE);
+	return l->unlinked ? 0 : kv_index_update(fs->idx, ino, &n, KV_UPD_SIZE);
 }
 
 /* ---- close, release, fsync ---- */
@@ -400,7 +423,10 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l)
 	if (l->writing && !l->unlinked) {
 		rc = kvfs_page_seal(fs, l);
 		if (rc < 0) {
-			kv_log(KV_LOG_WARN, "page inode %llu discarded at close: %s",
+			if (rc != -ENODATA && rc != -EINVAL)   /* those were reported */
+				atomic_fetch_add(&fs->st.pages_lost, 1);
+			kv_log(rc == -ENODATA ? KV_LOG_WARN : KV_LOG_ERR,
+			       "page inode %llu discarded at close: %s",
 			       (unsigned long long)l->ino, kv_strerror(rc));
 			kv_index_remove(fs->idx, l->ino);
 		}
@@ -414,13 +440,10 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l)
 	}
 }
 
-void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void fh_release(struct kvfs *fs, struct kvfs_fh *fh)
 {
-	struct kvfs *fs = req_fs(req);
-	struct kvfs_fh *fh = get_fh(fi);
 	struct kvfs_live *l;
 
-	(void)ino;
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, fh->ino);
 	if (l) {
@@ -432,6 +455,12 @@ void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
 	fh_free(fh);
+}
+
+void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fh_release(req_fs(req), get_fh(fi));
 	fuse_reply_err(req, 0);
 }
 
@@ -440,6 +469,7 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 {
 	struct kvfs *fs = req_fs(req);
 	struct kvfs_fh *fh = get_fh(fi);
+	uint64_t mark = kvfs_commit_mark(fs);   /* before our seal is queued */
 	struct kvfs_live *l;
 	int rc = 0;
 
@@ -449,13 +479,15 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		 * later writes through this descriptor fail with EPERM. */
 		pthread_mutex_lock(&fs->ns_lock);
 		l = kvfs_live_find(fs, fh->ino);
-		if (l && l->writing && !l->unlinked)
+		/* Nothing written yet: nothing to make durable, stay writable. */
+		if (l && l->writing && !l->unlinked && l->wbuf && l->wbuf->size) {
 			rc = kvfs_page_seal(fs, l);
-		if (rc == 0)
-			fh->sealed = true;
+			if (rc == 0)
+				fh->sealed = true;
+		}
 		pthread_mutex_unlock(&fs->ns_lock);
 	}
 	if (rc == 0)
-		rc = kvfs_commit_wait_all(fs);
+		rc = kvfs_commit_wait_all(fs, mark);
 	kvfs_reply_err(req, rc);
 }

@@ -88,6 +88,10 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l)
 	if (rc == 0)
 		rc = kvfs_commit_new_page(fs, &n, d);
 	if (rc < 0) {
+		uint32_t count;
+
+		if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0)
+			kv_index_extent_ref(fs->idx, n.extent_id, -1, &count);
 		kv_extent_free(fs->store, &n.ext);
 		return rc;
 	}
@@ -108,7 +112,7 @@ void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l)
 	l->reserved = 0;
 }
 
-int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n)
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, n->ino);
 	uint32_t count = 0;
@@ -127,7 +131,7 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n)
 	if (rc < 0)
 		kv_log(KV_LOG_ERR, "page %s: extent %llu missing from the index",
 		       n->name, (unsigned long long)n->extent_id);
-	kvfs_commit_del_page(fs, n, rc == 0 && count == 0);
+	kvfs_commit_del_page(fs, n, rc == 0 && count == 0, with_next);
 	return 0;
 }
 

@@ -251,6 +251,13 @@ static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry 
 		return rc;
 	if (n.kind != KV_KIND_MODEL)
 		return -ENOTSUP;
+	if (kv_geometry_page_bytes(g) > fs->meta.segment_size) {
+		kv_log(KV_LOG_ERR, "geometry of model %s refused: pages of %llu bytes do not fit "
+		       "in this store's %llu-byte segments", n.name,
+		       (unsigned long long)kv_geometry_page_bytes(g),
+		       (unsigned long long)fs->meta.segment_size);
+		return -EFBIG;
+	}
 	rc = model_has_pages(fs, ino, g);
 	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "geometry of model %s not changed: %s", n.name,

@@ -75,6 +75,7 @@ static int cmd_mkfs(int argc, char **argv)
 		fprintf(stderr, "usage: kvfs mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n");
 		return 2;
 	}
+	kv_log_set_level(KV_LOG_WARN);   /* the summary below says what was made */
 	rc = kvfs_mkfs(argv[optind], &o);
 	if (rc < 0) {
 		fprintf(stderr, "kvfs mkfs: %s: %s\n", argv[optind], kv_strerror(rc));

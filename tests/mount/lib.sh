@@ -33,6 +33,8 @@ cleanup() {
 		sleep 0.5; kill -9 "$DPID" 2>/dev/null || true
 	fi
 	wait 2>/dev/null || true
+	# a test's own teardown (e.g. unmounting a tmpfs it made under $T)
+	if [ -n "${CLEANUP_HOOK:-}" ]; then eval "$CLEANUP_HOOK" || true; fi
 	rm -rf "$T"
 	exit $rc
 }
