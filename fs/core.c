@@ -283,6 +283,27 @@ static int open_store(const char *dir, const struct kv_store_meta *m,
 	return kv_store_open(&so, out);
 }
 
+/* mkdir -p: a store may be created anywhere, parents included. */
+static int make_dirs(const char *dir)
+{
+	char path[PATH_MAX], *p;
+
+	if (strlen(dir) >= sizeof(path))
+		return -ENAMETOOLONG;
+	strcpy(path, dir);
+	for (p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
 int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 {
 	struct kv_store_meta *m = calloc(1, sizeof(*m));
@@ -292,9 +313,9 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 
 	if (!m)
 		return -ENOMEM;
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-		rc = -errno;
-		kv_log(KV_LOG_ERR, "mkfs: cannot create %s: %s", dir, strerror(errno));
+	rc = make_dirs(dir);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "mkfs: cannot create %s: %s", dir, strerror(-rc));
 		goto out;
 	}
 	snprintf(db, sizeof(db), "%s/%s", dir, KV_MANIFEST_FILE);
