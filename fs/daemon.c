@@ -194,6 +194,7 @@ static struct fuse_session *session_new(struct mount_cfg *c, struct kvfs *fs)
 	argv[argc] = NULL;
 	args = (struct fuse_args)FUSE_ARGS_INIT(argc, argv);
 	se = fuse_session_new(&args, &kvfs_ops, sizeof(kvfs_ops), fs);
+	fuse_opt_free_args(&args);   /* parsing may have copied them */
 	return se;
 }
 

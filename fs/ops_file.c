@@ -241,15 +241,19 @@ void kvfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pthread_mutex_lock(&fh->lock);
 	if (!fh->data)
 		rc = kvfs_page_load(fs, fh->ino, &fh->data);
-	d = fh->data;
+	/* The kernel can complete this read, let the client close the file
+	 * and deliver RELEASE before fuse_reply_buf returns here: keep the
+	 * bytes alive until it has. */
+	d = rc < 0 ? NULL : kvfs_data_get(fh->data);
 	pthread_mutex_unlock(&fh->lock);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	if ((uint64_t)off >= d->size)
-		return (void)fuse_reply_buf(req, NULL, 0);
-	if (d->size - (uint64_t)off < size)
+		size = 0;
+	else if (d->size - (uint64_t)off < size)
 		size = d->size - (uint64_t)off;
-	fuse_reply_buf(req, (const char *)d->bytes + off, size);
+	fuse_reply_buf(req, size ? (const char *)d->bytes + off : NULL, size);
+	kvfs_data_put(d);
 }
 
 /* ---- write ---- */

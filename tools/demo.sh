@@ -37,6 +37,6 @@ show "$KVFS" model list "$MNT"
 cat <<MSG
 
 kvfs is mounted on $MNT (store $STORE, daemon log $STORE/kvfs.log).
-Explore it with ls, cat, stat, getfattr --absolute-names -d, du, df; copy files into a layer
+Explore it with ls, cat, stat, getfattr -d, du, df; copy files into a layer
 directory to add pages. Unmount with:  fusermount3 -u $MNT
 MSG

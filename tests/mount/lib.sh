@@ -20,7 +20,7 @@ mkdir -p "$MNT"
 
 fail() {
 	echo "FAIL: $*" >&2
-	if [ -s "$LOG" ]; then echo "--- daemon log (tail) ---" >&2; tail -n 30 "$LOG" >&2; fi
+	if [ -s "$LOG" ]; then echo "--- daemon log (tail) ---" >&2; tail -n ${KVFS_LOG_TAIL:-30} "$LOG" >&2; fi
 	exit 1
 }
 
