@@ -40,6 +40,7 @@ struct op {
 	struct kv_node_info node;     /* snapshot when queued */
 	bool drop_extent;             /* DEL_PAGE: last reference to the extent */
 	bool with_next;               /* commit in the same transaction as the next op */
+	bool free_extent;             /* after_commit: punch node.ext once unlocked */
 	/* new pages only */
 	struct kvfs_data *payload;
 	struct kv_io io;
@@ -398,7 +399,6 @@ static void withdraw_page(struct kvfs *fs, struct op *o)
 	struct kv_node_info cur;
 	struct kvfs_live *l;
 	uint32_t count;
-	int rc;
 
 	kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload failed: %s",
 	       o->node.name, (unsigned long long)o->node.ino, kv_strerror(o->io.res));
@@ -423,10 +423,7 @@ static void withdraw_page(struct kvfs *fs, struct op *o)
 		l->ram = NULL;
 		kvfs_live_maybe_drop(fs, l);
 	}
-	rc = kv_extent_free(fs->store, &o->node.ext);
-	if (rc < 0)
-		kv_log(KV_LOG_ERR, "freeing extent of lost page %s: %s",
-		       o->node.name, kv_strerror(rc));
+	o->free_extent = true;
 }
 
 /* A new page's row is durable: drop its RAM copy, mark it durable. */
@@ -453,16 +450,30 @@ static void page_now_durable(struct kvfs *fs, struct op *o)
 static void extent_now_unreferenced(struct kvfs *fs, struct op *o)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, o->node.ino);
-	int rc;
 
 	if (l && (l->opens || l->ram)) {
 		l->free_on_close = true;
 		return;
 	}
-	rc = kv_extent_free(fs->store, &o->node.ext);
-	if (rc < 0)
-		kv_log(KV_LOG_ERR, "freeing extent of deleted page %s: %s",
-		       o->node.name, kv_strerror(rc));
+	o->free_extent = true;
+}
+
+/* Punching holes is disk I/O: done after ns_lock is released, so namespace
+ * operations never wait behind a bulk delete. */
+static void free_extents(struct kvfs *fs, struct op *batch)
+{
+	struct op *o;
+	int rc;
+
+	for (o = batch; o; o = o->next) {
+		if (!o->free_extent)
+			continue;
+		rc = kv_extent_free(fs->store, &o->node.ext);
+		if (rc < 0)
+			kv_log(KV_LOG_ERR, "freeing extent of page %s (inode %llu): %s",
+			       o->node.name, (unsigned long long)o->node.ino,
+			       kv_strerror(rc));
+	}
 }
 
 static void after_commit(struct kvfs *fs, struct op *batch)
@@ -483,6 +494,7 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 	}
 	pthread_cond_broadcast(&fs->seal_cv);
 	pthread_mutex_unlock(&fs->ns_lock);
+	free_extents(fs, batch);
 }
 
 static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
