@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ops.h"
@@ -25,6 +26,32 @@ struct mount_cfg {
 	char fuse_opts[4096];
 	struct kvfs_opts opts;
 };
+
+/* Daemon log lines carry a UTC timestamp and the pid: the log outlives the
+ * terminal and is read after the fact. One write(2) per line keeps lines
+ * from different threads whole. */
+static void daemon_log_sink(enum kv_log_level lvl, const char *line)
+{
+	static const char *const names[] = { "error", "warning", "info", "debug" };
+	struct timespec ts;
+	struct tm tm;
+	char buf[4096];
+	int n;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	n = snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ kvfs[%d]: %s: %s\n",
+		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+		     tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), names[lvl], line);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(buf)) {
+		n = sizeof(buf) - 1;
+		buf[n - 1] = '\n';
+	}
+	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
+		return;   /* nowhere left to report it */
+}
 
 static void mount_usage(void)
 {
@@ -244,6 +271,7 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 
 	if (c->debug)
 		kv_log_set_level(KV_LOG_DEBUG);
+	kv_log_set_sink(daemon_log_sink);
 	rc = kvfs_open(c->store, &c->opts, &fs);
 	if (rc < 0) {
 		fprintf(stderr, "kvfs mount: cannot open store %s: %s\n", c->store, kv_strerror(rc));

@@ -65,7 +65,7 @@ umount_kvfs() {
 
 # The daemon log must not report errors the test did not provoke.
 no_errors_in_log() {
-	if grep -E 'kvfs: error:' "$LOG" | grep -vE "${1:-^$}" >&2; then
+	if grep -E 'kvfs(\[[0-9]+\])?: error:' "$LOG" | grep -vE "${1:-^$}" >&2; then
 		fail "unexpected error lines in the daemon log"
 	fi
 }
