@@ -291,14 +291,18 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		goto out;
 	}
 	kv_log(KV_LOG_INFO, "serving %s at %s", c->store, c->mnt);
-	rc = serve(se);
+	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
 	fuse_session_unmount(se);
 	kvfs_close(fs);   /* commits everything still queued */
 	fs = NULL;
-	kv_log(KV_LOG_INFO, "unmounted %s", c->mnt);
+	if (rc > 0)
+		kv_log(KV_LOG_INFO, "signal %d: unmounted %s after committing everything", rc, c->mnt);
+	else
+		kv_log(rc < 0 ? KV_LOG_ERR : KV_LOG_INFO, "unmounted %s%s", c->mnt,
+		       rc < 0 ? " after a FUSE session error" : "");
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
-	return rc ? 1 : 0;
+	return rc < 0 ? 1 : 0;
 out:
 	if (se) {
 		fuse_remove_signal_handlers(se);

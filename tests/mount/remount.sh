@@ -29,5 +29,19 @@ umount_kvfs
 for f in "$STORE"/stripe0/seg-*; do
 	[ ! -e "$f" ] || [ "$(stat -c %b "$f")" = 0 ] || fail "$f still holds blocks"
 done
+
+# SIGTERM (systemd stop, Ctrl-C): the daemon unmounts and commits what is
+# pending before it exits, fsync or not.
+mount_kvfs
+mkdir -p "$MNT/t/00"
+$PAGETOOL write "$MNT/t/00" s 200 4096 || fail "writes before SIGTERM"
+kill -TERM "$DPID"
+rc=0; wait "$DPID" || rc=$?
+DPID=
+[ $rc -eq 0 ] || fail "daemon exited with $rc on SIGTERM"
+is_mounted "$MNT" && fail "still mounted after SIGTERM"
+mount_kvfs
+[ "$($PAGETOOL verify "$MNT/t/00" s 200 4096)" = 200 ] || fail "pages lost across SIGTERM"
+umount_kvfs
 no_errors_in_log
 echo PASS
