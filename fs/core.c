@@ -5,10 +5,12 @@
  * operations share. Nothing here knows about FUSE.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -340,6 +342,42 @@ out:
 
 /* ---- open / close ---- */
 
+/*
+ * One daemon per store: two would allocate the same extents and interleave
+ * manifest transactions. The lock is an flock on STORE/kvfs.lock, released
+ * by the kernel however the daemon ends, so a killed daemon never leaves a
+ * stale lock behind. The file holds the owner's pid for the error message.
+ */
+static int lock_store(struct kvfs *fs)
+{
+	char path[PATH_MAX], pid[32] = "";
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/kvfs.lock", fs->store_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		kv_log(KV_LOG_ERR, "cannot open %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int err = errno;
+
+		n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		kv_log(KV_LOG_ERR, "store %s is in use by another kvfs daemon (pid %s); "
+		       "unmount it first", fs->store_dir, pid[0] ? pid : "unknown");
+		close(fd);
+		return err == EWOULDBLOCK ? -EBUSY : -err;
+	}
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		kv_log(KV_LOG_WARN, "cannot record the daemon pid in %s", path);
+	fs->lock_fd = fd;
+	return 0;
+}
+
 static int mark_extent(void *arg, const struct kv_extent_rec *r)
 {
 	return kv_store_mark_used(arg, &r->ext);
@@ -374,6 +412,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	if (!fs)
 		return -ENOMEM;
 	fs->store_dir = strdup(dir);
+	fs->lock_fd = -1;
 	fs->live_buckets = 4096;
 	fs->live = calloc(fs->live_buckets, sizeof(*fs->live));
 	if (!fs->store_dir || !fs->live) {
@@ -414,6 +453,8 @@ static void fs_free(struct kvfs *fs)
 		kv_manifest_close(fs->man);
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
+	if (fs->lock_fd >= 0)
+		close(fs->lock_fd);   /* drops the flock */
 	free(fs->live);
 	free(fs->store_dir);
 	free(fs);
@@ -428,6 +469,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		return rc;
 	rc = kv_manifest_open(dir, &fs->man);
+	if (rc == 0)
+		rc = lock_store(fs);
 	if (rc < 0)
 		goto fail;
 	rc = kv_manifest_meta(fs->man, &fs->meta);

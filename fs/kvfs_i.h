@@ -73,6 +73,7 @@ struct kvfs_stats {
 
 struct kvfs {
 	char *store_dir;
+	int lock_fd;                  /* STORE/kvfs.lock, flock'ed while open */
 	struct kvfs_opts opts;
 	struct kv_store_meta meta;
 	struct kv_store *store;

@@ -19,6 +19,12 @@ cmp "$T/big" "$MNT/m/00/a" || fail "existing page damaged by ENOSPC"
 out=$("$KVFS" mount "$STORE" "$MNT" 2>&1) && fail "double mount succeeded"
 echo "$out" | grep -q "already a mount point" || fail "busy mountpoint: $out"
 
+# The same store on a second mountpoint: one daemon per store.
+mkdir -p "$T/mnt2"
+out=$("$KVFS" mount "$STORE" "$T/mnt2" -f 2>&1) && fail "a second daemon opened the store"
+echo "$out" | grep -q "in use by another kvfs daemon (pid $DPID)" || fail "second daemon message: $out"
+is_mounted "$T/mnt2" && fail "second mount appeared"
+
 # Unlink while open: the reader keeps its bytes, the space returns after close.
 python3 - "$MNT/m/00/a" "$T/big" <<'PY' || fail "unlink while open"
 import os, sys
