@@ -34,6 +34,8 @@
 
 #include "kvfs_i.h"
 
+#define STOP_RETRIES 5   /* transaction attempts at unmount before giving up */
+
 struct op {
 	enum kvfs_op_kind kind;
 	uint64_t seq;
@@ -544,8 +546,9 @@ static void *committer(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_commit *c = fs->commit;
-	struct op *batch;
+	struct op *batch, *last;
 	uint64_t dropped;
+	unsigned failures = 0;
 	int rc;
 
 	for (;;) {
@@ -564,6 +567,18 @@ static void *committer(void *arg)
 		make_payloads_durable(fs, batch);
 		dropped = 0;
 		rc = commit_batch(fs, batch, &dropped);
+		if (rc < 0 && c->stop && ++failures >= STOP_RETRIES) {
+			/* Unmounting: do not hang forever on a manifest that keeps
+			 * failing. What was not committed is lost at restart (its
+			 * space is reclaimed then); fsync never claimed otherwise. */
+			for (last = batch, dropped = 1; last->next; last = last->next)
+				dropped++;
+			kv_log(KV_LOG_ERR, "giving up at unmount after %u failed attempts: "
+			       "%llu manifest changes were not committed", failures,
+			       (unsigned long long)dropped);
+			finish_batch(fs, batch, last->seq);
+			continue;
+		}
 		if (rc < 0) {
 			kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
 			       kv_strerror(rc));
@@ -574,6 +589,7 @@ static void *committer(void *arg)
 			sleep(1);
 			continue;
 		}
+		failures = 0;
 		after_commit(fs, batch);
 		finish_batch(fs, batch, dropped);
 	}
