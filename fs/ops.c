@@ -214,7 +214,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 /* Layer directories are named by their number ("0".."99999", any padding);
  * two names for the same number would be two directories for one layer. */
 static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
-			    const char *name, uint64_t self, uint32_t *layer)
+			    const char *name, uint32_t *layer)
 {
 	struct kv_dirent *d;
 	size_t n, i, len = strlen(name);
@@ -238,7 +238,7 @@ static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
 	for (i = 0; i < n && rc == 0; i++) {
 		struct kv_node_info s;
 
-		if (d[i].ino != self && kv_index_get(fs->idx, d[i].ino, &s) == 0 &&
+		if (kv_index_get(fs->idx, d[i].ino, &s) == 0 &&
 		    s.layer == v && strcmp(d[i].name, name) != 0)
 			rc = -EEXIST;
 	}
@@ -264,7 +264,7 @@ static int do_mkdir(struct kvfs *fs, fuse_req_t req, fuse_ino_t parent,
 			return -EPERM;   /* reserved for the control directory */
 	} else if (p.kind == KV_KIND_MODEL) {
 		n->kind = KV_KIND_LAYER;
-		rc = check_layer_name(fs, &p, name, 0, &n->layer);
+		rc = check_layer_name(fs, &p, name, &n->layer);
 		if (rc < 0)
 			return rc;
 	} else {
