@@ -477,8 +477,9 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		goto fail;
 	if (fs->opts.max_page > fs->meta.segment_size) {
-		/* A page lives in one extent: a larger one could never be sealed. */
-		kv_log(KV_LOG_WARN, "max_page %llu is larger than the segment size; using %llu",
+		/* A page lives in one extent: a larger one could never be sealed.
+		 * Only an explicit -o max_page deserves a warning. */
+		kv_log(fs->opts.max_page == KVFS_MAX_PAGE_DEFAULT ? KV_LOG_DEBUG : KV_LOG_WARN, "max_page %llu is larger than the segment size; using %llu",
 		       (unsigned long long)fs->opts.max_page,
 		       (unsigned long long)fs->meta.segment_size);
 		fs->opts.max_page = fs->meta.segment_size;

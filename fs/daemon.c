@@ -53,13 +53,14 @@ static void daemon_log_sink(enum kv_log_level lvl, const char *line)
 		return;   /* nowhere left to report it */
 }
 
-static void mount_usage(void)
+static void mount_usage(FILE *f)
 {
-	fprintf(stderr,
+	fprintf(f,
 		"usage: kvfs mount STORE MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n"
 		"  -f                 stay in the foreground, log to stderr\n"
 		"  -d                 debug log (implies -f)\n"
-		"  -o max_page=SIZE   largest page of a model without geometry (default 64M)\n"
+		"  -o max_page=SIZE   largest page of a model without geometry\n"
+		"                     (default 64M, at most the store's segment size)\n"
 		"  -o entry_timeout=S seconds the kernel caches sealed pages' names/attrs (default 3600)\n"
 		"  -o commit_batch=N  most changes per manifest transaction (default 4096)\n"
 		"  -o no_direct       buffered segment I/O (stripes on tmpfs)\n"
@@ -139,7 +140,7 @@ static int parse_args(struct mount_cfg *c, int argc, char **argv)
 			if (add_options(c, argv[i] + 2) < 0)
 				return -EINVAL;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			mount_usage();
+			mount_usage(stdout);
 			exit(0);
 		} else if (argv[i][0] == '-') {
 			fprintf(stderr, "kvfs mount: unknown flag %s\n", argv[i]);
@@ -342,7 +343,7 @@ int kvfs_mount_main(int argc, char **argv)
 	struct mount_cfg c;
 
 	if (parse_args(&c, argc, argv) < 0) {
-		mount_usage();
+		mount_usage(stderr);
 		return 2;
 	}
 	if (check_mountpoint(c.mnt) < 0)

@@ -52,6 +52,7 @@ struct kvfs_live {
 	bool flushed;               /* writer closed a descriptor since its last write */
 	bool unlinked;              /* gone from the namespace; info is the last copy */
 	bool free_on_close;         /* extent to be freed at the last close */
+	int write_err;              /* a write was refused: never seal this page */
 	uint64_t reserved;          /* space held for wbuf against the capacity */
 	struct kvfs_data *wbuf;     /* being written (WRITING) */
 	struct kvfs_data *ram;      /* sealed payload not yet durable */

@@ -302,19 +302,23 @@ static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
 	if (rc < 0)
 		return rc;
 	if (end > limit) {
-		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused: %s is %llu bytes",
-		       n->name, (unsigned long long)end,
+		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused: %s is %llu bytes; "
+		       "the page will not be stored", n->name, (unsigned long long)end,
 		       exact ? "the model geometry's page size" : "the page size limit (-o max_page)",
 		       (unsigned long long)limit);
-		return -EFBIG;
+		rc = -EFBIG;
 	}
-	rc = check_space(fs, l, end);
-	if (rc < 0)
-		return rc;
+	if (rc == 0)
+		rc = check_space(fs, l, end);
 	/* Grow under the lock: the writer's own reads copy from this buffer. */
-	rc = kvfs_data_reserve(l->wbuf, end);
-	if (rc < 0)
+	if (rc == 0)
+		rc = kvfs_data_reserve(l->wbuf, end);
+	if (rc < 0) {
+		/* A page missing a refused write is a truncated page: it must
+		 * never be sealed, whatever the writer does next. */
+		l->write_err = rc;
 		return rc;
+	}
 	l->flushed = false;
 	*out = l->wbuf;
 	return 0;
@@ -402,7 +406,10 @@ void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return kvfs_reply_err(req, 0);
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, fh->ino);
-	if (l && l->writing && l->wbuf) {
+	if (l && l->writing && l->wbuf && l->write_err) {
+		l->flushed = true;
+		rc = l->write_err;     /* close() tells the writer the page is lost */
+	} else if (l && l->writing && l->wbuf) {
 		l->flushed = true;
 		/* The close that ends a page of the wrong size reports it; a
 		 * close before any byte was written (shell redirection) does not. */
@@ -424,7 +431,11 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l)
 {
 	int rc;
 
-	if (l->writing && !l->unlinked) {
+	if (l->writing && !l->unlinked && l->write_err) {
+		kv_log(KV_LOG_WARN, "page inode %llu discarded at close: a write to it failed (%s)",
+		       (unsigned long long)l->ino, kv_strerror(l->write_err));
+		kv_index_remove(fs->idx, l->ino);
+	} else if (l->writing && !l->unlinked) {
 		rc = kvfs_page_seal(fs, l);
 		if (rc < 0) {
 			if (rc != -ENODATA && rc != -EINVAL)   /* those were reported */
@@ -483,8 +494,10 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		 * later writes through this descriptor fail with EPERM. */
 		pthread_mutex_lock(&fs->ns_lock);
 		l = kvfs_live_find(fs, fh->ino);
-		/* Nothing written yet: nothing to make durable, stay writable. */
-		if (l && l->writing && !l->unlinked && l->wbuf && l->wbuf->size) {
+		if (l && l->writing && l->write_err)
+			rc = l->write_err;      /* a truncated page is never sealed */
+		else if (l && l->writing && !l->unlinked && l->wbuf && l->wbuf->size) {
+			/* (nothing written yet: nothing to make durable) */
 			rc = kvfs_page_seal(fs, l);
 			if (rc == 0)
 				fh->sealed = true;

@@ -183,6 +183,11 @@ static int run(struct bench *b)
 	return rc < 0 ? 1 : 0;
 }
 
+static const char bench_usage[] =
+	"usage: kvfs bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
+	"  DIR is a kvfs mount root (pages go to model \"bench\") or a plain directory;\n"
+	"  DIR/bench must not exist, and is left behind (rm -r DIR/bench)\n";
+
 int kvfs_cmd_bench_files(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -192,9 +197,14 @@ int kvfs_cmd_bench_files(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .pages = 10000, .size = 64 << 10, .layers = 8 };
+	char probe[4096];
 	int c, rc;
 	uint64_t i;
 
+	if (argc == 2 && !strcmp(argv[1], "--help")) {
+		printf("%s", bench_usage);
+		return 0;
+	}
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		if (c == 'n')
 			b.pages = strtoul(optarg, NULL, 10);
@@ -208,6 +218,12 @@ int kvfs_cmd_bench_files(int argc, char **argv)
 	if (optind + 1 != argc || !b.pages || b.size < 8 || !b.layers || b.layers > 100)
 		goto usage;
 	b.dir = argv[optind];
+	snprintf(probe, sizeof(probe), "%s/bench", b.dir);
+	if (access(probe, F_OK) == 0) {
+		fprintf(stderr, "kvfs bench-files: %s exists (an earlier run?); remove it first: rm -r %s\n",
+			probe, probe);
+		return 1;
+	}
 	b.buf = malloc(b.size);
 	if (!b.buf)
 		return 1;
@@ -220,7 +236,6 @@ int kvfs_cmd_bench_files(int argc, char **argv)
 	free(b.buf);
 	return rc;
 usage:
-	fprintf(stderr, "usage: kvfs bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
-		"  DIR is a kvfs mount root (pages go to model \"bench\") or a plain directory;\n  DIR/bench must not exist\n");
+	fputs(bench_usage, stderr);
 	return 2;
 }

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -18,7 +20,30 @@
 static const char model_usage[] =
 	"usage: kvfs model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
 	"       kvfs model list MOUNT\n"
-	"  dtype: f16 bf16 f32 f8 i8 (pages are 2*page_tokens*kv_heads*head_dim*sizeof(dtype) bytes)\n";
+	"  dtype: f16 bf16 f32 f64 f8 fp8_e4m3 fp8_e5m2 i8 u8\n"
+	"  pages are then exactly 2*page_tokens*kv_heads*head_dim*sizeof(dtype) bytes,\n"
+	"  and layer directories 00..N-1 are created\n";
+
+#define FUSE_SUPER_MAGIC 0x65735546
+
+/* Is dir the root of a kvfs mount? (a FUSE filesystem whose root is inode 1
+ * and which answers kvfs's statfs name limit). Refusing elsewhere keeps
+ * `model create` from making plain directories that look like success. */
+static int check_mount_root(const char *cmd, const char *dir)
+{
+	struct statfs sf;
+	struct stat st;
+
+	if (statfs(dir, &sf) < 0 || stat(dir, &st) < 0) {
+		fprintf(stderr, "kvfs model %s: %s: %s\n", cmd, dir, strerror(errno));
+		return -1;
+	}
+	if ((unsigned long)sf.f_type != FUSE_SUPER_MAGIC || st.st_ino != 1) {
+		fprintf(stderr, "kvfs model %s: %s is not the root of a kvfs mount\n", cmd, dir);
+		return -1;
+	}
+	return 0;
+}
 
 static int model_create(int argc, char **argv)
 {
@@ -35,6 +60,10 @@ static int model_create(int argc, char **argv)
 	char geo[256], path[4096];
 	int c, width;
 
+	if (argc == 2 && !strcmp(argv[1], "--help")) {
+		fputs(model_usage, stdout);
+		return 0;
+	}
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
 		case 'l': layers = strtoul(optarg, NULL, 10); break;
@@ -52,6 +81,9 @@ static int model_create(int argc, char **argv)
 	}
 	snprintf(geo, sizeof(geo), "layers=%lu kv_heads=%lu head_dim=%lu dtype=%s page_tokens=%lu",
 		 layers, heads, dim, dtype, tokens);
+	snprintf(path, sizeof(path), "%s", argv[optind]);
+	if (check_mount_root("create", dirname(path)) < 0)
+		return 1;
 	if (mkdir(argv[optind], 0755) < 0) {
 		fprintf(stderr, "kvfs model create: mkdir %s: %s\n", argv[optind], strerror(errno));
 		return 1;
@@ -107,10 +139,16 @@ static int model_list(int argc, char **argv)
 	ssize_t len;
 	DIR *d;
 
+	if (argc == 2 && !strcmp(argv[1], "--help")) {
+		fputs(model_usage, stdout);
+		return 0;
+	}
 	if (argc != 2) {
 		fputs(model_usage, stderr);
 		return 2;
 	}
+	if (check_mount_root("list", argv[1]) < 0)
+		return 1;
 	d = opendir(argv[1]);
 	if (!d) {
 		fprintf(stderr, "kvfs model list: %s: %s\n", argv[1], strerror(errno));

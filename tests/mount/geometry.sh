@@ -22,6 +22,12 @@ sleep 0.2
 head -c 300 /dev/urandom > "$T/long"
 cp "$T/long" "$MNT/tiny/00/long" 2>"$T/err" && fail "long page accepted"
 grep -q "File too large" "$T/err" || fail "long page error: $(cat "$T/err")"
+sleep 0.2
+[ ! -e "$MNT/tiny/00/long" ] || fail "a page whose write failed was stored truncated"
+# Same with several writes, the first ones accepted: nothing is stored.
+dd if=/dev/urandom of="$MNT/tiny/00/dd" bs=64 count=5 2>"$T/err" && fail "dd past the page size succeeded"
+sleep 0.2
+[ ! -e "$MNT/tiny/00/dd" ] || fail "truncated page from dd was stored"
 grep -q "model geometry" "$LOG" || fail "no log line naming the geometry"
 expect_errno EINVAL "os.mkdir('$MNT/tiny/03')"
 # Geometry cannot change under existing pages.
