@@ -17,7 +17,7 @@
 
 static const char *const page_xattrs[] = {
 	XA_PREFIX "state", XA_PREFIX "checksum", XA_PREFIX "extent",
-	XA_PREFIX "refcount", NULL,
+	XA_PREFIX "segment", XA_PREFIX "refcount", NULL,
 };
 static const char *const model_xattrs[] = {
 	XA_GEOMETRY, XA_PREFIX "layers", XA_PREFIX "kv_heads", XA_PREFIX "head_dim",
@@ -115,6 +115,9 @@ static int page_xattr(struct kvfs *fs, const struct kv_node_info *n,
 	if (!strcmp(key, "extent"))
 		return snprintf(out, len, "stripe=%u segment=%u offset=%" PRIu64 " length=%" PRIu64,
 				n->ext.stripe, n->ext.segment, n->ext.offset, n->ext.length);
+	if (!strcmp(key, "segment"))     /* for tools that read extents raw */
+		return snprintf(out, len, "%s/seg-%08u",
+				kv_store_stripe_path(fs->store, n->ext.stripe), n->ext.segment);
 	if (!strcmp(key, "refcount")) {
 		if (kv_index_extent_get(fs->idx, n->extent_id, &er) < 0)
 			return snprintf(out, len, "0");   /* unlinked, still open */
@@ -183,11 +186,13 @@ void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t s
 {
 	struct kvfs *fs = req_fs(req);
 	struct kv_node_info n;
-	char v[256];
+	char v[4096 + 64];
 	int rc = kvfs_node_get(fs, ino, &n);
 
 	if (rc == 0)
 		rc = xattr_value(fs, &n, name, v, sizeof(v));
+	if (rc >= (int)sizeof(v))
+		rc = -ERANGE;    /* never reply past what was formatted */
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	reply_value(req, v, (size_t)rc, size);
@@ -198,7 +203,7 @@ void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct kvfs *fs = req_fs(req);
 	const char *const *names = NULL;
 	struct kv_node_info n;
-	char list[512], v[256];
+	char list[512], v[4096 + 64];
 	size_t len = 0;
 	int rc = kvfs_node_get(fs, ino, &n);
 
