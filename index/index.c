@@ -19,71 +19,8 @@
 
 #include <xxhash.h>
 
-#include "htab.h"
-#include "index.h"
+#include "index_i.h"
 #include "kvname.h"
-
-struct node;
-
-struct page_data {
-	uint64_t size;
-	uint64_t extent_id;
-	struct kv_extent ext;
-	uint8_t hash[KV_HASH_LEN];
-};
-
-struct dir_data {
-	struct node *first, *last;   /* children, oldest first */
-	uint64_t nchildren;
-	struct kv_geometry *geo;     /* models only (separate: pages must stay small) */
-	uint32_t layer;              /* layers only */
-};
-
-/*
- * 128 bytes + name on LP64; millions of these exist, so fields are packed by
- * hand (attr is not a struct kv_obj_attr: that one carries 4 bytes of padding
- * and a 32-bit mode where permission bits need 12).
- */
-struct node {
-	uint64_t ino;
-	struct node *parent;          /* NULL for the root */
-	struct node *prev, *next;     /* siblings in parent's child list */
-	uint32_t nhash;               /* hash of (parent ino, name) for by_name */
-	uint32_t uid, gid;
-	uint16_t mode;                /* permission bits */
-	uint8_t kind;                 /* enum kv_kind */
-	uint8_t state;                /* enum kv_page_state, pages */
-	int64_t ctime_ns, mtime_ns;
-	int64_t atime_ns;             /* __atomic: KV_UPD_ATIME runs under the read lock */
-	union {
-		struct page_data p;
-		struct dir_data d;
-	} u;
-	char name[];
-};
-
-_Static_assert(sizeof(void *) != 8 || sizeof(struct node) == 128,
-	       "a page node should stay at 128 bytes + name");
-
-struct xent {
-	uint64_t id;
-	struct kv_extent ext;
-	uint8_t hash[KV_HASH_LEN];
-	uint32_t refcount;
-	uint32_t seen;                /* kv_index_load: pages found referring to it */
-};
-
-struct kv_index {
-	pthread_rwlock_t lock;
-	struct htab by_ino;           /* struct node *, all nodes */
-	struct htab by_name;          /* struct node *, all but the root */
-	struct htab ext_by_id;        /* struct xent * */
-	struct htab ext_by_key;       /* struct xent *, by (hash, length), multimap */
-	struct node *root;
-	uint64_t next_ino;            /* above every inode added or handed out */
-	uint64_t next_ext;
-	struct kv_index_stats st;
-};
 
 /* ---- hashing and lookup ---- */
 
@@ -102,22 +39,11 @@ static uint64_t xent_id_hash(const void *e)
 	return htab_mix64(((const struct xent *)e)->id);
 }
 
-static uint64_t key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length)
-{
-	uint64_t a, b;
-
-	/* XXH3-128 output is already uniform; mixing guards the table against
-	 * a hash that happens to repeat in its first 8 bytes. */
-	memcpy(&a, hash, sizeof(a));
-	memcpy(&b, hash + sizeof(a), sizeof(b));
-	return htab_mix64(a ^ htab_mix64(b ^ length));
-}
-
 static uint64_t xent_key_hash(const void *e)
 {
 	const struct xent *x = e;
 
-	return key_hash(x->hash, x->ext.length);
+	return idx_key_hash(x->hash, x->ext.length);
 }
 
 static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
@@ -147,18 +73,6 @@ static struct node *name_find(const struct kv_index *x, uint64_t parent,
 		if (n->nhash == h && n->parent->ino == parent &&
 		    memcmp(n->name, name, len) == 0 && n->name[len] == '\0')
 			return n;
-	return NULL;
-}
-
-static struct xent *xent_find(const struct kv_index *x, uint64_t id)
-{
-	uint64_t h = htab_mix64(id);
-	size_t i = h & x->ext_by_id.mask;
-	struct xent *e;
-
-	while ((e = htab_next(&x->ext_by_id, h, &i)))
-		if (e->id == id)
-			return e;
 	return NULL;
 }
 
@@ -352,7 +266,7 @@ static int add_args_ok(const struct kv_node_info *in, size_t len)
 	return 0;
 }
 
-static int add_locked(struct kv_index *x, const struct kv_node_info *in)
+int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 {
 	size_t len = strnlen(in->name, sizeof(in->name));
 	struct node *parent, *n;
@@ -516,7 +430,7 @@ int kv_index_add(struct kv_index *x, const struct kv_node_info *n)
 	int rc;
 
 	pthread_rwlock_wrlock(&x->lock);
-	rc = add_locked(x, n);
+	rc = idx_add_locked(x, n);
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }
@@ -822,165 +736,6 @@ void kv_dirents_free(struct kv_dirent *d, size_t n)
 	free(d);
 }
 
-/* ---- extents ---- */
-
-static void xent_fill(const struct xent *e, struct kv_extent_rec *out)
-{
-	out->id = e->id;
-	out->ext = e->ext;
-	memcpy(out->hash, e->hash, KV_HASH_LEN);
-	out->refcount = e->refcount;
-}
-
-static void xent_drop(struct kv_index *x, struct xent *e)
-{
-	htab_remove(&x->ext_by_id, e);
-	htab_remove(&x->ext_by_key, e);
-	x->st.extents--;
-	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
-	free(e);
-}
-
-static void xent_set(struct kv_index *x, struct xent *e, const struct kv_extent_rec *r)
-{
-	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
-	e->ext = r->ext;
-	memcpy(e->hash, r->hash, KV_HASH_LEN);
-	e->refcount = r->refcount;
-	x->st.extent_bytes += kv_extent_footprint(&e->ext);
-}
-
-static int xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r)
-{
-	struct xent *e;
-	int rc;
-
-	if (r->id == 0 || r->ext.length == 0 || r->ext.offset % KV_ALIGN ||
-	    r->refcount == 0)
-		return -EINVAL;
-	e = xent_find(x, r->id);
-	if (e) {
-		/* Out of the key table while its key changes; re-adding cannot
-		 * grow the table. */
-		htab_remove(&x->ext_by_key, e);
-		xent_set(x, e, r);
-		htab_insert(&x->ext_by_key, e);
-		return 0;
-	}
-	if ((rc = htab_reserve(&x->ext_by_id, 1)) || (rc = htab_reserve(&x->ext_by_key, 1)))
-		return rc;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	e->id = r->id;
-	xent_set(x, e, r);
-	htab_insert(&x->ext_by_id, e);
-	htab_insert(&x->ext_by_key, e);
-	x->st.extents++;
-	if (e->id >= x->next_ext)
-		x->next_ext = e->id + 1;
-	return 0;
-}
-
-int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r)
-{
-	int rc;
-
-	pthread_rwlock_wrlock(&x->lock);
-	rc = xent_put_locked(x, r);
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
-}
-
-int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *out)
-{
-	struct xent *e;
-	int rc = -ENOENT;
-
-	pthread_rwlock_rdlock(&x->lock);
-	e = xent_find(x, id);
-	if (e) {
-		xent_fill(e, out);
-		rc = 0;
-	}
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
-}
-
-int kv_index_extent_find(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
-			 uint64_t length, struct kv_extent_rec *out)
-{
-	uint64_t h = key_hash(hash, length);
-	struct xent *e;
-	int rc = -ENOENT;
-	size_t i;
-
-	pthread_rwlock_rdlock(&x->lock);
-	i = h & x->ext_by_key.mask;
-	while ((e = htab_next(&x->ext_by_key, h, &i))) {
-		if (e->ext.length == length && memcmp(e->hash, hash, KV_HASH_LEN) == 0) {
-			xent_fill(e, out);
-			rc = 0;
-			break;
-		}
-	}
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
-}
-
-static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
-{
-	struct xent *e = xent_find(x, id);
-	int64_t v;
-
-	if (!e)
-		return -ENOENT;
-	v = (int64_t)e->refcount + delta;
-	if (v < 0 || v > UINT32_MAX) {
-		kv_log(KV_LOG_ERR, "index: extent %" PRIu64 " refcount %" PRIu32
-		       " %+d is out of range", id, e->refcount, delta);
-		return v < 0 ? -EINVAL : -EOVERFLOW;
-	}
-	if (v == 0)
-		xent_drop(x, e);
-	else
-		e->refcount = (uint32_t)v;
-	if (count)
-		*count = (uint32_t)v;
-	return 0;
-}
-
-int kv_index_extent_ref(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
-{
-	int rc;
-
-	pthread_rwlock_wrlock(&x->lock);
-	rc = ref_locked(x, id, delta, count);
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
-}
-
-int kv_index_extent_walk(struct kv_index *x,
-			 int (*fn)(void *arg, const struct kv_extent_rec *r),
-			 void *arg)
-{
-	struct kv_extent_rec rec;
-	struct xent *e;
-	size_t i;
-	int rc = 0;
-
-	pthread_rwlock_rdlock(&x->lock);
-	for (i = 0; i <= x->ext_by_id.mask && rc == 0; i++) {
-		e = x->ext_by_id.slot[i];
-		if (e) {
-			xent_fill(e, &rec);
-			rc = fn(arg, &rec);
-		}
-	}
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
-}
-
 void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 {
 	pthread_rwlock_rdlock(&x->lock);
@@ -988,138 +743,3 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 	pthread_rwlock_unlock(&x->lock);
 }
 
-/* ---- loading from the manifest ---- */
-
-/* Turn an add failure for a manifest row into KV_ERR_CORRUPT, logged. */
-static int load_fail(int rc, const char *what, uint64_t key, const char *name,
-		     uint64_t parent)
-{
-	const char *why;
-
-	switch (rc) {
-	case -ENOMEM:
-		return rc;
-	case -EEXIST:
-		why = "its inode, name or layer number is already taken";
-		break;
-	case -ENOENT:
-		why = "its parent is missing";
-		break;
-	case -ENOTDIR:
-		why = "its parent is of the wrong kind";
-		break;
-	default:
-		why = kv_strerror(rc);
-		break;
-	}
-	kv_log(KV_LOG_ERR, "manifest: %s %" PRIu64 " '%s' (parent %" PRIu64 "): %s",
-	       what, key, name, parent, why);
-	return KV_ERR_CORRUPT;
-}
-
-static int load_model(void *arg, const struct kv_model_rec *r)
-{
-	struct kv_node_info n = { .ino = r->ino, .parent = KV_ROOT_INO,
-				  .kind = KV_KIND_MODEL, .attr = r->attr, .geo = r->geo };
-	int rc;
-
-	memcpy(n.name, r->name, sizeof(n.name));
-	rc = add_locked(arg, &n);
-	return rc ? load_fail(rc, "model", r->ino, r->name, KV_ROOT_INO) : 0;
-}
-
-static int load_layer(void *arg, const struct kv_layer_rec *r)
-{
-	struct kv_node_info n = { .ino = r->ino, .parent = r->model_ino,
-				  .kind = KV_KIND_LAYER, .attr = r->attr, .layer = r->layer };
-	int rc;
-
-	memcpy(n.name, r->name, sizeof(n.name));
-	rc = add_locked(arg, &n);
-	return rc ? load_fail(rc, "layer", r->ino, r->name, r->model_ino) : 0;
-}
-
-static int load_extent(void *arg, const struct kv_extent_rec *r)
-{
-	int rc = xent_put_locked(arg, r);
-
-	if (rc == -ENOMEM)
-		return rc;
-	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "manifest: extent %" PRIu64 ": invalid (%s)", r->id,
-		       kv_strerror(rc));
-		return KV_ERR_CORRUPT;
-	}
-	return 0;
-}
-
-static int load_page(void *arg, const struct kv_page_rec *r)
-{
-	struct kv_index *x = arg;
-	struct kv_node_info n = { .ino = r->ino, .parent = r->layer_ino,
-				  .kind = KV_KIND_PAGE, .attr = r->attr,
-				  .state = KV_PAGE_DURABLE, .size = r->size,
-				  .extent_id = r->extent_id };
-	struct xent *e = xent_find(x, r->extent_id);
-	int rc;
-
-	if (!e || e->ext.length != r->size) {
-		kv_log(KV_LOG_ERR, "manifest: page %" PRIu64 " '%s': extent %" PRIu64 " %s",
-		       r->ino, r->name, r->extent_id,
-		       e ? "has a different length than the page" : "is missing");
-		return KV_ERR_CORRUPT;
-	}
-	n.ext = e->ext;
-	memcpy(n.hash, e->hash, KV_HASH_LEN);
-	memcpy(n.name, r->name, sizeof(n.name));
-	rc = add_locked(x, &n);
-	if (rc)
-		return load_fail(rc, "page", r->ino, r->name, r->layer_ino);
-	e->seen++;
-	return 0;
-}
-
-/* Every extent's refcount must equal the pages found referring to it. */
-static int load_verify(struct kv_index *x)
-{
-	struct xent *e;
-	size_t i;
-	int rc = 0;
-
-	for (i = 0; i <= x->ext_by_id.mask; i++) {
-		e = x->ext_by_id.slot[i];
-		if (!e)
-			continue;
-		if (rc == 0 && e->seen != e->refcount) {
-			kv_log(KV_LOG_ERR, "manifest: extent %" PRIu64 " has refcount %" PRIu32
-			       " but %" PRIu32 " pages refer to it", e->id, e->refcount, e->seen);
-			rc = KV_ERR_CORRUPT;
-		}
-		e->seen = 0;
-	}
-	return rc;
-}
-
-int kv_index_load(struct kv_index *x, struct kv_manifest *m)
-{
-	static const struct kv_manifest_visitor v = {
-		.model = load_model, .layer = load_layer,
-		.extent = load_extent, .page = load_page,
-	};
-	int rc;
-
-	pthread_rwlock_wrlock(&x->lock);
-	if (x->by_ino.n != 1 || x->ext_by_id.n != 0) {
-		kv_log(KV_LOG_ERR, "index: load into an index that is not empty");
-		rc = -EINVAL;
-		goto out;
-	}
-	/* Holding the write lock across the whole load: nobody can use a
-	 * half-loaded index, and each row costs no lock round trip. */
-	rc = kv_manifest_load(m, &v, x);
-	if (rc == 0)
-		rc = load_verify(x);
-out:
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
-}

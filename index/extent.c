@@ -1,0 +1,194 @@
+/*
+ * The index's extent table: extents by id, and a multimap by (XXH3-128,
+ * length) that dedup uses to find candidates. Refcounts count the pages
+ * naming an extent; the table forgets an extent when its count reaches 0.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "index_i.h"
+
+uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length)
+{
+	uint64_t a, b;
+
+	/* XXH3-128 output is already uniform; mixing guards the table against
+	 * a hash that happens to repeat in its first 8 bytes. */
+	memcpy(&a, hash, sizeof(a));
+	memcpy(&b, hash + sizeof(a), sizeof(b));
+	return htab_mix64(a ^ htab_mix64(b ^ length));
+}
+
+struct xent *idx_xent_find(const struct kv_index *x, uint64_t id)
+{
+	uint64_t h = htab_mix64(id);
+	size_t i = h & x->ext_by_id.mask;
+	struct xent *e;
+
+	while ((e = htab_next(&x->ext_by_id, h, &i)))
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
+/* ---- extents ---- */
+
+static void xent_fill(const struct xent *e, struct kv_extent_rec *out)
+{
+	out->id = e->id;
+	out->ext = e->ext;
+	memcpy(out->hash, e->hash, KV_HASH_LEN);
+	out->refcount = e->refcount;
+}
+
+static void xent_drop(struct kv_index *x, struct xent *e)
+{
+	htab_remove(&x->ext_by_id, e);
+	htab_remove(&x->ext_by_key, e);
+	x->st.extents--;
+	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
+	free(e);
+}
+
+static void xent_set(struct kv_index *x, struct xent *e, const struct kv_extent_rec *r)
+{
+	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
+	e->ext = r->ext;
+	memcpy(e->hash, r->hash, KV_HASH_LEN);
+	e->refcount = r->refcount;
+	x->st.extent_bytes += kv_extent_footprint(&e->ext);
+}
+
+int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r)
+{
+	struct xent *e;
+	int rc;
+
+	if (r->id == 0 || r->ext.length == 0 || r->ext.offset % KV_ALIGN ||
+	    r->refcount == 0)
+		return -EINVAL;
+	e = idx_xent_find(x, r->id);
+	if (e) {
+		/* Out of the key table while its key changes; re-adding cannot
+		 * grow the table. */
+		htab_remove(&x->ext_by_key, e);
+		xent_set(x, e, r);
+		htab_insert(&x->ext_by_key, e);
+		return 0;
+	}
+	if ((rc = htab_reserve(&x->ext_by_id, 1)) || (rc = htab_reserve(&x->ext_by_key, 1)))
+		return rc;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->id = r->id;
+	xent_set(x, e, r);
+	htab_insert(&x->ext_by_id, e);
+	htab_insert(&x->ext_by_key, e);
+	x->st.extents++;
+	if (e->id >= x->next_ext)
+		x->next_ext = e->id + 1;
+	return 0;
+}
+
+int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	rc = idx_xent_put_locked(x, r);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *out)
+{
+	struct xent *e;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&x->lock);
+	e = idx_xent_find(x, id);
+	if (e) {
+		xent_fill(e, out);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_extent_find(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
+			 uint64_t length, struct kv_extent_rec *out)
+{
+	uint64_t h = idx_key_hash(hash, length);
+	struct xent *e;
+	int rc = -ENOENT;
+	size_t i;
+
+	pthread_rwlock_rdlock(&x->lock);
+	i = h & x->ext_by_key.mask;
+	while ((e = htab_next(&x->ext_by_key, h, &i))) {
+		if (e->ext.length == length && memcmp(e->hash, hash, KV_HASH_LEN) == 0) {
+			xent_fill(e, out);
+			rc = 0;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
+{
+	struct xent *e = idx_xent_find(x, id);
+	int64_t v;
+
+	if (!e)
+		return -ENOENT;
+	v = (int64_t)e->refcount + delta;
+	if (v < 0 || v > UINT32_MAX) {
+		kv_log(KV_LOG_ERR, "index: extent %" PRIu64 " refcount %" PRIu32
+		       " %+d is out of range", id, e->refcount, delta);
+		return v < 0 ? -EINVAL : -EOVERFLOW;
+	}
+	if (v == 0)
+		xent_drop(x, e);
+	else
+		e->refcount = (uint32_t)v;
+	if (count)
+		*count = (uint32_t)v;
+	return 0;
+}
+
+int kv_index_extent_ref(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	rc = ref_locked(x, id, delta, count);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+int kv_index_extent_walk(struct kv_index *x,
+			 int (*fn)(void *arg, const struct kv_extent_rec *r),
+			 void *arg)
+{
+	struct kv_extent_rec rec;
+	struct xent *e;
+	size_t i;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&x->lock);
+	for (i = 0; i <= x->ext_by_id.mask && rc == 0; i++) {
+		e = x->ext_by_id.slot[i];
+		if (e) {
+			xent_fill(e, &rec);
+			rc = fn(arg, &rec);
+		}
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+

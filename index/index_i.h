@@ -1,0 +1,87 @@
+/*
+ * Private to index/: the node and extent records of the in-memory index and
+ * the helpers its files share (index.c: namespace; extent.c: extent table;
+ * load.c: filling it from the manifest). Every function here expects the
+ * caller to hold kv_index.lock as its name says (_locked: for writing).
+ */
+#ifndef KV_INDEX_I_H
+#define KV_INDEX_I_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "htab.h"
+#include "index.h"
+
+struct node;
+
+struct page_data {
+	uint64_t size;
+	uint64_t extent_id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+};
+
+struct dir_data {
+	struct node *first, *last;   /* children, oldest first */
+	uint64_t nchildren;
+	struct kv_geometry *geo;     /* models only (separate: pages must stay small) */
+	uint32_t layer;              /* layers only */
+};
+
+/*
+ * 128 bytes + name on LP64; millions of these exist, so fields are packed by
+ * hand (attr is not a struct kv_obj_attr: that one carries 4 bytes of padding
+ * and a 32-bit mode where permission bits need 12).
+ */
+struct node {
+	uint64_t ino;
+	struct node *parent;          /* NULL for the root */
+	struct node *prev, *next;     /* siblings in parent's child list */
+	uint32_t nhash;               /* hash of (parent ino, name) for by_name */
+	uint32_t uid, gid;
+	uint16_t mode;                /* permission bits */
+	uint8_t kind;                 /* enum kv_kind */
+	uint8_t state;                /* enum kv_page_state, pages */
+	int64_t ctime_ns, mtime_ns;
+	int64_t atime_ns;             /* __atomic: KV_UPD_ATIME runs under the read lock */
+	union {
+		struct page_data p;
+		struct dir_data d;
+	} u;
+	char name[];
+};
+
+_Static_assert(sizeof(void *) != 8 || sizeof(struct node) == 128,
+	       "a page node should stay at 128 bytes + name");
+
+struct xent {
+	uint64_t id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+	uint32_t refcount;
+	uint32_t seen;                /* kv_index_load: pages found referring to it */
+};
+
+struct kv_index {
+	pthread_rwlock_t lock;
+	struct htab by_ino;           /* struct node *, all nodes */
+	struct htab by_name;          /* struct node *, all but the root */
+	struct htab ext_by_id;        /* struct xent * */
+	struct htab ext_by_key;       /* struct xent *, by (hash, length), multimap */
+	struct node *root;
+	uint64_t next_ino;            /* above every inode added or handed out */
+	uint64_t next_ext;
+	struct kv_index_stats st;
+};
+
+
+/* Hash of an extent's (checksum, length) key, for ext_by_key. */
+uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length);
+struct xent *idx_xent_find(const struct kv_index *x, uint64_t id);
+/* Insert or update an extent record. */
+int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r);
+/* Add a node after validating it (kv_index_add without the lock). */
+int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
+
+#endif
