@@ -470,7 +470,7 @@ static void free_extents(struct kvfs *fs, struct op *batch)
 	for (o = batch; o; o = o->next) {
 		if (!o->free_extent)
 			continue;
-		rc = kv_extent_free(fs->store, &o->node.ext);
+		rc = kvfs_extent_release(fs, &o->node.ext);
 		if (rc < 0)
 			kv_log(KV_LOG_ERR, "freeing extent of page %s (inode %llu): %s",
 			       o->node.name, (unsigned long long)o->node.ino,

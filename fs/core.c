@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvfs_i.h"
+#include "region.h"
 
 int64_t kvfs_now_ns(void)
 {
@@ -172,7 +173,7 @@ void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l)
 	if (l->free_on_close) {
 		/* The manifest already forgot this page (see kvfs_page_forget);
 		 * the last reader is gone, so the bytes may be reused now. */
-		rc = kv_extent_free(fs->store, &l->info.ext);
+		rc = kvfs_extent_release(fs, &l->info.ext);
 		if (rc < 0)
 			kv_log(KV_LOG_ERR, "freeing extent of unlinked page %s: %s",
 			       l->info.name, kv_strerror(rc));
@@ -427,6 +428,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 		kvfs_opts_default(&fs->opts);
 	pthread_mutex_init(&fs->ns_lock, NULL);
 	pthread_cond_init(&fs->seal_cv, NULL);
+	kvfs_pins_init(&fs->pins);
 	*out = fs;
 	return 0;
 }
@@ -435,6 +437,9 @@ static void fs_free(struct kvfs *fs)
 {
 	size_t i;
 
+	kvfs_regions_stop(fs->regions);
+	if (fs->store)
+		kvfs_pins_fini(fs);
 	for (i = 0; i < fs->live_buckets; i++) {
 		while (fs->live[i]) {
 			struct kvfs_live *l = fs->live[i];
@@ -494,6 +499,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		goto fail;
 	rc = recover_space(fs);
+	if (rc == 0)
+		rc = kvfs_regions_start(&fs->regions);
 	if (rc < 0)
 		goto fail;
 	rc = kvfs_commit_start(fs);

@@ -61,6 +61,20 @@ struct kvfs_live {
 };
 
 struct kvfs_commit;
+struct kvfs_regions;
+
+/* Extent pins of fast-path batches (fs/pin.c). */
+struct kvfs_pin {
+	uint64_t seq;
+	struct kvfs_pin *prev, *next;
+};
+struct kvfs_deferred;
+struct kvfs_pins {
+	pthread_mutex_t lock;
+	uint64_t seq;                    /* last batch begun */
+	struct kvfs_pin *head, *tail;    /* running batches, oldest first */
+	struct kvfs_deferred *dhead, *dtail;  /* frees waiting for them */
+};
 
 struct kvfs_stats {
 	atomic_uint_fast64_t pages_sealed;
@@ -70,6 +84,10 @@ struct kvfs_stats {
 	atomic_uint_fast64_t bytes_read_disk;
 	atomic_uint_fast64_t bytes_read_ram;
 	atomic_uint_fast64_t checksum_failures;
+	atomic_uint_fast64_t fast_batches;      /* fast-path READ calls */
+	atomic_uint_fast64_t fast_pages;        /* pages delivered by them */
+	atomic_uint_fast64_t bytes_read_fast;
+	atomic_uint_fast64_t fast_bounced;      /* pages copied through a bounce buffer */
 };
 
 struct kvfs {
@@ -87,6 +105,9 @@ struct kvfs {
 	struct kvfs_live **live;      /* hash by ino (ns_lock) */
 	size_t live_buckets, nlive;
 	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
+
+	struct kvfs_pins pins;
+	struct kvfs_regions *regions;  /* fast-path shared memory */
 
 	struct kvfs_stats st;
 };
@@ -145,6 +166,18 @@ uint64_t kvfs_commit_mark(struct kvfs *fs);
 /* Wait until every operation queued before this call is durable. 0, or -EIO
  * if one queued after mark could not be made durable. */
 int kvfs_commit_wait_all(struct kvfs *fs, uint64_t mark);
+
+/* ---- fast-path pins (fs/pin.c) ---- */
+void kvfs_pins_init(struct kvfs_pins *p);
+/* Free whatever is still deferred (no batch may be running). */
+void kvfs_pins_fini(struct kvfs *fs);
+/* A batch is about to resolve names to extents and read them. */
+void kvfs_pin_begin(struct kvfs *fs, struct kvfs_pin *pin);
+void kvfs_pin_end(struct kvfs *fs, struct kvfs_pin *pin);
+/* Free an extent no manifest row refers to any more, once no batch that
+ * may have resolved it is running. Returns kv_extent_free's result, or 0
+ * when deferred (-ENOMEM: not deferred; the space leaks until remount). */
+int kvfs_extent_release(struct kvfs *fs, const struct kv_extent *e);
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);

@@ -91,6 +91,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
+	/* The fast path's ioctls are issued on model directories. */
+	if (conn->capable & FUSE_CAP_IOCTL_DIR)
+		conn->want |= FUSE_CAP_IOCTL_DIR;
 	conn->max_write = 1 << 20;
 	conn->max_read = 1 << 20;
 	if (conn->max_readahead > 1 << 20)
@@ -616,15 +619,6 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	kvfs_reply_err(req, -EPERM);
 }
 
-static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
-		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
-		     size_t in_bufsz, size_t out_bufsz)
-{
-	(void)ino; (void)cmd; (void)arg; (void)fi; (void)flags;
-	(void)in_buf; (void)in_bufsz; (void)out_bufsz;
-	kvfs_reply_err(req, -ENOTTY);
-}
-
 const struct fuse_lowlevel_ops kvfs_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
@@ -654,5 +648,5 @@ const struct fuse_lowlevel_ops kvfs_ops = {
 	.listxattr = kvfs_op_listxattr,
 	.setxattr = kvfs_op_setxattr,
 	.removexattr = kvfs_op_removexattr,
-	.ioctl = op_ioctl,
+	.ioctl = kvfs_op_ioctl,
 };

@@ -48,6 +48,11 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		   struct fuse_file_info *fi);
 int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
 
+/* fs/fastpath.c */
+void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		   struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		   size_t in_bufsz, size_t out_bufsz);
+
 /* fs/xattr.c */
 void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
 void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);

@@ -1,0 +1,133 @@
+/*
+ * kvfs fast-path ABI: the ioctls an engine issues on a kvfs mount, and the
+ * descriptors it places in shared memory. Stable, versioned, and the only
+ * header an engine needs to talk to the daemon without libkvfs.
+ *
+ * Every ioctl is issued on a file descriptor of a MODEL DIRECTORY of a
+ * mounted kvfs (open(MOUNT/model, O_RDONLY | O_DIRECTORY)); on any other
+ * kind of file it fails with ENOTTY. Layers in descriptors are numbers of
+ * that model's layer directories; handles are that model's pages.
+ *
+ * Flow:
+ *   1. Create shared memory (memfd_create, or a file under /dev/shm) that the
+ *      caller owns, opened read-write, and register it:
+ *      KVFS_IOC_REGION_REGISTER maps it in the daemon and returns a region id.
+ *      Only the registering process (same uid and same thread group) can use
+ *      the id; it is unregistered by KVFS_IOC_REGION_UNREGISTER or when that
+ *      process exits.
+ *   2. Place an array of struct kvfs_page_desc (and the page names they
+ *      point at) in the region.
+ *   3. KVFS_IOC_LOOKUP fills each descriptor's handle, size and status
+ *      without reading data and reports the prefix hit length.
+ *      KVFS_IOC_READ reads each page into its destination range of the
+ *      region (io_uring, O_DIRECT where the destination allows it) and
+ *      verifies its checksum; each descriptor gets its own status.
+ *
+ * Whole-call errors (ioctl returns -1 and sets errno):
+ *   ENOTTY   not a model directory of kvfs, or unknown command
+ *   EPROTO   abi != KVFS_ABI_VERSION
+ *   EINVAL   unknown flags, nonzero reserved fields, count 0, descriptor
+ *            array misaligned (desc_off % 8), group 0 or not dividing count
+ *   E2BIG    count > KVFS_BATCH_MAX
+ *   ERANGE   the descriptor array does not lie inside the region
+ *   ENOENT   no region with this id
+ *   EPERM    the region belongs to another process or uid
+ *   EFAULT   the region's memory became inaccessible (the file was shrunk);
+ *            the region stays unusable: unregister it
+ * Per-descriptor status (kvfs_page_desc.status, 0 or -errno):
+ *   -ENOENT        no such layer or page (or a handle that no longer exists)
+ *   -EBUSY         the page is still being written
+ *   -EACCES        open(2) of the page for reading would be refused
+ *   -ENAMETOOLONG  name_len > KVFS_NAME_MAX;  -EINVAL: empty name, '/',
+ *                  "." or "..", a name and handle both missing, reserved != 0
+ *   -ERANGE        name or destination not inside the region
+ *   -EINVAL        destination overlaps another descriptor's destination,
+ *                  the descriptor array, or a name (reads only)
+ *   -ENOBUFS       dst_len smaller than the page (bytes = the page size)
+ *   -EIO           the device failed, or the stored checksum did not match
+ *                  (the destination range is then zeroed: no wrong bytes)
+ *   -EFAULT        the destination memory was not accessible
+ */
+#ifndef KVFS_IOCTL_H
+#define KVFS_IOCTL_H
+
+#include <stdint.h>
+#include <sys/ioctl.h>
+
+#define KVFS_ABI_VERSION 1u
+#define KVFS_NAME_MAX 255u           /* longest page name, bytes */
+#define KVFS_BATCH_MAX (1u << 20)    /* most descriptors per call */
+#define KVFS_REGIONS_PER_PROCESS 64u
+
+/* KVFS_IOC_REGION_REGISTER / _UNREGISTER argument. */
+struct kvfs_region_arg {
+	uint32_t abi;         /* KVFS_ABI_VERSION */
+	uint32_t flags;       /* 0 */
+	int32_t fd;           /* register: the caller's fd of the memory */
+	uint32_t reserved0;   /* 0 */
+	uint64_t length;      /* register: bytes to map from offset 0, 0 = the
+	                       * whole file; out: the mapped length */
+	uint64_t region_id;   /* register: out; unregister: in */
+	uint64_t reserved[2]; /* 0 */
+};
+
+/*
+ * One page of a batch, in the region. Inputs are never modified by the
+ * daemon; outputs are written back when the call returns.
+ */
+struct kvfs_page_desc {
+	uint64_t handle;      /* in (read): page handle from LOOKUP, or 0 to use
+	                       * layer + name; out (lookup): the handle, 0 if absent */
+	uint64_t name_off;    /* in: region offset of the name (no NUL needed) */
+	uint32_t name_len;    /* in: bytes */
+	uint32_t layer;       /* in: layer number in this model */
+	uint64_t dst_off;     /* in (read): region offset of the destination */
+	uint64_t dst_len;     /* in (read): destination bytes (>= page size;
+	                       * bytes beyond the page, up to the next 4 KiB
+	                       * boundary, may be overwritten with zeros) */
+	int32_t status;       /* out: 0 or -errno */
+	uint32_t out_flags;   /* out: KVFS_DESC_* */
+	uint64_t bytes;       /* out: page size in bytes */
+	uint64_t reserved;    /* in: 0 */
+};
+
+/* out_flags */
+#define KVFS_DESC_RAM     (1u << 0)   /* served from RAM (not yet on disk) */
+#define KVFS_DESC_BOUNCED (1u << 1)   /* destination not O_DIRECT-usable: copied */
+
+/* KVFS_IOC_READ / KVFS_IOC_LOOKUP argument. */
+struct kvfs_batch_arg {
+	uint32_t abi;         /* KVFS_ABI_VERSION */
+	uint32_t flags;       /* 0 */
+	uint64_t region_id;
+	uint64_t desc_off;    /* region offset of the descriptor array, 8-aligned */
+	uint32_t count;       /* descriptors, 1..KVFS_BATCH_MAX */
+	uint32_t group;       /* lookup: descriptors per block (e.g. one per
+	                       * layer); 0 or 1 = every descriptor is a block.
+	                       * read: 0 */
+	uint32_t done;        /* out: read: descriptors with status 0;
+	                       * lookup: leading blocks whose descriptors all
+	                       * exist (the prefix hit length, in blocks) */
+	uint32_t failed;      /* out: descriptors with status != 0 */
+	uint64_t bytes;       /* out: payload bytes delivered (read) or found (lookup) */
+	uint64_t reserved[2]; /* 0 */
+};
+
+#define KVFS_IOC_MAGIC 0xCF
+#define KVFS_IOC_REGION_REGISTER   _IOWR(KVFS_IOC_MAGIC, 1, struct kvfs_region_arg)
+#define KVFS_IOC_REGION_UNREGISTER _IOW(KVFS_IOC_MAGIC, 2, struct kvfs_region_arg)
+#define KVFS_IOC_READ              _IOWR(KVFS_IOC_MAGIC, 3, struct kvfs_batch_arg)
+#define KVFS_IOC_LOOKUP            _IOWR(KVFS_IOC_MAGIC, 4, struct kvfs_batch_arg)
+
+/* The layout is part of the ABI: any change is a new KVFS_ABI_VERSION. */
+#ifdef __cplusplus
+static_assert(sizeof(struct kvfs_region_arg) == 48, "kvfs_region_arg size");
+static_assert(sizeof(struct kvfs_page_desc) == 64, "kvfs_page_desc size");
+static_assert(sizeof(struct kvfs_batch_arg) == 64, "kvfs_batch_arg size");
+#else
+_Static_assert(sizeof(struct kvfs_region_arg) == 48, "kvfs_region_arg size");
+_Static_assert(sizeof(struct kvfs_page_desc) == 64, "kvfs_page_desc size");
+_Static_assert(sizeof(struct kvfs_batch_arg) == 64, "kvfs_batch_arg size");
+#endif
+
+#endif
