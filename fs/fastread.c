@@ -2,9 +2,10 @@
  * The data side of a fast-path READ: pages resolved by fastpath.c are read
  * from their extents by the store's io_uring, O_DIRECT, straight into the
  * engine's region when the destination is 4 KiB aligned and holds the
- * whole footprint, else through a bounce buffer. Reads go out in windows of
- * up to WIN_IOS pages, two windows in flight, so the device always has the
- * next window queued while this thread verifies the previous one.
+ * whole footprint, else through a bounce buffer. Pages go to
+ * kv_store_read_many in chunks; it keeps the store's queue depth of them on
+ * the device from this thread, with no hand-off to the I/O thread, and each
+ * page is verified as soon as it lands while the next are still in flight.
  *
  * Every page is checked against its XXH3-128 before its status says 0; a
  * page that fails has its destination zeroed, so the engine never finds
@@ -17,39 +18,17 @@
 
 #include "fastpath.h"
 
-#define WIN_IOS 64
-#define WIN_BOUNCE_MAX (64ull << 20)   /* bounce bytes per window */
+#define CHUNK_PAGES 1024
+#define CHUNK_BOUNCE_MAX (64ull << 20)   /* bounce bytes per chunk */
 
-struct window {
-	struct kvfs_io_wait {
-		pthread_mutex_t lock;
-		pthread_cond_t cv;
-		bool done;
-	} wait;
-	struct kv_io io[WIN_IOS];
-	struct fp_page *pg[WIN_IOS];
-	void *bounce[WIN_IOS];
+/* Pages handed to the store in one kv_store_read_many call. */
+struct chunk {
+	struct fp_batch *b;
+	struct kv_io io[CHUNK_PAGES];
+	struct fp_page *pg[CHUNK_PAGES];
+	void *bounce[CHUNK_PAGES];
 	unsigned n;
-	int submit_rc;
 };
-
-static void window_done(void *arg)
-{
-	struct window *w = arg;
-
-	pthread_mutex_lock(&w->wait.lock);
-	w->wait.done = true;
-	pthread_cond_signal(&w->wait.cv);
-	pthread_mutex_unlock(&w->wait.lock);
-}
-
-static void window_wait(struct window *w)
-{
-	pthread_mutex_lock(&w->wait.lock);
-	while (!w->wait.done)
-		pthread_cond_wait(&w->wait.cv, &w->wait.lock);
-	pthread_mutex_unlock(&w->wait.lock);
-}
 
 /* Can this page's footprint land in its destination directly? */
 static bool direct_ok(const struct fp_batch *b, const struct fp_page *p)
@@ -60,18 +39,17 @@ static bool direct_ok(const struct fp_batch *b, const struct fp_page *p)
 	       d->dst_len >= kv_extent_footprint(&p->ext);
 }
 
-/* Fill w with the next disk pages from *next and submit it. */
-static void window_submit(struct fp_batch *b, struct window *w,
-			  struct fp_page *pages, uint32_t n, uint32_t *next)
+/* Fill c with the next disk pages from *next. */
+static void chunk_fill(struct chunk *c, struct fp_page *pages, uint32_t n,
+		       uint32_t *next)
 {
+	struct fp_batch *b = c->b;
 	uint64_t bounced = 0;
 
-	w->n = 0;
-	w->submit_rc = 0;
-	w->wait.done = false;
-	while (*next < n && w->n < WIN_IOS && bounced < WIN_BOUNCE_MAX) {
+	c->n = 0;
+	while (*next < n && c->n < CHUNK_PAGES && bounced < CHUNK_BOUNCE_MAX) {
 		struct fp_page *p = &pages[(*next)++];
-		struct kv_io *io = &w->io[w->n];
+		struct kv_io *io = &c->io[c->n];
 		uint64_t fp = kv_extent_footprint(&p->ext);
 
 		if (p->src != FP_DISK)
@@ -79,27 +57,20 @@ static void window_submit(struct fp_batch *b, struct window *w,
 		memset(io, 0, sizeof(*io));
 		io->op = KV_IO_READ;
 		io->ext = p->ext;
-		w->bounce[w->n] = NULL;
+		c->bounce[c->n] = NULL;
 		if (direct_ok(b, p)) {
 			io->buf = b->r->base + b->d[p->idx].dst_off;
 		} else {
-			w->bounce[w->n] = kv_buf_alloc(fp);
-			if (!w->bounce[w->n]) {
+			c->bounce[c->n] = kv_buf_alloc(fp);
+			if (!c->bounce[c->n]) {
 				b->status[p->idx] = -ENOMEM;
 				continue;
 			}
-			io->buf = w->bounce[w->n];
+			io->buf = c->bounce[c->n];
 			bounced += fp;
 		}
-		w->pg[w->n++] = p;
+		c->pg[c->n++] = p;
 	}
-	if (w->n == 0) {
-		w->wait.done = true;
-		return;
-	}
-	w->submit_rc = kv_store_io_async(b->fs->store, w->io, w->n, window_done, w);
-	if (w->submit_rc < 0)
-		w->wait.done = true;
 }
 
 /* A page failed: no byte of it may remain where the engine looks. */
@@ -113,12 +84,12 @@ static void fail_page(struct fp_batch *b, const struct fp_page *p, int32_t err)
 }
 
 /* Verify one completed read and deliver it; the page's final status. */
-static int32_t finish_page(struct fp_batch *b, struct window *w, unsigned k)
+static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 {
-	struct fp_page *p = w->pg[k];
+	struct fp_page *p = c->pg[k];
 	const struct kvfs_page_desc *d = &b->d[p->idx];
 	uint8_t h[KV_HASH_LEN];
-	int rc = w->submit_rc ? w->submit_rc : w->io[k].res;
+	int rc = c->io[k].res;
 
 	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "fast path: page inode %" PRIu64 " (segment %u of stripe %u, offset %" PRIu64 "): read failed: %s",
@@ -126,12 +97,12 @@ static int32_t finish_page(struct fp_batch *b, struct window *w, unsigned k)
 		       kv_strerror(rc));
 		return rc == -EFAULT ? -EFAULT : -EIO;
 	}
-	if (w->bounce[k]) {
-		kv_hash128(w->bounce[k], p->size, h);
+	if (c->bounce[k]) {
+		kv_hash128(c->bounce[k], p->size, h);
 		if (memcmp(h, p->hash, KV_HASH_LEN) == 0) {
 			b->out_flags[p->idx] |= KVFS_DESC_BOUNCED;
 			atomic_fetch_add(&b->fs->st.fast_bounced, 1);
-			return kvfs_region_store(b->r, d->dst_off, w->bounce[k], p->size);
+			return kvfs_region_store(b->r, d->dst_off, c->bounce[k], p->size);
 		}
 	} else {
 		rc = kvfs_region_hash(b->r, d->dst_off, p->size, h);
@@ -146,19 +117,19 @@ static int32_t finish_page(struct fp_batch *b, struct window *w, unsigned k)
 	return -EIO;
 }
 
-static void window_finish(struct fp_batch *b, struct window *w)
+/* Runs as each read completes, while later ones are still on the device. */
+static void page_done(void *arg, struct kv_io *io)
 {
-	for (unsigned k = 0; k < w->n; k++) {
-		int32_t rc = finish_page(b, w, k);
+	struct chunk *c = arg;
+	unsigned k = (unsigned)(io - c->io);
+	int32_t rc = finish_page(c->b, c, k);
 
-		if (rc < 0)
-			fail_page(b, w->pg[k], rc);
-		else
-			b->a.bytes += w->pg[k]->size;
-		free(w->bounce[k]);
-		w->bounce[k] = NULL;
-	}
-	w->n = 0;
+	if (rc < 0)
+		fail_page(c->b, c->pg[k], rc);
+	else
+		c->b->a.bytes += c->pg[k]->size;
+	free(c->bounce[k]);
+	c->bounce[k] = NULL;
 }
 
 /* Pages still in RAM (sealed, commit pending) are copied from there. */
@@ -185,31 +156,21 @@ static void copy_ram_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n
 
 void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 {
-	struct window *w = calloc(2, sizeof(*w));
+	struct chunk *c = malloc(sizeof(*c));
 	uint32_t next = 0;
-	unsigned cur = 0;
 
 	copy_ram_pages(b, pages, n);
-	if (!w) {
+	if (!c) {
 		for (uint32_t i = 0; i < n; i++)
 			if (pages[i].src == FP_DISK)
 				b->status[pages[i].idx] = -ENOMEM;
 		return;
 	}
-	for (int k = 0; k < 2; k++) {
-		pthread_mutex_init(&w[k].wait.lock, NULL);
-		pthread_cond_init(&w[k].wait.cv, NULL);
-		window_submit(b, &w[k], pages, n, &next);
-	}
-	while (w[0].n || w[1].n) {
-		window_wait(&w[cur]);
-		window_finish(b, &w[cur]);
-		window_submit(b, &w[cur], pages, n, &next);
-		cur ^= 1;
-	}
-	for (int k = 0; k < 2; k++) {
-		pthread_mutex_destroy(&w[k].wait.lock);
-		pthread_cond_destroy(&w[k].wait.cv);
-	}
-	free(w);
+	c->b = b;
+	do {
+		chunk_fill(c, pages, n, &next);
+		if (c->n)
+			kv_store_read_many(b->fs->store, c->io, c->n, page_done, c);
+	} while (next < n);
+	free(c);
 }

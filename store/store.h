@@ -186,6 +186,21 @@ int kv_store_io_async(struct kv_store *s, struct kv_io *ios, unsigned n,
 int kv_store_io(struct kv_store *s, struct kv_io *ios, unsigned n);
 
 /*
+ * Read n extents on the calling thread, without the I/O thread: a ring
+ * owned by this thread keeps up to the store's queue depth of them on the
+ * device, and each(arg, io) runs here as each one completes (io->res set:
+ * 0 or -errno, short reads already retried), so the caller can check one
+ * page while the next are still being read. For a caller that waits for a
+ * whole batch anyway (the fast path) this is what a raw io_uring reader
+ * does, with no hand-off per batch. Every io gets its each() call, even
+ * malformed ones (-EINVAL). Returns once all have completed. Falls back to
+ * the I/O thread's queue where no ring can be had. Thread-safe; reads
+ * still precede queued writes, as on the queue.
+ */
+void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
+			void (*each)(void *arg, struct kv_io *io), void *arg);
+
+/*
  * Make the data of these extents durable: one fdatasync per distinct segment
  * file, issued in parallel through the ring. Waits. A segment already
  * removed (all its extents freed) is skipped. Returns the first fdatasync

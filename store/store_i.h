@@ -138,6 +138,12 @@ void engine_stop(struct kv_store *s);
 /* Read one io synchronously on the calling thread's own ring (falls back to
  * the I/O thread's queue). 0 or -errno, also left in io->res. */
 int store_read_sync(struct kv_store *s, struct kv_io *io);
+/* 0, or -EINVAL with a log line for an io the store cannot issue. */
+int store_io_check(const struct kv_store *s, const struct kv_io *io);
+/* The result an armed fault turns res into (see kv_store_fault_arm). */
+int store_fault_apply(struct engine *g, unsigned opbit, int res, unsigned asked);
+/* Running under valgrind, whose lock io_uring_enter would hold forever. */
+bool store_under_valgrind(void);
 
 /* ---- store.c ---- */
 uint64_t now_ns(void);

@@ -243,7 +243,7 @@ static void fill(struct engine *g, struct kv_io **failed)
 }
 
 /* Apply an armed fault to one completion; returns the result to use. */
-static int fault_apply(struct engine *g, unsigned opbit, int res,
+int store_fault_apply(struct engine *g, unsigned opbit, int res,
 		       unsigned asked)
 {
 	unsigned short_len;
@@ -305,7 +305,7 @@ static void handle_io(struct kv_store *s, struct kv_io *io, int res)
 	unsigned asked = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
 
 	g->inflight--;
-	res = fault_apply(g, 1u << io->op, res, asked);
+	res = store_fault_apply(g, 1u << io->op, res, asked);
 	if (res == -EAGAIN || res == -EINTR) {
 		list_push(&g->retry_head, &g->retry_tail, io);
 		return;
@@ -339,7 +339,7 @@ static void handle_fsync(struct kv_store *s, struct fsync_req *r, int res)
 	struct segment *seg = r->seg;
 
 	g->inflight--;
-	res = fault_apply(g, KV_FAULT_FSYNC, res, 0);
+	res = store_fault_apply(g, KV_FAULT_FSYNC, res, 0);
 	if (res == -EAGAIN || res == -EINTR) {
 		pthread_mutex_lock(&g->qlock);
 		r->next = g->fq;
@@ -381,7 +381,7 @@ static void handle_cqe(struct kv_store *s, uint64_t data, int res)
  * Under valgrind the thread instead sleeps in read(2) on an eventfd the
  * kernel signals for every completion; production never takes this path.
  */
-static bool under_valgrind(void)
+bool store_under_valgrind(void)
 {
 	const char *p = getenv("LD_PRELOAD");
 
@@ -481,7 +481,7 @@ int engine_start(struct kv_store *s, unsigned qd)
 		goto fail_efd;
 	}
 	g->cq_efd = -1;
-	if (under_valgrind()) {
+	if (store_under_valgrind()) {
 		g->cq_efd = eventfd(0, EFD_CLOEXEC);
 		rc = g->cq_efd < 0 ? -errno :
 			io_uring_register_eventfd(&g->ring, g->cq_efd);
@@ -539,7 +539,7 @@ void engine_stop(struct kv_store *s)
 
 /* ---- submission ---- */
 
-static int io_check(const struct kv_store *s, const struct kv_io *io)
+int store_io_check(const struct kv_store *s, const struct kv_io *io)
 {
 	const struct kv_extent *e = &io->ext;
 	const char *why = NULL;
@@ -598,7 +598,7 @@ int kv_store_io_async(struct kv_store *s, struct kv_io *ios, unsigned n,
 	if (n == 0 || !ios || !done)
 		return -EINVAL;
 	for (unsigned i = 0; i < n; i++) {
-		rc = io_check(s, &ios[i]);
+		rc = store_io_check(s, &ios[i]);
 		if (rc)
 			return rc;
 	}
@@ -794,7 +794,7 @@ static struct io_uring *direct_ring(void)
 	struct io_uring *r;
 
 	pthread_once(&direct_once, direct_key_create);
-	if (!direct_key_ok || under_valgrind())
+	if (!direct_key_ok || store_under_valgrind())
 		return NULL;
 	r = pthread_getspecific(direct_key);
 	if (r)
@@ -835,7 +835,7 @@ static int direct_once_io(struct kv_store *s, struct io_uring *r, int fd,
 	rc = io_uring_wait_cqe(r, &cqe);
 	if (rc < 0)
 		return rc;
-	rc = fault_apply(&s->eng, 1u << KV_IO_READ, cqe->res, n);
+	rc = store_fault_apply(&s->eng, 1u << KV_IO_READ, cqe->res, n);
 	io_uring_cqe_seen(r, cqe);
 	return rc;
 }
@@ -850,7 +850,7 @@ static int read_direct(struct kv_store *s, struct kv_io *io)
 
 	if (!r)
 		return -ENOSYS;
-	rc = io_check(s, io);
+	rc = store_io_check(s, io);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&s->lock);

@@ -219,6 +219,95 @@ static void test_fault_short(void **state)
 	kv_store_close(s);
 }
 
+/* kv_store_read_many: every io gets exactly one callback, on this thread,
+ * with its own result; short and interrupted reads are retried; a failure
+ * fails only its io; malformed ios are reported through the callback. */
+struct many_seen {
+	pthread_t self;
+	struct kv_io *base;
+	unsigned calls[64];
+	bool other_thread;
+};
+
+static void on_each(void *arg, struct kv_io *io)
+{
+	struct many_seen *m = arg;
+
+	m->calls[io->res == 0 ? (unsigned)(io - m->base) : 63]++;
+	if (!pthread_equal(pthread_self(), m->self))
+		m->other_thread = true;
+}
+
+static void test_read_many(void **state)
+{
+	enum { N = 40 };
+	struct kv_io w[N], r[N];
+	struct many_seen m = { .self = pthread_self(), .base = r };
+	struct kv_store *s;
+	struct tstore t;
+
+	tstore_init(&t, "many", 2, 4 * MIB);
+	t.o.queue_depth = 8;    /* fewer ring slots than reads */
+	s = tstore_open(&t);
+	memset(w, 0, sizeof(w));
+	memset(r, 0, sizeof(r));
+	for (unsigned i = 0; i < N; i++) {
+		uint64_t len = 4096 + (i * 7919u) % (100 * 1024);
+
+		assert_int_equal(kv_extent_alloc(s, len, &w[i].ext), 0);
+		w[i].op = KV_IO_WRITE;
+		w[i].buf = kv_buf_alloc(len);
+		fill_pattern(w[i].buf, len, i);
+		r[i].op = KV_IO_READ;
+		r[i].ext = w[i].ext;
+		r[i].buf = kv_buf_alloc(len);
+	}
+	assert_int_equal(kv_store_io(s, w, N), 0);
+	capture_start();
+	kv_store_fault_arm(s, 1u << KV_IO_READ, 3, 0);        /* a short read */
+	kv_store_read_many(s, r, N, on_each, &m);
+	for (unsigned i = 0; i < N; i++) {
+		assert_int_equal(r[i].res, 0);
+		assert_memory_equal(r[i].buf, w[i].buf, r[i].ext.length);
+		memset(r[i].buf, 0, r[i].ext.length);
+	}
+	kv_store_fault_arm(s, 1u << KV_IO_READ, 5, -EINTR);   /* retried */
+	memset(m.calls, 0, sizeof(m.calls));
+	kv_store_read_many(s, r, N, on_each, &m);
+	for (unsigned i = 0; i < N; i++) {
+		assert_int_equal(r[i].res, 0);
+		assert_memory_equal(r[i].buf, w[i].buf, r[i].ext.length);
+	}
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(m.calls[i], 1);
+	assert_int_equal(m.calls[63], 0);
+	assert_false(m.other_thread);
+
+	/* One failing read fails alone; a malformed io is reported, not issued. */
+	memset(m.calls, 0, sizeof(m.calls));
+	r[7].buf = (char *)r[7].buf + 1;
+	kv_store_fault_arm(s, 1u << KV_IO_READ, 2, -EIO);
+	kv_store_read_many(s, r, N, on_each, &m);
+	capture_stop();
+	r[7].buf = (char *)r[7].buf - 1;
+	assert_int_equal(r[7].res, -EINVAL);
+	assert_int_equal(m.calls[63], 2);
+	for (unsigned i = 0, failed = 0; i < N; i++) {
+		if (r[i].res == -EIO)
+			failed++;
+		else if (i != 7)
+			assert_int_equal(r[i].res, 0);
+		if (i == N - 1)
+			assert_int_equal(failed, 1);
+	}
+	kv_store_read_many(s, r, 0, on_each, &m);     /* nothing to do */
+	for (unsigned i = 0; i < N; i++) {
+		free(w[i].buf);
+		free(r[i].buf);
+	}
+	kv_store_close(s);
+}
+
 /* A stripe whose filesystem said ENOSPC is skipped until something frees. */
 
 static void test_stripe_full(void **state)
@@ -328,6 +417,7 @@ int main(void)
 		cmocka_unit_test(test_read_verified),
 		cmocka_unit_test(test_fault_eio),
 		cmocka_unit_test(test_fault_short),
+		cmocka_unit_test(test_read_many),
 		cmocka_unit_test(test_stripe_full),
 		cmocka_unit_test(test_concurrent_io),
 	};

@@ -1,0 +1,266 @@
+/*
+ * Batched reads on the caller's thread (kv_store_read_many). The fast path
+ * reads hundreds of pages per call and then waits for all of them; handing
+ * them to the I/O thread costs a wake-up per window and leaves the caller
+ * idle while the device works. Here the caller drives its own ring like a
+ * raw io_uring reader: fill to the queue depth, wait for one completion,
+ * hand each finished read to the caller's callback (checksums run while the
+ * rest are in flight), refill.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "store_i.h"
+
+#define IO_CHUNK_MAX (1u << 30)
+
+struct many_ring {
+	struct io_uring ring;
+	unsigned entries;
+};
+
+static pthread_key_t many_key;
+static pthread_once_t many_once = PTHREAD_ONCE_INIT;
+static bool many_key_ok;
+
+static void many_ring_free(void *p)
+{
+	struct many_ring *m = p;
+
+	io_uring_queue_exit(&m->ring);
+	free(m);
+}
+
+static void many_key_create(void)
+{
+	many_key_ok = pthread_key_create(&many_key, many_ring_free) == 0;
+}
+
+/* This thread's batch ring with at least qd entries; NULL if none. */
+static struct many_ring *many_ring(unsigned qd)
+{
+	struct many_ring *m;
+
+	pthread_once(&many_once, many_key_create);
+	if (!many_key_ok || store_under_valgrind())
+		return NULL;
+	m = pthread_getspecific(many_key);
+	if (m && m->entries >= qd)
+		return m;
+	if (m) {
+		pthread_setspecific(many_key, NULL);
+		many_ring_free(m);
+	}
+	m = malloc(sizeof(*m));
+	if (!m)
+		return NULL;
+	if (io_uring_queue_init(qd, &m->ring, 0) < 0) {
+		free(m);
+		return NULL;
+	}
+	m->entries = m->ring.sq.ring_entries;
+	if (pthread_setspecific(many_key, m) != 0) {
+		many_ring_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+struct many {
+	struct kv_store *s;
+	struct many_ring *m;
+	void (*each)(void *arg, struct kv_io *io);
+	void *arg;
+	struct kv_io *retry;     /* short or interrupted reads to resubmit */
+	unsigned inflight;
+};
+
+static struct segment *seg_of(const struct kv_io *io)
+{
+	return io->group;
+}
+
+static void finish(struct many *mm, struct kv_io *io, int res)
+{
+	const struct kv_extent *e = &io->ext;
+
+	io->res = res;
+	if (res < 0)
+		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": read of %" PRIu64
+		       " bytes at offset %" PRIu64 " failed: %s",
+		       mm->s->stripes[e->stripe].path, e->segment,
+		       kv_extent_footprint(e), e->offset, kv_strerror(res));
+	if (seg_of(io))
+		segment_unref(seg_of(io));
+	io->group = NULL;
+	mm->each(mm->arg, io);
+}
+
+/* Check and pin io's segment; a failed io completes at once. */
+static bool start(struct many *mm, struct kv_io *io)
+{
+	struct kv_store *s = mm->s;
+	struct segment *seg = NULL;
+	int rc = store_io_check(s, io);
+
+	io->group = NULL;
+	io->done_bytes = 0;
+	if (rc == 0 && io->op != KV_IO_READ)
+		rc = -EINVAL;
+	if (rc == 0) {
+		pthread_mutex_lock(&s->lock);
+		seg = segment_find(&s->stripes[io->ext.stripe], io->ext.segment);
+		if (seg)
+			atomic_fetch_add(&seg->refs, 1);
+		pthread_mutex_unlock(&s->lock);
+		rc = seg ? 0 : -EIO;   /* freed under us: the caller's bug, not silent */
+	}
+	if (rc < 0) {
+		finish(mm, io, rc);
+		return false;
+	}
+	io->group = seg;
+	return true;
+}
+
+/* Queue what is left of io; the ring has room (inflight < entries). */
+static void prep(struct many *mm, struct kv_io *io)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&mm->m->ring);
+	uint64_t rem = kv_extent_footprint(&io->ext) - io->done_bytes;
+	unsigned n = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
+
+	io_uring_prep_read(sqe, seg_of(io)->fd, (char *)io->buf + io->done_bytes,
+			   n, io->ext.offset + io->done_bytes);
+	io_uring_sqe_set_data(sqe, io);
+	mm->inflight++;
+}
+
+static void complete(struct many *mm, struct kv_io *io, int res)
+{
+	uint64_t total = kv_extent_footprint(&io->ext);
+	uint64_t rem = total - io->done_bytes;
+	unsigned asked = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
+
+	mm->inflight--;
+	res = store_fault_apply(&mm->s->eng, 1u << KV_IO_READ, res, asked);
+	if (res == -EAGAIN || res == -EINTR) {
+		io->next = mm->retry;
+		mm->retry = io;
+		return;
+	}
+	if (res == 0)
+		res = -EIO;     /* end of file inside an extent */
+	if (res < 0) {
+		finish(mm, io, res);
+		return;
+	}
+	io->done_bytes += (unsigned)res;
+	if (io->done_bytes < total) {
+		io->next = mm->retry;
+		mm->retry = io;
+		return;
+	}
+	finish(mm, io, 0);
+}
+
+static int reap(struct many *mm)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, count = 0;
+	int rc;
+
+	do
+		rc = io_uring_submit_and_wait(&mm->m->ring, 1);
+	while (rc == -EINTR);
+	if (rc < 0)
+		return rc;
+	io_uring_for_each_cqe(&mm->m->ring, head, cqe) {
+		complete(mm, io_uring_cqe_get_data(cqe), cqe->res);
+		count++;
+	}
+	io_uring_cq_advance(&mm->m->ring, count);
+	return 0;
+}
+
+/* Without a ring of our own: the I/O thread's queue, then the callbacks. */
+static void read_many_queued(struct kv_store *s, struct kv_io *ios, unsigned n,
+			     void (*each)(void *arg, struct kv_io *io), void *arg)
+{
+	int rc = kv_store_io(s, ios, n);
+
+	for (unsigned i = 0; i < n; i++) {
+		if (rc == -EINVAL || rc == -ENOMEM || rc == -ESHUTDOWN)
+			ios[i].res = rc;   /* nothing was queued */
+		each(arg, &ios[i]);
+	}
+}
+
+/*
+ * The ring failed to submit or wait (nothing this store expects): let what
+ * is on the device land before returning, since the caller frees the
+ * buffers, then fail what never went out.
+ */
+static void drain(struct many *mm, struct kv_io *ios, unsigned n,
+		  unsigned next, int err)
+{
+	struct io_uring_cqe *cqe;
+
+	kv_log(KV_LOG_ERR, "store: batch read ring failed: %s", kv_strerror(err));
+	while (mm->inflight) {
+		int rc = io_uring_wait_cqe(&mm->m->ring, &cqe);
+
+		if (rc == -EINTR || rc == -EAGAIN)
+			continue;
+		if (rc < 0)
+			break;   /* cannot happen with requests in flight */
+		mm->inflight--;
+		finish(mm, io_uring_cqe_get_data(cqe), cqe->res < 0 ? cqe->res : err);
+		io_uring_cqe_seen(&mm->m->ring, cqe);
+	}
+	while (mm->retry) {
+		struct kv_io *io = mm->retry;
+
+		mm->retry = io->next;
+		finish(mm, io, err);
+	}
+	while (next < n)
+		finish(mm, &ios[next++], err);
+}
+
+void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
+			void (*each)(void *arg, struct kv_io *io), void *arg)
+{
+	struct many mm = { .s = s, .each = each, .arg = arg };
+	unsigned next = 0;
+	int rc;
+
+	mm.m = n ? many_ring(s->eng.qd) : NULL;
+	if (!mm.m) {
+		if (n)
+			read_many_queued(s, ios, n, each, arg);
+		return;
+	}
+	while (next < n || mm.inflight || mm.retry) {
+		while (mm.retry && mm.inflight < mm.m->entries) {
+			struct kv_io *io = mm.retry;
+
+			mm.retry = io->next;
+			prep(&mm, io);
+		}
+		while (next < n && mm.inflight < mm.m->entries) {
+			struct kv_io *io = &ios[next++];
+
+			if (start(&mm, io))
+				prep(&mm, io);
+		}
+		if (!mm.inflight)
+			continue;
+		rc = reap(&mm);
+		if (rc < 0) {
+			drain(&mm, ios, n, next, rc);
+			return;
+		}
+	}
+}
