@@ -92,7 +92,7 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 	int rc = c->io[k].res;
 
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "fast path: page inode %" PRIu64 " (segment %u of stripe %u, offset %" PRIu64 "): read failed: %s",
+		kv_log(rc == -EFAULT ? KV_LOG_WARN : KV_LOG_ERR, "fast path: page inode %" PRIu64 " (segment %u of stripe %u, offset %" PRIu64 "): read failed: %s",
 		       p->ino, p->ext.segment, p->ext.stripe, p->ext.offset,
 		       kv_strerror(rc));
 		return rc == -EFAULT ? -EFAULT : -EIO;

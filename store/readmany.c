@@ -86,8 +86,10 @@ static void finish(struct many *mm, struct kv_io *io, int res)
 	const struct kv_extent *e = &io->ext;
 
 	io->res = res;
+	/* EFAULT: the caller's memory went away (an engine shrank its
+	 * region), not the device: the caller reports it. */
 	if (res < 0)
-		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": read of %" PRIu64
+		kv_log(res == -EFAULT ? KV_LOG_WARN : KV_LOG_ERR, "%s/seg-%08" PRIu32 ": read of %" PRIu64
 		       " bytes at offset %" PRIu64 " failed: %s",
 		       mm->s->stripes[e->stripe].path, e->segment,
 		       kv_extent_footprint(e), e->offset, kv_strerror(res));

@@ -1,0 +1,576 @@
+"""kvfs fast path from Python: ctypes over libkvfs (libkvfs.h).
+
+    import kvfs
+    with kvfs.Client("/mnt/kvfs/llama3-8b") as c:
+        k = c.read_layer(0, ["blk-a", "blk-b"], 65536)   # (2, 65536) uint8
+        hit, handles, sizes = c.lookup_prefix(block_keys, range(32))
+
+A Client is one model directory of a mounted kvfs. A Region is shared
+memory registered with the daemon: pages land in it directly, and every
+array or memoryview this module returns is a view of it (nothing is
+copied), except lookup_prefix's small result arrays. A Batch is one
+fast-path call: descriptors and names in a control area of its region,
+destinations in other ranges of the same region.
+
+Lifetime: a view keeps its region alive, and a region its client. A region
+with live views cannot be closed (BufferError, as with mmap); Client.close()
+closes every region that has none and leaves the others, and the client
+itself, to be closed when their last view goes away.
+
+Errors: a call that fails as a whole raises OSError with the errno. A
+Batch never raises for one page: status(i) / statuses() give 0 or -errno
+per page (kvfs_ioctl.h lists them), and check() raises PageError for the
+first failing one. The convenience calls (read_layer) raise PageError, an
+OSError whose errno, filename and index name the first page that failed
+and whose statuses list has every page's status.
+
+The library is libkvfs.so: $KVFS_LIB if set, else next to this module (or
+one directory up, as in a build tree), else wherever the dynamic linker
+finds it.
+"""
+
+import collections
+import ctypes
+import ctypes.util
+import errno
+import os
+import threading
+import weakref
+
+try:
+    import numpy as np
+except ImportError:  # views as memoryviews still work without numpy
+    np = None
+
+__all__ = ["Client", "Region", "Batch", "Result", "PageError", "PageDesc",
+           "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED"]
+
+ABI_VERSION = 1
+NAME_MAX = 255
+BATCH_MAX = 1 << 20
+DESC_RAM = 1 << 0       # served from RAM (not yet on disk)
+DESC_BOUNCED = 1 << 1   # destination not O_DIRECT-usable: copied
+_ALIGN = 4096           # O_DIRECT-friendly destination alignment
+
+
+class PageDesc(ctypes.Structure):
+    """struct kvfs_page_desc (64 bytes, part of the ABI)."""
+    _fields_ = [("handle", ctypes.c_uint64), ("name_off", ctypes.c_uint64),
+                ("name_len", ctypes.c_uint32), ("layer", ctypes.c_uint32),
+                ("dst_off", ctypes.c_uint64), ("dst_len", ctypes.c_uint64),
+                ("status", ctypes.c_int32), ("out_flags", ctypes.c_uint32),
+                ("bytes", ctypes.c_uint64), ("reserved", ctypes.c_uint64)]
+
+
+assert ctypes.sizeof(PageDesc) == 64
+
+if np is not None:
+    # The same layout as a numpy record, for zero-copy views of a batch.
+    DESC_DTYPE = np.dtype([(n, "<i4" if t is ctypes.c_int32 else
+                            "<u4" if t is ctypes.c_uint32 else "<u8")
+                           for n, t in PageDesc._fields_])
+    assert DESC_DTYPE.itemsize == 64
+    __all__.append("DESC_DTYPE")
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("done", ctypes.c_uint32), ("failed", ctypes.c_uint32),
+                ("bytes", ctypes.c_uint64)]
+
+
+Result = collections.namedtuple("Result", "done failed bytes")
+Result.__doc__ = """Outcome of a batch call. done: pages delivered (read) or
+the prefix hit length in blocks (lookup); failed: pages with a nonzero
+status; bytes: payload bytes delivered (read) or found (lookup)."""
+
+
+class PageError(OSError):
+    """A page of a convenience call failed. errno/strerror/filename are the
+    first failing page's; index is its position; statuses has all pages'
+    statuses (0 or -errno)."""
+
+    def __init__(self, err, name, index, statuses):
+        super().__init__(err, os.strerror(err), name)
+        self.index = index
+        self.statuses = statuses
+
+
+def _load():
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = []
+    if os.environ.get("KVFS_LIB"):
+        cands.append(os.environ["KVFS_LIB"])
+    for d in (here, os.path.dirname(here)):
+        cands += [os.path.join(d, "libkvfs.so.0"), os.path.join(d, "libkvfs.so")]
+    found = ctypes.util.find_library("kvfs")
+    if found:
+        cands.append(found)
+    cands.append("libkvfs.so.0")
+    errors = []
+    for c in cands:
+        if os.sep in c and not os.path.exists(c):
+            continue
+        try:
+            return ctypes.CDLL(c)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("kvfs: libkvfs.so not found (set KVFS_LIB): "
+                      + "; ".join(errors or ["no candidate"]))
+
+
+_lib = _load()
+
+
+def _proto(name, res, *args):
+    f = getattr(_lib, name)
+    f.restype = res
+    f.argtypes = list(args)
+
+
+_vp, _u32, _u64, _int = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int
+_pvp = ctypes.POINTER(ctypes.c_void_p)
+_pres = ctypes.POINTER(_Result)
+_proto("kvfs_client_open", _int, ctypes.c_char_p, _pvp)
+_proto("kvfs_client_close", None, _vp)
+_proto("kvfs_client_fd", _int, _vp)
+_proto("kvfs_region_create", _int, _vp, ctypes.c_size_t, _pvp)
+_proto("kvfs_region_register_fd", _int, _vp, _int, ctypes.c_size_t, _pvp)
+_proto("kvfs_region_destroy", _int, _vp)
+_proto("kvfs_region_base", _vp, _vp)
+_proto("kvfs_region_size", ctypes.c_size_t, _vp)
+_proto("kvfs_region_id", _u64, _vp)
+_proto("kvfs_batch_ctl_bytes", ctypes.c_size_t, ctypes.c_uint)
+_proto("kvfs_batch_new", _int, _vp, _u64, ctypes.c_uint, _pvp)
+_proto("kvfs_batch_free", None, _vp)
+_proto("kvfs_batch_reset", None, _vp)
+_proto("kvfs_batch_count", ctypes.c_uint, _vp)
+_proto("kvfs_batch_add", _int, _vp, _u32, ctypes.c_char_p, _u64, _u64)
+_proto("kvfs_batch_add_handle", _int, _vp, _u64, _u64, _u64)
+_proto("kvfs_batch_set_dst", _int, _vp, ctypes.c_uint, _u64, _u64)
+_proto("kvfs_batch_read", _int, _vp, _pres)
+_proto("kvfs_batch_lookup", _int, _vp, ctypes.c_uint, _pres)
+_proto("kvfs_batch_submit", _int, _vp)
+_proto("kvfs_batch_wait", _int, _vp, _pres)
+_proto("kvfs_batch_status", _int, _vp, ctypes.c_uint, ctypes.POINTER(_u64))
+_proto("kvfs_batch_handle", _u64, _vp, ctypes.c_uint)
+_proto("kvfs_batch_desc", ctypes.POINTER(PageDesc), _vp, ctypes.c_uint)
+
+
+def _check(rc, what=None):
+    """libkvfs returns 0 / a count, or -errno: raise OSError for the latter."""
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc), what)
+    return rc
+
+
+def _round_up(n, a):
+    return (n + a - 1) // a * a
+
+
+def _need_numpy():
+    if np is None:
+        raise ImportError("kvfs: this call needs numpy (apt-get install python3-numpy)")
+
+
+class Client:
+    """One model directory of a mounted kvfs: Client("/mnt/kvfs/model").
+    Raises OSError ENOTTY if it is not one. Usable from any thread."""
+
+    def __init__(self, model_dir):
+        h = ctypes.c_void_p()
+        _check(_lib.kvfs_client_open(os.fsencode(model_dir), ctypes.byref(h)),
+               model_dir)
+        self._h = h.value
+        self.model_dir = model_dir
+        self._lock = threading.RLock()
+        self._regions = weakref.WeakSet()
+        self._scratch = None     # control area for lookup_prefix, reused
+        self._closing = False
+
+    @property
+    def fd(self):
+        """The model directory's descriptor (for raw ioctls)."""
+        self._handle()
+        return _lib.kvfs_client_fd(self._h)
+
+    def _handle(self):
+        if self._closing or self._h is None:
+            raise ValueError("kvfs client is closed")
+        return self._h
+
+    def region(self, size):
+        """New shared memory of size bytes, registered: Region.create."""
+        return Region.create(self, size)
+
+    def region_from_fd(self, fd, size=0):
+        """Register memory the caller has (a /dev/shm file opened O_RDWR,
+        or a memfd): Region.from_fd."""
+        return Region.from_fd(self, fd, size)
+
+    def close(self):
+        """Close every region without live views, and the client once the
+        last region is gone (now, or when the last view is dropped)."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            regions = list(self._regions)
+            scratch, self._scratch = self._scratch, None
+        if scratch is not None:
+            scratch.close()
+        for r in regions:
+            if r._closable():
+                r.close()
+        self._release_if_unused()
+
+    def _release_if_unused(self):
+        with self._lock:
+            if not self._closing or self._h is None:
+                return
+            if any(r._h is not None for r in self._regions):
+                return
+            h, self._h = self._h, None
+        _lib.kvfs_client_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def read_layer(self, layer, names, page_bytes, dtype="uint8",
+                   region=None, offset=0):
+        """Read the pages names of one layer into consecutive rows.
+
+        Returns a numpy array of shape (len(names), page_bytes // itemsize)
+        that views region memory: a new region sized for the call unless
+        region is given, in which case rows start at byte offset of it (and
+        the control area follows them). Rows are 4 KiB apart so the daemon
+        can read with O_DIRECT; a page shorter than page_bytes is padded
+        with zeros. Raises PageError for the first page that failed (e.g.
+        ENOENT missing, ENOBUFS larger than page_bytes)."""
+        _need_numpy()
+        dtype = np.dtype(dtype)
+        names = list(names)
+        n = len(names)
+        if n == 0 or page_bytes <= 0 or page_bytes % dtype.itemsize:
+            raise ValueError("need at least one name, and page_bytes a "
+                             "positive multiple of the dtype's size")
+        stride = _round_up(page_bytes, _ALIGN)
+        ctl_off = _round_up(offset + n * stride, _ALIGN)
+        end = ctl_off + Batch.ctl_bytes(n)
+        if region is None:
+            if offset:
+                raise ValueError("offset needs a region")
+            region = Region.create(self, end)
+        elif end > region.size:
+            raise OSError(errno.ERANGE, "region too small for %d pages" % n)
+        with region.batch(ctl_off, n) as b:
+            for i, name in enumerate(names):
+                b.add(layer, name, offset + i * stride, stride)
+            b.read()
+            st = b.statuses()
+            sizes = b.descs["bytes"].tolist()
+        for i in range(n):
+            if st[i] == 0 and sizes[i] < page_bytes:
+                ctypes.memset(region.base + offset + i * stride + sizes[i], 0,
+                              page_bytes - sizes[i])
+        bad = next((i for i in range(n) if st[i]), None)
+        if bad is not None:
+            raise PageError(-st[bad], names[bad], bad, st)
+        return region.array(dtype, offset, shape=(n, page_bytes // dtype.itemsize),
+                            strides=(stride, dtype.itemsize))
+
+    def lookup_prefix(self, names, layers):
+        """How many leading blocks of names are stored in every one of
+        layers (a count, or an iterable of layer numbers)?
+
+        Returns (hit_blocks, handles, sizes): handles and sizes are uint64
+        arrays of shape (len(names), len(layers)), copies; a handle of 0
+        means the page is not available (missing, or still being written).
+        Handles can be read with Batch.add_handle."""
+        _need_numpy()
+        names = list(names)
+        layers = list(range(layers)) if isinstance(layers, int) else list(layers)
+        n, nl = len(names), len(layers)
+        if n == 0 or nl == 0:
+            raise ValueError("need at least one name and one layer")
+        with self._lock:
+            self._handle()
+            r = self._scratch_region(Batch.ctl_bytes(n * nl))
+            with r.batch(0, n * nl) as b:
+                for name in names:
+                    for layer in layers:
+                        b.add(layer, name)
+                res = b.lookup(nl)
+                d = b.descs
+                handles = d["handle"].reshape(n, nl).copy()
+                sizes = d["bytes"].reshape(n, nl).copy()
+                del d
+        return res.done, handles, sizes
+
+    def _scratch_region(self, size):
+        """The client's own region for lookups, grown on demand (self._lock
+        held, so one lookup uses it at a time)."""
+        if self._scratch is None or self._scratch.size < size:
+            if self._scratch is not None:
+                self._scratch.close()
+                self._scratch = None
+            self._scratch = Region.create(self, _round_up(max(size, 1 << 20), _ALIGN))
+        return self._scratch
+
+
+class Region:
+    """Shared memory registered with the daemon. Make one with
+    Region.create(client, size) or Region.from_fd(client, fd, size=0);
+    close it with close() (or a with block), or drop every reference."""
+
+    def __init__(self, client, handle):
+        self.client = client
+        self._h = handle
+        self.base = _lib.kvfs_region_base(handle)
+        self.size = _lib.kvfs_region_size(handle)
+        self.id = _lib.kvfs_region_id(handle)
+        self._mem_ref = None
+        self._batches = weakref.WeakSet()
+        with client._lock:
+            client._regions.add(self)
+
+    @classmethod
+    def create(cls, client, size):
+        """size bytes of new, sealed shared memory (a memfd), pre-faulted."""
+        h = ctypes.c_void_p()
+        ch = client._handle()
+        _check(_lib.kvfs_region_create(ch, size, ctypes.byref(h)))
+        return cls(client, h.value)
+
+    @classmethod
+    def from_fd(cls, client, fd, size=0):
+        """Register memory the caller has: a /dev/shm file opened O_RDWR,
+        or a memfd; size bytes from offset 0 (0 = the whole file). The
+        descriptor is duplicated: the caller still owns fd."""
+        h = ctypes.c_void_p()
+        ch = client._handle()
+        _check(_lib.kvfs_region_register_fd(ch, fd, size, ctypes.byref(h)))
+        return cls(client, h.value)
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("kvfs region is closed")
+        return self._h
+
+    def _memory(self):
+        """The ctypes array over the whole mapping that views are made of.
+        It holds the region (so a view keeps the mapping alive); the region
+        only refers to it weakly (so it can tell when no view is left)."""
+        self._handle()
+        mem = self._mem_ref() if self._mem_ref else None
+        if mem is None:
+            mem = (ctypes.c_uint8 * self.size).from_address(self.base)
+            mem._region = self
+            self._mem_ref = weakref.ref(mem)
+        return mem
+
+    def _views_alive(self):
+        return self._mem_ref is not None and self._mem_ref() is not None
+
+    def _closable(self):
+        return (self._h is not None and not self._views_alive()
+                and not any(b._inflight for b in list(self._batches)))
+
+    def buffer(self, offset=0, length=None):
+        """Writable memoryview of bytes [offset, offset + length)."""
+        if length is None:
+            length = self.size - offset
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise ValueError("range outside the region")
+        return memoryview(self._memory()).cast("B")[offset:offset + length]
+
+    def array(self, dtype="uint8", offset=0, count=-1, shape=None, strides=None):
+        """numpy view of the region: count items of dtype from byte offset
+        (-1: to the end), or an array of the given shape (and strides)."""
+        _need_numpy()
+        dtype = np.dtype(dtype)
+        mem = self._memory()
+        if shape is None:
+            return np.frombuffer(mem, dtype, count, offset)
+        return np.ndarray(shape, dtype, buffer=mem, offset=offset, strides=strides)
+
+    def batch(self, ctl_off, max_pages):
+        """A Batch whose control area is [ctl_off, ctl_off +
+        Batch.ctl_bytes(max_pages)) of this region."""
+        return Batch(self, ctl_off, max_pages)
+
+    def close(self):
+        """Unregister and unmap. BufferError while views of it are alive;
+        OSError EBUSY while one of its batches has a read in flight."""
+        if self._h is None:
+            return
+        if self._views_alive():
+            raise BufferError("kvfs region has live views (arrays or memoryviews)")
+        for b in list(self._batches):
+            if b._inflight:
+                raise OSError(errno.EBUSY, "kvfs region has a read in flight")
+        for b in list(self._batches):
+            b.close()
+        h, self._h = self._h, None
+        rc = _lib.kvfs_region_destroy(h)
+        if rc < 0:   # never freed: keep it usable rather than leak silently
+            self._h = h
+            _check(rc)
+        self.client._release_if_unused()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Batch:
+    """One fast-path call's descriptors, in a control area of a region.
+    Not thread-safe: one thread at a time (libkvfs.h)."""
+
+    def __init__(self, region, ctl_off, max_pages):
+        h = ctypes.c_void_p()
+        _check(_lib.kvfs_batch_new(region._handle(), ctl_off, max_pages,
+                                   ctypes.byref(h)))
+        self.region = region
+        self.ctl_off = ctl_off
+        self.max_pages = max_pages
+        self._h = h.value
+        self._inflight = False
+        region._batches.add(self)
+
+    @staticmethod
+    def ctl_bytes(max_pages):
+        """Control-area bytes a batch of max_pages needs."""
+        return _lib.kvfs_batch_ctl_bytes(max_pages)
+
+    def _handle(self):
+        if self._h is None or self.region._h is None:
+            raise ValueError("kvfs batch (or its region) is closed")
+        return self._h
+
+    def add(self, layer, name, dst_off=0, dst_len=0):
+        """Append a page by layer (a number, or a layer directory's name
+        such as "07") and name (str or bytes); read it into region bytes
+        [dst_off, dst_off + dst_len). Returns its index."""
+        layer = int(layer)
+        name = os.fsencode(name)
+        if b"\0" in name:
+            raise OSError(errno.EINVAL, "page name contains NUL", name)
+        return _check(_lib.kvfs_batch_add(self._handle(), layer, name,
+                                          dst_off, dst_len), name)
+
+    def add_handle(self, handle, dst_off=0, dst_len=0):
+        """Append a page by handle (from a lookup). Returns its index."""
+        return _check(_lib.kvfs_batch_add_handle(self._handle(), handle,
+                                                 dst_off, dst_len))
+
+    def set_dst(self, i, dst_off, dst_len):
+        """Point page i at a new destination (a lookup batch, then read)."""
+        _check(_lib.kvfs_batch_set_dst(self._handle(), i, dst_off, dst_len))
+
+    def reset(self):
+        """Forget every page (the control area is reused)."""
+        _lib.kvfs_batch_reset(self._handle())
+
+    def __len__(self):
+        return _lib.kvfs_batch_count(self._handle())
+
+    def read(self):
+        """Read every page into its destination; waits. Returns a Result."""
+        r = _Result()
+        _check(_lib.kvfs_batch_read(self._handle(), ctypes.byref(r)))
+        return Result(r.done, r.failed, r.bytes)
+
+    def lookup(self, group=0):
+        """Look every page up without reading it; group = pages per block
+        (0 or 1: each page is a block). Returns a Result (done = the prefix
+        hit length in blocks); fills handles and sizes."""
+        r = _Result()
+        _check(_lib.kvfs_batch_lookup(self._handle(), group, ctypes.byref(r)))
+        return Result(r.done, r.failed, r.bytes)
+
+    def submit(self):
+        """Start reading in the background; collect with wait(). OSError
+        EBUSY if a submission is already pending."""
+        _check(_lib.kvfs_batch_submit(self._handle()))
+        self._inflight = True
+
+    def wait(self):
+        """Wait for the submitted read (without holding the GIL). Returns a
+        Result, or raises OSError if the call failed as a whole."""
+        r = _Result()
+        rc = _lib.kvfs_batch_wait(self._handle(), ctypes.byref(r))
+        self._inflight = False
+        _check(rc)
+        return Result(r.done, r.failed, r.bytes)
+
+    def status(self, i):
+        """(status, bytes) of page i: 0 or -errno, and the page's size."""
+        if i < 0 or i >= len(self):
+            raise IndexError(i)
+        n = ctypes.c_uint64()
+        st = _lib.kvfs_batch_status(self._handle(), i, ctypes.byref(n))
+        return st, n.value
+
+    def statuses(self):
+        """Every page's status (0 or -errno), as a list."""
+        if np is None or self._inflight:
+            return [self.status(i)[0] for i in range(len(self))]
+        return self.descs["status"].tolist()
+
+    def handle(self, i):
+        """Page i's handle after a lookup (0 if absent)."""
+        if i < 0 or i >= len(self):
+            raise IndexError(i)
+        return _lib.kvfs_batch_handle(self._handle(), i)
+
+    @property
+    def descs(self):
+        """The descriptors as a numpy record array (DESC_DTYPE) that views
+        the region: fields handle, name_off, name_len, layer, dst_off,
+        dst_len, status, out_flags, bytes, reserved."""
+        self._handle()
+        return self.region.array(DESC_DTYPE, self.ctl_off, len(self))
+
+    def check(self, names=None):
+        """Raise PageError for the first page whose status is not 0."""
+        st = self.statuses()
+        for i, s in enumerate(st):
+            if s:
+                raise PageError(-s, names[i] if names else None, i, st)
+
+    def close(self):
+        """Free the batch (waiting for a submitted read first)."""
+        if self._h is None:
+            return
+        h, self._h = self._h, None
+        _lib.kvfs_batch_free(h)
+        self._inflight = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
