@@ -26,6 +26,9 @@ static void usage(FILE *f)
 		"                                 serve a store as a filesystem\n"
 		"  model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
 		"  model list MOUNT               models, their geometry and page counts\n"
+		"  bench [--dir DIR] [--sizes 16K,64K,256K,1M] [--pages N | --bytes TOTAL] [--quick] ...\n"
+		"                                 own store and daemon; cold reads four ways: fast path,\n"
+		"                                 FUSE, raw io_uring on the extents, one file per page\n"
 		"  bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
 		"                                 write, then cold-read N page files under DIR\n"
 		"  version\n"
@@ -107,6 +110,8 @@ int main(int argc, char **argv)
 		return kvfs_mount_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "model"))
 		return kvfs_cmd_model(argc - 1, argv + 1);
+	if (!strcmp(cmd, "bench"))
+		return kvfs_cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench-files"))
 		return kvfs_cmd_bench_files(argc - 1, argv + 1);
 	fprintf(stderr, "kvfs: unknown command \"%s\"\n\n", cmd);

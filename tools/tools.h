@@ -4,5 +4,6 @@
 
 int kvfs_cmd_model(int argc, char **argv);
 int kvfs_cmd_bench_files(int argc, char **argv);
+int kvfs_cmd_bench(int argc, char **argv);
 
 #endif
