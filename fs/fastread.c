@@ -157,6 +157,9 @@ static void copy_ram_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n
 void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 {
 	struct chunk *c = malloc(sizeof(*c));
+	/* The region is registered with the thread's ring once, so reads into
+	 * it skip per-read page pinning; the id names this mapping only. */
+	struct kv_fixed_buf fb = { b->r->base, b->r->len, b->r->id };
 	uint32_t next = 0;
 
 	copy_ram_pages(b, pages, n);
@@ -170,7 +173,7 @@ void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 	do {
 		chunk_fill(c, pages, n, &next);
 		if (c->n)
-			kv_store_read_many(b->fs->store, c->io, c->n, page_done, c);
+			kv_store_read_many(b->fs->store, c->io, c->n, &fb, page_done, c);
 	} while (next < n);
 	free(c);
 }

@@ -257,6 +257,7 @@ static unsigned count_of(struct kvfs_regions *rs, pid_t tgid)
 
 static void region_free(struct kvfs_region *r)
 {
+	kv_store_fixed_forget(r->id);   /* batch rings unpin it */
 	munmap(r->base, r->len);
 	if (r->pidfd >= 0)
 		close(r->pidfd);

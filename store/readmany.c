@@ -10,15 +10,31 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
 
 #include "store_i.h"
 
 #define IO_CHUNK_MAX (1u << 30)
+#define FIXED_SLOTS 4                  /* registered buffers per thread */
+#define FIXED_MAX (1ull << 30)         /* the kernel's limit per buffer */
+#define FORGOTTEN_RING 64
 
 struct many_ring {
 	struct io_uring ring;
 	unsigned entries;
+	bool sparse;                       /* a buffer table exists */
+	uint64_t slot_key[FIXED_SLOTS];    /* 0: empty */
+	uint64_t slot_used[FIXED_SLOTS];   /* LRU clock */
+	uint64_t clock;
+	uint64_t forgotten_seen;           /* forget_gen at the last sweep */
 };
+
+/* Keys of memory about to be unmapped: each thread drops their
+ * registrations (and so the kernel's pins) at its next batch. */
+static pthread_mutex_t forget_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t forgotten[FORGOTTEN_RING];
+static _Atomic uint64_t forget_gen;
 
 static pthread_key_t many_key;
 static pthread_once_t many_once = PTHREAD_ONCE_INIT;
@@ -60,6 +76,11 @@ static struct many_ring *many_ring(unsigned qd)
 		return NULL;
 	}
 	m->entries = m->ring.sq.ring_entries;
+	memset(m->slot_key, 0, sizeof(m->slot_key));
+	memset(m->slot_used, 0, sizeof(m->slot_used));
+	m->clock = 0;
+	m->forgotten_seen = atomic_load(&forget_gen);
+	m->sparse = io_uring_register_buffers_sparse(&m->ring, FIXED_SLOTS) == 0;
 	if (pthread_setspecific(many_key, m) != 0) {
 		many_ring_free(m);
 		return NULL;
@@ -67,7 +88,79 @@ static struct many_ring *many_ring(unsigned qd)
 	return m;
 }
 
+void kv_store_fixed_forget(uint64_t key)
+{
+	pthread_mutex_lock(&forget_lock);
+	forgotten[atomic_load(&forget_gen) % FORGOTTEN_RING] = key;
+	atomic_fetch_add(&forget_gen, 1);
+	pthread_mutex_unlock(&forget_lock);
+}
+
+static void slot_clear(struct many_ring *m, unsigned i)
+{
+	struct iovec none = { NULL, 0 };
+	__u64 tag = 0;
+
+	/* An empty iovec unregisters the slot (and unpins its pages). */
+	io_uring_register_buffers_update_tag(&m->ring, i, &none, &tag, 1);
+	m->slot_key[i] = 0;
+}
+
+/* Drop registrations of memory forgotten since this thread last looked. */
+static void sweep_forgotten(struct many_ring *m)
+{
+	uint64_t gen = atomic_load(&forget_gen);
+
+	if (gen == m->forgotten_seen)
+		return;
+	pthread_mutex_lock(&forget_lock);
+	if (gen - m->forgotten_seen > FORGOTTEN_RING) {
+		/* Fell behind: whatever we hold may be gone. */
+		for (unsigned i = 0; i < FIXED_SLOTS; i++)
+			if (m->slot_key[i])
+				slot_clear(m, i);
+	} else {
+		for (uint64_t g = m->forgotten_seen; g < gen; g++)
+			for (unsigned i = 0; i < FIXED_SLOTS; i++)
+				if (m->slot_key[i] && m->slot_key[i] == forgotten[g % FORGOTTEN_RING])
+					slot_clear(m, i);
+	}
+	pthread_mutex_unlock(&forget_lock);
+	m->forgotten_seen = gen;
+}
+
+/* The buffer-table slot holding fb, registering it if needed; -1: none. */
+static int fixed_slot(struct many_ring *m, const struct kv_fixed_buf *fb)
+{
+	struct iovec iov;
+	unsigned i, lru = 0;
+	__u64 tag = 0;
+
+	if (!fb || !m->sparse || fb->key == 0 || fb->len == 0 || fb->len > FIXED_MAX)
+		return -1;
+	sweep_forgotten(m);
+	m->clock++;
+	for (i = 0; i < FIXED_SLOTS; i++) {
+		if (m->slot_key[i] == fb->key) {
+			m->slot_used[i] = m->clock;
+			return (int)i;
+		}
+		if (m->slot_used[i] < m->slot_used[lru])
+			lru = i;
+	}
+	iov = (struct iovec){ fb->base, fb->len };
+	if (io_uring_register_buffers_update_tag(&m->ring, lru, &iov, &tag, 1) < 0) {
+		m->slot_key[lru] = 0;
+		return -1;     /* e.g. RLIMIT_MEMLOCK: plain reads still work */
+	}
+	m->slot_key[lru] = fb->key;
+	m->slot_used[lru] = m->clock;
+	return (int)lru;
+}
+
 struct many {
+	int slot;                /* fixed buffer for reads inside fb, or -1 */
+	const struct kv_fixed_buf *fb;
 	struct kv_store *s;
 	struct many_ring *m;
 	void (*each)(void *arg, struct kv_io *io);
@@ -132,9 +225,16 @@ static void prep(struct many *mm, struct kv_io *io)
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&mm->m->ring);
 	uint64_t rem = kv_extent_footprint(&io->ext) - io->done_bytes;
 	unsigned n = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
+	char *buf = (char *)io->buf + io->done_bytes;
+	const struct kv_fixed_buf *fb = mm->fb;
 
-	io_uring_prep_read(sqe, seg_of(io)->fd, (char *)io->buf + io->done_bytes,
-			   n, io->ext.offset + io->done_bytes);
+	if (mm->slot >= 0 && buf >= (char *)fb->base &&
+	    (uint64_t)(buf - (char *)fb->base) + n <= fb->len)
+		io_uring_prep_read_fixed(sqe, seg_of(io)->fd, buf, n,
+					 io->ext.offset + io->done_bytes, mm->slot);
+	else
+		io_uring_prep_read(sqe, seg_of(io)->fd, buf, n,
+				   io->ext.offset + io->done_bytes);
 	io_uring_sqe_set_data(sqe, io);
 	mm->inflight++;
 }
@@ -232,9 +332,10 @@ static void drain(struct many *mm, struct kv_io *ios, unsigned n,
 }
 
 void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
+			const struct kv_fixed_buf *fb,
 			void (*each)(void *arg, struct kv_io *io), void *arg)
 {
-	struct many mm = { .s = s, .each = each, .arg = arg };
+	struct many mm = { .s = s, .each = each, .arg = arg, .fb = fb, .slot = -1 };
 	unsigned next = 0;
 	int rc;
 
@@ -244,6 +345,7 @@ void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
 			read_many_queued(s, ios, n, each, arg);
 		return;
 	}
+	mm.slot = fixed_slot(mm.m, fb);
 	while (next < n || mm.inflight || mm.retry) {
 		while (mm.retry && mm.inflight < mm.m->entries) {
 			struct kv_io *io = mm.retry;

@@ -265,7 +265,7 @@ static void test_read_many(void **state)
 	assert_int_equal(kv_store_io(s, w, N), 0);
 	capture_start();
 	kv_store_fault_arm(s, 1u << KV_IO_READ, 3, 0);        /* a short read */
-	kv_store_read_many(s, r, N, on_each, &m);
+	kv_store_read_many(s, r, N, NULL, on_each, &m);
 	for (unsigned i = 0; i < N; i++) {
 		assert_int_equal(r[i].res, 0);
 		assert_memory_equal(r[i].buf, w[i].buf, r[i].ext.length);
@@ -273,7 +273,7 @@ static void test_read_many(void **state)
 	}
 	kv_store_fault_arm(s, 1u << KV_IO_READ, 5, -EINTR);   /* retried */
 	memset(m.calls, 0, sizeof(m.calls));
-	kv_store_read_many(s, r, N, on_each, &m);
+	kv_store_read_many(s, r, N, NULL, on_each, &m);
 	for (unsigned i = 0; i < N; i++) {
 		assert_int_equal(r[i].res, 0);
 		assert_memory_equal(r[i].buf, w[i].buf, r[i].ext.length);
@@ -287,7 +287,7 @@ static void test_read_many(void **state)
 	memset(m.calls, 0, sizeof(m.calls));
 	r[7].buf = (char *)r[7].buf + 1;
 	kv_store_fault_arm(s, 1u << KV_IO_READ, 2, -EIO);
-	kv_store_read_many(s, r, N, on_each, &m);
+	kv_store_read_many(s, r, N, NULL, on_each, &m);
 	capture_stop();
 	r[7].buf = (char *)r[7].buf - 1;
 	assert_int_equal(r[7].res, -EINVAL);
@@ -300,7 +300,37 @@ static void test_read_many(void **state)
 		if (i == N - 1)
 			assert_int_equal(failed, 1);
 	}
-	kv_store_read_many(s, r, 0, on_each, &m);     /* nothing to do */
+	kv_store_read_many(s, r, 0, NULL, on_each, &m);     /* nothing to do */
+
+	/* Into one registered buffer (all but the last io), twice under two
+	 * keys for the same memory, and again after the key was forgotten. */
+	size_t slot = 128 * 1024;
+	char *big = kv_buf_alloc(slot * N);
+	struct kv_fixed_buf fb = { big, slot * (N - 1), 42 };
+	void *own[N];
+
+	assert_non_null(big);
+	for (unsigned i = 0; i < N; i++) {
+		own[i] = r[i].buf;
+		r[i].buf = i < N - 1 ? big + i * slot : own[i];
+	}
+	for (unsigned round = 0; round < 3; round++) {
+		memset(big, 0xee, slot * N);
+		memset(m.calls, 0, sizeof(m.calls));
+		kv_store_read_many(s, r, N, &fb, on_each, &m);
+		for (unsigned i = 0; i < N; i++) {
+			assert_int_equal(r[i].res, 0);
+			assert_memory_equal(r[i].buf, w[i].buf, r[i].ext.length);
+			assert_int_equal(m.calls[i], 1);
+		}
+		if (round == 0)
+			fb.key = 43;
+		else
+			kv_store_fixed_forget(43);
+	}
+	for (unsigned i = 0; i < N; i++)
+		r[i].buf = own[i];
+	free(big);
 	for (unsigned i = 0; i < N; i++) {
 		free(w[i].buf);
 		free(r[i].buf);
