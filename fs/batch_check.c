@@ -26,7 +26,7 @@ int kvfs_batch_check_arg(const struct kvfs_batch_arg *a, uint64_t region_len,
 		return -EINVAL;
 	if (a->count > KVFS_BATCH_MAX)
 		return -E2BIG;
-	if (is_read && a->group > 1)
+	if (is_read && a->group != 0)
 		return -EINVAL;
 	if (!is_read && a->group > 1 && a->count % a->group)
 		return -EINVAL;

@@ -83,6 +83,31 @@ static void fail_page(struct fp_batch *b, const struct fp_page *p, int32_t err)
 	kvfs_region_zero(b->r, d->dst_off, d->dst_len < fp ? d->dst_len : fp);
 }
 
+/*
+ * A page read straight into the region did not match. Either the disk is
+ * bad, or the engine replaced the memory under the region (hole punch,
+ * shrink and regrow) so that a registered buffer still points at the old
+ * pages. Drop the registrations and read once more through a private
+ * buffer: only a second mismatch is corruption.
+ */
+static int32_t reread_page(struct fp_batch *b, const struct fp_page *p)
+{
+	void *buf;
+	int rc;
+
+	kv_store_fixed_forget(b->r->id);
+	rc = kv_store_read_verified(b->fs->store, &p->ext, p->hash, &buf);
+	if (rc == KV_ERR_CHECKSUM)
+		atomic_fetch_add(&b->fs->st.checksum_failures, 1);
+	if (rc < 0)
+		return rc == KV_ERR_CHECKSUM || rc == -EIO ? -EIO : rc;
+	kv_log(KV_LOG_WARN, "fast path: page inode %" PRIu64 " read fine a second time: region %016" PRIx64 "'s memory changed under its registration",
+	       p->ino, b->r->id);
+	rc = kvfs_region_store(b->r, b->d[p->idx].dst_off, buf, p->size);
+	free(buf);
+	return rc;
+}
+
 /* Verify one completed read and deliver it; the page's final status. */
 static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 {
@@ -110,6 +135,7 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 			return rc;
 		if (memcmp(h, p->hash, KV_HASH_LEN) == 0)
 			return 0;
+		return reread_page(b, p);
 	}
 	atomic_fetch_add(&b->fs->st.checksum_failures, 1);
 	kv_log(KV_LOG_ERR, "fast path: page inode %" PRIu64 ": checksum mismatch (segment %u of stripe %u, offset %" PRIu64 ", %" PRIu64 " bytes); destination zeroed",

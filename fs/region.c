@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -25,6 +26,7 @@
 #include "region.h"
 
 #define REGIONS_MAX 1024u
+#define REGIONS_PER_UID 256u
 
 struct kvfs_regions {
 	pthread_mutex_t lock;
@@ -210,8 +212,9 @@ static int check_memory(const struct kvfs_caller *c, pid_t tgid, int cfd, int fd
 
 	if (fstat(fd, &st) < 0 || fstatfs(fd, &sf) < 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode) ||
-	    (sf.f_type != TMPFS_MAGIC && sf.f_type != HUGETLBFS_MAGIC)) {
+	/* tmpfs only: a hugetlbfs mapping must be huge-page sized throughout
+	 * (munmap, and the SIGBUS guard's remap, fail on a shorter one). */
+	if (!S_ISREG(st.st_mode) || sf.f_type != TMPFS_MAGIC) {
 		kv_log(KV_LOG_WARN, "fast path: pid %d offered fd %d, which is not a memfd or a /dev/shm file",
 		       (int)tgid, cfd);
 		return -EINVAL;
@@ -233,6 +236,14 @@ static int check_memory(const struct kvfs_caller *c, pid_t tgid, int cfd, int fd
 		*len = (uint64_t)st.st_size;
 	if (*len == 0 || *len > (uint64_t)st.st_size || *len > SIZE_MAX / 2)
 		return -EINVAL;
+	/* Mapping (populated) and pinning a sparse file would make the daemon
+	 * allocate the caller's memory, charged to the daemon. */
+	if ((uint64_t)st.st_blocks * 512 < *len) {
+		kv_log(KV_LOG_WARN, "fast path: pid %d offered fd %d with %llu of %llu bytes allocated; touch or fallocate the memory before registering it",
+		       (int)tgid, cfd, (unsigned long long)st.st_blocks * 512,
+		       (unsigned long long)*len);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -255,10 +266,35 @@ static unsigned count_of(struct kvfs_regions *rs, pid_t tgid)
 	return n;
 }
 
+/* What one uid has registered: regions and bytes. */
+static void usage_of(struct kvfs_regions *rs, uid_t uid, unsigned *n,
+		     uint64_t *bytes)
+{
+	*n = 0;
+	*bytes = 0;
+	for (struct kvfs_region *r = rs->list; r; r = r->next) {
+		if (r->uid == uid) {
+			(*n)++;
+			*bytes += r->len;
+		}
+	}
+}
+
+/* Registered bytes per uid: at most half the machine's memory, so one user
+ * cannot make the daemon hold (and pin) everything. */
+static uint64_t bytes_cap(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : UINT64_MAX;
+}
+
 static void region_free(struct kvfs_region *r)
 {
 	kv_store_fixed_forget(r->id);   /* batch rings unpin it */
-	munmap(r->base, r->len);
+	if (munmap(r->base, r->len) < 0)
+		kv_log(KV_LOG_ERR, "fast path: unmapping region %016" PRIx64 ": %s",
+		       r->id, strerror(errno));
 	if (r->pidfd >= 0)
 		close(r->pidfd);
 	free(r);
@@ -297,19 +333,33 @@ static int publish(struct kvfs_regions *rs, struct kvfs_region *r)
 	struct epoll_event ev = { .events = EPOLLIN };
 	int rc;
 
+	unsigned uid_n;
+	uint64_t uid_bytes;
+
 	pthread_mutex_lock(&rs->lock);
-	if (rs->count >= REGIONS_MAX || count_of(rs, r->tgid) >= KVFS_REGIONS_PER_PROCESS) {
+	usage_of(rs, r->uid, &uid_n, &uid_bytes);
+	if (rs->count >= REGIONS_MAX || uid_n >= REGIONS_PER_UID ||
+	    count_of(rs, r->tgid) >= KVFS_REGIONS_PER_PROCESS) {
 		pthread_mutex_unlock(&rs->lock);
-		kv_log(KV_LOG_WARN, "fast path: pid %d has too many regions (%u per process, %u in all)",
-		       (int)r->tgid, KVFS_REGIONS_PER_PROCESS, REGIONS_MAX);
+		kv_log(KV_LOG_WARN, "fast path: pid %d has too many regions (%u per process, %u per uid, %u in all)",
+		       (int)r->tgid, KVFS_REGIONS_PER_PROCESS, REGIONS_PER_UID, REGIONS_MAX);
 		return -EMFILE;
+	}
+	if (uid_bytes + r->len > bytes_cap()) {
+		pthread_mutex_unlock(&rs->lock);
+		kv_log(KV_LOG_WARN, "fast path: uid %u would have %llu bytes registered, over the cap of half the memory",
+		       (unsigned)r->uid, (unsigned long long)(uid_bytes + r->len));
+		return -ENOMEM;
 	}
 	rc = new_id(rs, &r->id);
 	ev.data.u64 = r->id;
 	if (rc == 0 && epoll_ctl(rs->epfd, EPOLL_CTL_ADD, r->pidfd, &ev) < 0)
 		rc = -errno;
 	if (rc == 0) {
-		r->refs = 1;
+		/* The list's reference, and the registering call's until it has
+		 * reported the id: the reaper may drop a dead caller's region
+		 * the moment the lock is released. */
+		r->refs = 2;
 		r->next = rs->list;
 		rs->list = r;
 		rs->count++;
@@ -381,27 +431,28 @@ int kvfs_region_register(struct kvfs_regions *rs, const struct kvfs_caller *c,
 	a->length = r->len;
 	kv_log(KV_LOG_DEBUG, "fast path: region %016" PRIx64 " of %" PRIu64 " bytes for pid %d",
 	       r->id, r->len, (int)r->tgid);
+	kvfs_region_put(rs, r);
 	return 0;
 }
 
-/* Is the calling thread in the region's process? Cached per region. */
+/*
+ * Is the calling thread in the region's process, and is that process the
+ * one that registered (not a new one that got its pid)? Read fresh on every
+ * call: the caller is blocked in our ioctl, so its tid cannot be recycled
+ * meanwhile, while a cached tid could have been.
+ */
 static bool caller_in_tgid(struct kvfs_regions *rs, struct kvfs_region *r,
 			   pid_t tid)
 {
+	struct pollfd pfd = { .fd = r->pidfd, .events = POLLIN };
 	pid_t tgid;
+	bool alive;
 
-	if (tid == r->tgid)
-		return true;
-	for (unsigned i = 0; i < 8; i++)
-		if (r->tids_ok[i] == tid)
-			return true;
 	pthread_mutex_unlock(&rs->lock);
 	tgid = tgid_of(tid);
+	alive = poll(&pfd, 1, 0) == 0;    /* a pidfd polls readable once it exits */
 	pthread_mutex_lock(&rs->lock);
-	if (tgid != r->tgid)
-		return false;
-	r->tids_ok[r->tids_next++ % 8] = tid;
-	return true;
+	return alive && tgid == r->tgid;
 }
 
 /* Find the caller's region (lock held; may drop and retake it). */

@@ -4,7 +4,8 @@
  *
  * The daemon usually runs as root, so it must not become a confused deputy:
  * a region is only memory the caller could already write (its own fd of a
- * tmpfs/memfd file, opened read-write, owned by its uid), and only the
+ * tmpfs/memfd file, opened read-write, owned by its uid, already allocated
+ * by the caller), and only the
  * registering process (uid and thread group) may use or drop it. When that
  * process exits, a reaper thread (pidfd) drops its regions.
  *
@@ -37,8 +38,6 @@ struct kvfs_region {
 	/* private to region.c */
 	int refs;                     /* under the registry lock */
 	volatile int broken;          /* set by the SIGBUS handler */
-	pid_t tids_ok[8];             /* threads already verified to be tgid's */
-	unsigned tids_next;
 	struct kvfs_region *next;
 };
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "store_i.h"
 
@@ -138,7 +139,6 @@ static int fixed_slot(struct many_ring *m, const struct kv_fixed_buf *fb)
 
 	if (!fb || !m->sparse || fb->key == 0 || fb->len == 0 || fb->len > FIXED_MAX)
 		return -1;
-	sweep_forgotten(m);
 	m->clock++;
 	for (i = 0; i < FIXED_SLOTS; i++) {
 		if (m->slot_key[i] == fb->key) {
@@ -311,12 +311,16 @@ static void drain(struct many *mm, struct kv_io *ios, unsigned n,
 
 	kv_log(KV_LOG_ERR, "store: batch read ring failed: %s", kv_strerror(err));
 	while (mm->inflight) {
-		int rc = io_uring_wait_cqe(&mm->m->ring, &cqe);
+		/* Prepared requests the failed call did not submit still count
+		 * as in flight: they must go out to complete. */
+		int rc = io_uring_submit_and_wait(&mm->m->ring, 1);
 
-		if (rc == -EINTR || rc == -EAGAIN)
+		if (rc >= 0)
+			rc = io_uring_wait_cqe(&mm->m->ring, &cqe);
+		if (rc < 0) {
+			usleep(1000);    /* out of resources: let the kernel recover */
 			continue;
-		if (rc < 0)
-			break;   /* cannot happen with requests in flight */
+		}
 		mm->inflight--;
 		finish(mm, io_uring_cqe_get_data(cqe), cqe->res < 0 ? cqe->res : err);
 		io_uring_cqe_seen(&mm->m->ring, cqe);
@@ -345,6 +349,8 @@ void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
 			read_many_queued(s, ios, n, each, arg);
 		return;
 	}
+	if (mm.m->sparse)
+		sweep_forgotten(mm.m);
 	mm.slot = fixed_slot(mm.m, fb);
 	while (next < n || mm.inflight || mm.retry) {
 		while (mm.retry && mm.inflight < mm.m->entries) {

@@ -65,6 +65,17 @@ def test_register(dfd):
     ro = os.open(f'/proc/self/fd/{r.fd}', os.O_RDONLY)          # not writable
     expect_err(errno.EACCES, abi.register, dfd, ro)
     os.close(ro)
+    sparse = abi.memfd(MB, allocate=False)                       # not allocated
+    expect_err(errno.EINVAL, abi.register, dfd, sparse)
+    os.close(sparse)
+    try:                                                         # hugetlbfs
+        huge = os.memfd_create('kvfs-huge', os.MFD_HUGETLB)
+        os.ftruncate(huge, 2 * MB)
+    except OSError:
+        huge = None
+    if huge is not None:
+        expect_err(errno.EINVAL, abi.register, dfd, huge, length=65536)
+        os.close(huge)
     rid2, _ = abi.register(dfd, r.fd, length=MB)                 # a prefix
     abi.unregister(dfd, rid2)
     expect_err(errno.ENOENT, abi.unregister, dfd, rid2)
@@ -73,6 +84,7 @@ def test_register(dfd):
     shm = f'/dev/shm/kvfs-test-{os.getpid()}'
     fd = os.open(shm, os.O_RDWR | os.O_CREAT, 0o600)
     os.ftruncate(fd, MB)
+    os.posix_fallocate(fd, 0, MB)
     rid3, _ = abi.register(dfd, fd)
     abi.unregister(dfd, rid3)
     os.close(fd)
@@ -182,6 +194,7 @@ def test_bad_calls(r, dfd):
             (errno.ERANGE, dict(desc_off=2 ** 64 - 8)),
             (errno.EINVAL, dict(desc_off=4)),
             (errno.EINVAL, dict(group=2)),                              # group is for lookups
+            (errno.EINVAL, dict(group=1)),
             (errno.ENOENT, dict(rid=12345)),
     ]:
         args = dict(rid=r.rid, desc_off=0, count=1)
@@ -334,6 +347,27 @@ def test_corrupt_page(r):
         f.write(b)
 
 
+def test_memory_replaced(r):
+    """The engine punches its destination pages out (and so gets fresh ones)
+    between reads: a ring that registered the old pages must not turn that
+    into a checksum failure or lost bytes."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    D = 6 * MB
+    for _ in range(6):      # enough calls to meet the threads that registered
+        ds = [abi.Desc(0, b'p%d' % i, dst_off=D + i * 128 * 1024, dst_len=128 * 1024)
+              for i in range(4)]
+        r.run(abi.READ, ds)
+        if [d.status for d in ds] != [0] * 4:
+            fail(f'read after the region memory was replaced: {[d.status for d in ds]}')
+        for i, d in enumerate(ds):
+            if bytes(r.mem[d.dst_off:d.dst_off + d.bytes]) != page_bytes(0, 'p%d' % i):
+                fail('bytes after the region memory was replaced')
+        if libc.fallocate(r.fd, 3, D, MB) != 0:     # PUNCH_HOLE | KEEP_SIZE
+            fail(f'fallocate punch: errno {ctypes.get_errno()}')
+
+
 def main():
     dfd = os.open(M, os.O_RDONLY | os.O_DIRECTORY)
     other = os.open(os.path.join(MNT, 'other'), os.O_RDONLY)
@@ -350,6 +384,7 @@ def main():
     test_engine_death()
     test_shrunk_region(dfd)
     test_corrupt_page(r)
+    test_memory_replaced(r)
     # Still serving after all of that.
     ds = [abi.Desc(0, b'p9', dst_off=2 * MB, dst_len=MB)]
     r.run(abi.READ, ds)

@@ -76,7 +76,10 @@ def collect(mem, descs, desc_off):
     return descs
 
 
-def memfd(size, name='kvfs-test'):
+def memfd(size, name='kvfs-test', allocate=True):
+    """Memory as an engine would register it: allocated by its owner."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.ftruncate(fd, size)
+    if allocate:
+        os.posix_fallocate(fd, 0, size)
     return fd
