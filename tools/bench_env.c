@@ -1,0 +1,393 @@
+/*
+ * `kvfs bench`: its child processes (mkfs, the daemon, fusermount3), the
+ * daemon's CPU time and log, dropping caches, and the workspace.
+ */
+#include "bench.h"
+
+/* ---- child processes: mkfs, the daemon, fusermount3 ---- */
+
+/* Start argv (prog is a path, or a name looked up in PATH) with stdout and
+ * stderr going to out_fd (unless -1). A daemon gets its own process group,
+ * so that ^C reaches only us and we unmount in order, and SIGTERM should we
+ * die first, so that it never outlives us holding the mount. */
+static pid_t spawn(const char *prog, char *const argv[], int out_fd, bool daemon)
+{
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid;
+	if (out_fd >= 0) {
+		dup2(out_fd, STDOUT_FILENO);
+		dup2(out_fd, STDERR_FILENO);
+	}
+	if (daemon) {
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+	}
+	if (strchr(prog, '/'))
+		execv(prog, argv);
+	else
+		execvp(prog, argv);
+	_exit(127);
+}
+
+static int wait_exit(pid_t pid)
+{
+	int st;
+
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+static void log_tail(const struct bench *b)
+{
+	char line[1024];
+	long pos;
+	FILE *f = fopen(b->log, "r");
+
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	pos = ftell(f);
+	fseek(f, pos > 4096 ? pos - 4096 : 0, SEEK_SET);
+	if (pos > 4096 && !fgets(line, sizeof(line), f))   /* skip a partial line */
+		pos = 0;
+	fprintf(stderr, "--- %s (tail) ---\n", b->log);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fclose(f);
+}
+
+/* Error lines the daemon logged: a run that provoked any is not clean. */
+int log_errors(const struct bench *b)
+{
+	char line[1024];
+	unsigned n = 0;
+	FILE *f = fopen(b->log, "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "]: error: ") && n++ < 10)
+			fprintf(stderr, "%s%s", n == 1 ? "--- daemon errors ---\n" : "", line);
+	fclose(f);
+	if (n)
+		bench_err("the daemon logged %u error%s%s%s", n, n > 1 ? "s" : "",
+			  b->o->keep ? ": " : "", b->o->keep ? b->log : "");
+	return n ? -EIO : 0;
+}
+
+static int open_log(const struct bench *b)
+{
+	int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		bench_err("%s: %s", b->log, strerror(errno));
+	return fd < 0 ? -errno : fd;
+}
+
+/* `kvfs mkfs STORE`, as a user would run it. */
+int run_mkfs(struct bench *b)
+{
+	char *argv[] = { "kvfs", "mkfs", b->store, NULL };
+	int fd = open_log(b), st;
+	pid_t pid;
+
+	if (fd < 0)
+		return fd;
+	pid = spawn("/proc/self/exe", argv, fd, false);
+	close(fd);
+	if (pid < 0) {
+		bench_err("fork: %s", strerror(errno));
+		return -errno;
+	}
+	b->made_store = true;
+	st = wait_exit(pid);
+	if (st == 0)
+		return 0;
+	bench_err("kvfs mkfs %s failed (status %d)", b->store, st);
+	log_tail(b);
+	return -EIO;
+}
+
+static bool is_mounted(const struct bench *b)
+{
+	struct statfs sf;
+	struct stat st;
+
+	return statfs(b->mnt, &sf) == 0 && (unsigned long)sf.f_type == FUSE_SUPER_MAGIC &&
+	       stat(b->mnt, &st) == 0 && st.st_ino == 1;
+}
+
+/* Start `kvfs mount STORE MNT -f` and wait until the mount is there. */
+int start_daemon(struct bench *b)
+{
+	char *argv[] = { "kvfs", "mount", b->store, b->mnt, "-f", NULL };
+	int fd = open_log(b), i, st;
+
+	if (fd < 0)
+		return fd;
+	b->daemon = spawn("/proc/self/exe", argv, fd, true);
+	close(fd);
+	if (b->daemon < 0) {
+		b->daemon = 0;
+		bench_err("fork: %s", strerror(errno));
+		return -errno;
+	}
+	for (i = 0; i < 200; i++) {
+		if (waitpid(b->daemon, &st, WNOHANG) == b->daemon) {
+			b->daemon = 0;
+			bench_err("the daemon exited before mounting (status %d)",
+				  WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			log_tail(b);
+			return -EIO;
+		}
+		if (is_mounted(b)) {
+			b->mounted = true;
+			return 0;
+		}
+		usleep(50000);
+	}
+	bench_err("%s was not mounted within 10 s", b->mnt);
+	log_tail(b);
+	return -ETIMEDOUT;
+}
+
+/* Its complaints (busy, while a reader closes) go to the log, not the report. */
+static int fusermount(const struct bench *b, bool lazy)
+{
+	char *argv[] = { "fusermount3", "-u", (char *)b->mnt, NULL, NULL };
+	int fd = open_log(b), rc;
+	pid_t pid;
+
+	if (lazy) {
+		argv[2] = "-z";
+		argv[3] = (char *)b->mnt;
+	}
+	pid = spawn("fusermount3", argv, fd, false);
+	rc = pid < 0 ? -errno : wait_exit(pid);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Wait up to secs for the daemon; 1 if it exited (status in *st). */
+static int reap_daemon(struct bench *b, double secs, int *st)
+{
+	double end = now_s() + secs;
+	int w;
+
+	do {
+		if (waitpid(b->daemon, &w, WNOHANG) == b->daemon) {
+			*st = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
+			b->daemon = 0;
+			return 1;
+		}
+		usleep(20000);
+	} while (now_s() < end);
+	return 0;
+}
+
+/* Unmount and wait for the daemon, which commits everything pending before
+ * it exits. A busy mount is retried (a reader may be closing), then
+ * detached; a daemon that does not exit is terminated. */
+int stop_daemon(struct bench *b)
+{
+	int i, st = 0, rc = 0;
+
+	if (b->mounted) {
+		for (i = 0; i < 20 && fusermount(b, false) != 0; i++)
+			usleep(100000);
+		if (i == 20 && fusermount(b, true) != 0) {
+			bench_err("cannot unmount %s", b->mnt);
+			log_tail(b);
+			rc = -EBUSY;
+		}
+		b->mounted = is_mounted(b);
+	}
+	if (!b->daemon)
+		return rc;
+	if (!reap_daemon(b, 60, &st)) {
+		bench_err("the daemon (pid %d) did not exit after unmounting; terminating it",
+			  (int)b->daemon);
+		kill(b->daemon, SIGTERM);
+		if (!reap_daemon(b, 10, &st)) {
+			kill(b->daemon, SIGKILL);
+			reap_daemon(b, 10, &st);
+		}
+		rc = -ETIMEDOUT;
+	}
+	if (st > 128) {
+		bench_err("the daemon was killed by signal %d", st - 128);
+		log_tail(b);
+		rc = rc ? rc : -EIO;
+	} else if (st != 0) {
+		bench_err("the daemon exited with status %d", st);
+		log_tail(b);
+		rc = rc ? rc : -EIO;
+	}
+	return rc;
+}
+
+/* The daemon's CPU time so far (all its threads, io_uring workers too). */
+int daemon_cpu(const struct bench *b, double *secs)
+{
+	unsigned long ut, st;
+	char path[64], buf[1024], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)b->daemon);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		bench_err("%s: %s (did the daemon die?)", path, strerror(errno));
+		return -errno;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	/* The command name may hold spaces and parentheses: fields start
+	 * after the last ')'; utime and stime are fields 14 and 15. */
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			 &ut, &st) != 2) {
+		bench_err("%s: cannot parse", path);
+		return -EINVAL;
+	}
+	*secs = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	return 0;
+}
+
+double self_cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Make the next read cold: write back dirty pages, then drop the page,
+ * dentry and inode caches (the mount's too, so FUSE pays its lookups). */
+void drop_caches(struct bench *b)
+{
+	int fd;
+
+	sync();
+	if (!b->cold)
+		return;
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "3\n", 2) != 2) {
+		bench_err("warning: cannot drop caches (%s; need root): reads are warm",
+			  strerror(errno));
+		b->cold = false;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* ---- workspace ---- */
+
+int setup_dirs(struct bench *b)
+{
+	const char *d = b->o->dir;
+	int rc;
+
+	if (!d) {
+		strcpy(b->dir, "/var/tmp/kvfs-bench.XXXXXX");
+		if (!mkdtemp(b->dir)) {
+			bench_err("mkdtemp %s: %s", b->dir, strerror(errno));
+			return -errno;
+		}
+		b->made_dir = true;
+	} else {
+		if (strlen(d) >= sizeof(b->dir)) {
+			bench_err("%s: path too long", d);
+			return -ENAMETOOLONG;
+		}
+		strcpy(b->dir, d);
+		if (mkdir(b->dir, 0755) == 0)
+			b->made_dir = true;
+		else if (errno != EEXIST) {
+			bench_err("mkdir %s: %s", b->dir, strerror(errno));
+			return -errno;
+		}
+	}
+	snprintf(b->store, sizeof(b->store), "%s/store", b->dir);
+	snprintf(b->mnt, sizeof(b->mnt), "%s/mnt", b->dir);
+	snprintf(b->model, sizeof(b->model), "%s/" MODEL, b->mnt);
+	snprintf(b->files, sizeof(b->files), "%s/files", b->dir);
+	snprintf(b->log, sizeof(b->log), "%s/daemon.log", b->dir);
+	if (access(b->store, F_OK) == 0 || access(b->files, F_OK) == 0 ||
+	    access(b->mnt, F_OK) == 0 || access(b->log, F_OK) == 0) {
+		bench_err("%s already holds store/, mnt/, files/ or daemon.log "
+			  "(an earlier run?): use another --dir", b->dir);
+		return -EEXIST;
+	}
+	b->made_log = true;   /* from here on, daemon.log is ours */
+	rc = make_dir(b->mnt);
+	if (rc < 0)
+		return rc;
+	b->made_mnt = true;
+	rc = make_dir(b->files);
+	if (rc < 0)
+		return rc;
+	b->made_files = true;
+	return 0;
+}
+
+/* The model and its layers on the mount, and the same layers for the plain
+ * files. The model has no geometry: every page size fits in it. */
+int make_layers(struct bench *b)
+{
+	char path[PATH_MAX + 32];
+	unsigned l;
+	int rc = make_dir(b->model);
+
+	for (l = 0; rc == 0 && l < b->o->layers; l++) {
+		snprintf(path, sizeof(path), "%s/%02u", b->model, l);
+		rc = make_dir(path);
+		snprintf(path, sizeof(path), "%s/%02u", b->files, l);
+		if (rc == 0)
+			rc = make_dir(path);
+	}
+	return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0)
+		bench_err("warning: cannot remove %s: %s", path, strerror(errno));
+	return 0;
+}
+
+static void rm_tree(const char *path)
+{
+	if (access(path, F_OK) == 0)
+		nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+void cleanup_dirs(struct bench *b)
+{
+	if (b->o->keep) {
+		fprintf(stderr, "kvfs bench: kept %s\n", b->dir);
+		return;
+	}
+	if (b->made_files)
+		rm_tree(b->files);
+	if (b->made_store)
+		rm_tree(b->store);
+	if (b->made_mnt && !b->mounted)
+		rmdir(b->mnt);
+	if (b->made_log)
+		unlink(b->log);
+	if (b->made_dir)
+		rmdir(b->dir);
+}
+
