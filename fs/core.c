@@ -479,6 +479,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		goto fail;
 	rc = kv_manifest_meta(fs->man, &fs->meta);
+	if (rc == 0)
+		rc = kv_manifest_bump_mount(fs->man, &fs->mount_gen);
 	if (rc < 0)
 		goto fail;
 	if (fs->opts.max_page > fs->meta.segment_size) {

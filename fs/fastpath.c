@@ -142,6 +142,28 @@ static int resolver_init(struct resolver *rv, struct fp_batch *b, fuse_req_t req
 	return load_layers(rv);
 }
 
+/* ---- handles ----
+ *
+ * A handle is the page's inode number under this mount's count: inode
+ * numbers are only unique within a mount (the newest can be reissued after
+ * a restart), and a handle must never name a different page.
+ */
+#define HANDLE_INO_BITS 40
+#define HANDLE_INO_MASK ((1ull << HANDLE_INO_BITS) - 1)
+
+static uint64_t handle_of(const struct kvfs *fs, uint64_t ino)
+{
+	return (uint64_t)(fs->mount_gen & 0xffffff) << HANDLE_INO_BITS | ino;
+}
+
+/* The inode a handle names, or 0 if it is from another mount. */
+static uint64_t handle_ino(const struct kvfs *fs, uint64_t handle)
+{
+	if (handle >> HANDLE_INO_BITS != (fs->mount_gen & 0xffffff))
+		return 0;
+	return handle & HANDLE_INO_MASK;
+}
+
 /* ---- one descriptor ---- */
 
 static int32_t resolve_name(struct resolver *rv, const struct kvfs_page_desc *d,
@@ -168,7 +190,9 @@ static int32_t resolve_name(struct resolver *rv, const struct kvfs_page_desc *d,
 static int32_t resolve_handle(struct resolver *rv, uint64_t handle,
 			      const struct layer_ent **le, struct kv_node_info *n)
 {
-	if (kv_index_get(rv->b->fs->idx, handle, n) < 0 || n->kind != KV_KIND_PAGE)
+	uint64_t ino = handle_ino(rv->b->fs, handle);
+
+	if (!ino || kv_index_get(rv->b->fs->idx, ino, n) < 0 || n->kind != KV_KIND_PAGE)
 		return -ENOENT;
 	*le = layer_by_ino(rv, n->parent);
 	if (!*le)
@@ -305,7 +329,9 @@ static int do_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
 	for (uint32_t i = 0; rc == 0 && i < a->count; i++) {
 		if (b.status[i] == 0)
 			b.status[i] = resolve(&rv, i, false, &n);
-		b.d[i].handle = b.status[i] ? 0 : n.ino;
+		if (b.status[i] == 0 && n.ino > HANDLE_INO_MASK)
+			b.status[i] = -EOVERFLOW;    /* 2^40 inodes in one mount */
+		b.d[i].handle = b.status[i] ? 0 : handle_of(fs, n.ino);
 		b.d[i].bytes = b.status[i] ? 0 : n.size;
 		b.a.bytes += b.d[i].bytes;
 	}

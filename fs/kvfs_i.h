@@ -106,6 +106,7 @@ struct kvfs {
 	size_t live_buckets, nlive;
 	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
 
+	uint32_t mount_gen;           /* this mount's count (fast-path handles) */
 	struct kvfs_pins pins;
 	struct kvfs_regions *regions;  /* fast-path shared memory */
 

@@ -390,6 +390,41 @@ out:
 	return rc;
 }
 
+/*
+ * Count this mount: meta mount_generation + 1, committed (durable) before
+ * it is returned. Identifiers handed to clients carry it, so one issued by
+ * an earlier daemon can never name something else after a restart.
+ */
+int kv_manifest_bump_mount(struct kv_manifest *m, uint32_t *gen)
+{
+	sqlite3_stmt *st;
+	int64_t v = 0;
+	int rc;
+
+	if (m->in_txn)
+		return -EINVAL;
+	rc = mf_query_row(m->db, m->path,
+			  "SELECT value FROM meta WHERE key = 'mount_generation'", NULL, &st);
+	if (rc < 0)
+		return rc;
+	if (rc > 0) {
+		v = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	v = v < 0 || v >= UINT32_MAX ? 1 : v + 1;
+	rc = sqlite3_prepare_v2(m->db, "INSERT OR REPLACE INTO meta (key, value) "
+				"VALUES ('mount_generation', ?1)", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing mount_generation");
+	sqlite3_bind_int64(st, 1, v);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return mf_db_fail(m->db, m->path, rc, "writing mount_generation");
+	*gen = (uint32_t)v;
+	return 0;
+}
+
 /* ---- create / open / close ---- */
 
 static void remove_sidecars(const char *path)

@@ -119,6 +119,10 @@ void kv_manifest_close(struct kv_manifest *m);
 /* Read the meta and stripes back; KV_ERR_CORRUPT (logged) if invalid. */
 int kv_manifest_meta(struct kv_manifest *m, struct kv_store_meta *out);
 
+/* Count a mount (meta mount_generation + 1, durable) and return the new
+ * count, 1.. UINT32_MAX - 1. Outside a transaction. */
+int kv_manifest_bump_mount(struct kv_manifest *m, uint32_t *gen);
+
 /*
  * Group commit. begin/commit/rollback bracket any number of put/del calls
  * (a put/del outside them commits on its own). begin inside a transaction or

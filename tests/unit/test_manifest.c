@@ -268,6 +268,29 @@ static void test_create_reopen_meta(void **state)
 	free(got);
 }
 
+/* Each mount is counted durably; the count survives a reopen. */
+static void test_mount_generation(void **state)
+{
+	struct fx *f = *state;
+	struct kv_manifest *m = create_open(f);
+	char msg[256];
+	uint32_t gen = 0;
+
+	assert_int_equal(kv_manifest_bump_mount(m, &gen), 0);
+	assert_int_equal(gen, 1);
+	assert_int_equal(kv_manifest_bump_mount(m, &gen), 0);
+	assert_int_equal(gen, 2);
+	kv_manifest_close(m);
+	assert_int_equal(kv_manifest_open(f->dir, &m), 0);
+	assert_int_equal(kv_manifest_bump_mount(m, &gen), 0);
+	assert_int_equal(gen, 3);
+	assert_int_equal(kv_manifest_begin(m), 0);
+	assert_int_equal(kv_manifest_bump_mount(m, &gen), -EINVAL);
+	kv_manifest_rollback(m);
+	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), 0);
+	kv_manifest_close(m);
+}
+
 static void test_create_twice(void **state)
 {
 	struct fx *f = *state;
@@ -639,6 +662,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_create_reopen_meta, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mount_generation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_create_twice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_create_bad_meta, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
