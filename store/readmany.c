@@ -19,23 +19,29 @@
 #define IO_CHUNK_MAX (1u << 30)
 #define FIXED_SLOTS 4                  /* registered buffers per thread */
 #define FIXED_MAX (1ull << 30)         /* the kernel's limit per buffer */
-#define FORGOTTEN_RING 64
 
+/*
+ * Registered buffers pin the caller's pages in the kernel until the slot is
+ * cleared. Every ring is on a global list so that kv_store_fixed_forget can
+ * clear a dying region's slots at once in every thread's ring; a slot the
+ * owning thread is reading into right now is only marked stale, and the
+ * owner clears it when its batch ends.
+ */
 struct many_ring {
 	struct io_uring ring;
 	unsigned entries;
 	bool sparse;                       /* a buffer table exists */
+	pthread_mutex_t lock;              /* the slot fields below */
 	uint64_t slot_key[FIXED_SLOTS];    /* 0: empty */
 	uint64_t slot_used[FIXED_SLOTS];   /* LRU clock */
+	bool slot_stale[FIXED_SLOTS];      /* forgotten while in use */
 	uint64_t clock;
-	uint64_t forgotten_seen;           /* forget_gen at the last sweep */
+	uint64_t busy_key;                 /* fb key of the running batch, 0 */
+	struct many_ring *prev, *next;     /* rings_lock */
 };
 
-/* Keys of memory about to be unmapped: each thread drops their
- * registrations (and so the kernel's pins) at its next batch. */
-static pthread_mutex_t forget_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t forgotten[FORGOTTEN_RING];
-static _Atomic uint64_t forget_gen;
+static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct many_ring *rings;
 
 static pthread_key_t many_key;
 static pthread_once_t many_once = PTHREAD_ONCE_INIT;
@@ -45,13 +51,33 @@ static void many_ring_free(void *p)
 {
 	struct many_ring *m = p;
 
-	io_uring_queue_exit(&m->ring);
+	pthread_mutex_lock(&rings_lock);
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		rings = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	pthread_mutex_unlock(&rings_lock);
+	io_uring_queue_exit(&m->ring);   /* drops its registrations too */
+	pthread_mutex_destroy(&m->lock);
 	free(m);
 }
 
 static void many_key_create(void)
 {
 	many_key_ok = pthread_key_create(&many_key, many_ring_free) == 0;
+}
+
+static void ring_publish(struct many_ring *m)
+{
+	pthread_mutex_lock(&rings_lock);
+	m->prev = NULL;
+	m->next = rings;
+	if (rings)
+		rings->prev = m;
+	rings = m;
+	pthread_mutex_unlock(&rings_lock);
 }
 
 /* This thread's batch ring with at least qd entries; NULL if none. */
@@ -69,7 +95,7 @@ static struct many_ring *many_ring(unsigned qd)
 		pthread_setspecific(many_key, NULL);
 		many_ring_free(m);
 	}
-	m = malloc(sizeof(*m));
+	m = calloc(1, sizeof(*m));
 	if (!m)
 		return NULL;
 	if (io_uring_queue_init(qd, &m->ring, 0) < 0) {
@@ -77,11 +103,9 @@ static struct many_ring *many_ring(unsigned qd)
 		return NULL;
 	}
 	m->entries = m->ring.sq.ring_entries;
-	memset(m->slot_key, 0, sizeof(m->slot_key));
-	memset(m->slot_used, 0, sizeof(m->slot_used));
-	m->clock = 0;
-	m->forgotten_seen = atomic_load(&forget_gen);
+	pthread_mutex_init(&m->lock, NULL);
 	m->sparse = io_uring_register_buffers_sparse(&m->ring, FIXED_SLOTS) == 0;
+	ring_publish(m);
 	if (pthread_setspecific(many_key, m) != 0) {
 		many_ring_free(m);
 		return NULL;
@@ -89,59 +113,58 @@ static struct many_ring *many_ring(unsigned qd)
 	return m;
 }
 
-void kv_store_fixed_forget(uint64_t key)
-{
-	pthread_mutex_lock(&forget_lock);
-	forgotten[atomic_load(&forget_gen) % FORGOTTEN_RING] = key;
-	atomic_fetch_add(&forget_gen, 1);
-	pthread_mutex_unlock(&forget_lock);
-}
-
+/* m->lock held. */
 static void slot_clear(struct many_ring *m, unsigned i)
 {
 	struct iovec none = { NULL, 0 };
 	__u64 tag = 0;
 
-	/* An empty iovec unregisters the slot (and unpins its pages). */
+	/* An empty iovec unregisters the slot (and unpins its pages); the
+	 * kernel keeps the old buffer alive for reads still in flight. */
 	io_uring_register_buffers_update_tag(&m->ring, i, &none, &tag, 1);
 	m->slot_key[i] = 0;
+	m->slot_stale[i] = false;
 }
 
-/* Drop registrations of memory forgotten since this thread last looked. */
-static void sweep_forgotten(struct many_ring *m)
+void kv_store_fixed_forget(uint64_t key)
 {
-	uint64_t gen = atomic_load(&forget_gen);
-
-	if (gen == m->forgotten_seen)
-		return;
-	pthread_mutex_lock(&forget_lock);
-	if (gen - m->forgotten_seen > FORGOTTEN_RING) {
-		/* Fell behind: whatever we hold may be gone. */
-		for (unsigned i = 0; i < FIXED_SLOTS; i++)
-			if (m->slot_key[i])
+	pthread_mutex_lock(&rings_lock);
+	for (struct many_ring *m = rings; m; m = m->next) {
+		pthread_mutex_lock(&m->lock);
+		for (unsigned i = 0; i < FIXED_SLOTS; i++) {
+			if (m->slot_key[i] != key)
+				continue;
+			if (m->busy_key == key)
+				m->slot_stale[i] = true;   /* its batch clears it */
+			else
 				slot_clear(m, i);
-	} else {
-		for (uint64_t g = m->forgotten_seen; g < gen; g++)
-			for (unsigned i = 0; i < FIXED_SLOTS; i++)
-				if (m->slot_key[i] && m->slot_key[i] == forgotten[g % FORGOTTEN_RING])
-					slot_clear(m, i);
+		}
+		pthread_mutex_unlock(&m->lock);
 	}
-	pthread_mutex_unlock(&forget_lock);
-	m->forgotten_seen = gen;
+	pthread_mutex_unlock(&rings_lock);
 }
 
-/* The buffer-table slot holding fb, registering it if needed; -1: none. */
-static int fixed_slot(struct many_ring *m, const struct kv_fixed_buf *fb)
+/* The running batch is over: clear what was forgotten during it. */
+static void batch_end(struct many_ring *m)
+{
+	pthread_mutex_lock(&m->lock);
+	m->busy_key = 0;
+	for (unsigned i = 0; i < FIXED_SLOTS; i++)
+		if (m->slot_stale[i])
+			slot_clear(m, i);
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* m->lock held: the slot holding fb, registering it if needed; -1: none. */
+static int fixed_slot_locked(struct many_ring *m, const struct kv_fixed_buf *fb)
 {
 	struct iovec iov;
 	unsigned i, lru = 0;
 	__u64 tag = 0;
 
-	if (!fb || !m->sparse || fb->key == 0 || fb->len == 0 || fb->len > FIXED_MAX)
-		return -1;
 	m->clock++;
 	for (i = 0; i < FIXED_SLOTS; i++) {
-		if (m->slot_key[i] == fb->key) {
+		if (m->slot_key[i] == fb->key && !m->slot_stale[i]) {
 			m->slot_used[i] = m->clock;
 			return (int)i;
 		}
@@ -149,6 +172,7 @@ static int fixed_slot(struct many_ring *m, const struct kv_fixed_buf *fb)
 			lru = i;
 	}
 	iov = (struct iovec){ fb->base, fb->len };
+	m->slot_stale[lru] = false;
 	if (io_uring_register_buffers_update_tag(&m->ring, lru, &iov, &tag, 1) < 0) {
 		m->slot_key[lru] = 0;
 		return -1;     /* e.g. RLIMIT_MEMLOCK: plain reads still work */
@@ -156,6 +180,20 @@ static int fixed_slot(struct many_ring *m, const struct kv_fixed_buf *fb)
 	m->slot_key[lru] = fb->key;
 	m->slot_used[lru] = m->clock;
 	return (int)lru;
+}
+
+/* Start a batch reading into fb: its slot, or -1 for plain reads. */
+static int batch_begin(struct many_ring *m, const struct kv_fixed_buf *fb)
+{
+	int slot;
+
+	if (!fb || !m->sparse || fb->key == 0 || fb->len == 0 || fb->len > FIXED_MAX)
+		return -1;
+	pthread_mutex_lock(&m->lock);
+	slot = fixed_slot_locked(m, fb);
+	m->busy_key = slot >= 0 ? fb->key : 0;
+	pthread_mutex_unlock(&m->lock);
+	return slot;
 }
 
 struct many {
@@ -228,7 +266,11 @@ static void prep(struct many *mm, struct kv_io *io)
 	char *buf = (char *)io->buf + io->done_bytes;
 	const struct kv_fixed_buf *fb = mm->fb;
 
-	if (mm->slot >= 0 && buf >= (char *)fb->base &&
+	/* A slot forgotten mid-batch (its memory was replaced) is not used
+	 * again; the flag is written under m->lock, a stale read only costs
+	 * one more private re-read. */
+	if (mm->slot >= 0 && !__atomic_load_n(&mm->m->slot_stale[mm->slot], __ATOMIC_RELAXED) &&
+	    buf >= (char *)fb->base &&
 	    (uint64_t)(buf - (char *)fb->base) + n <= fb->len)
 		io_uring_prep_read_fixed(sqe, seg_of(io)->fd, buf, n,
 					 io->ext.offset + io->done_bytes, mm->slot);
@@ -349,9 +391,7 @@ void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
 			read_many_queued(s, ios, n, each, arg);
 		return;
 	}
-	if (mm.m->sparse)
-		sweep_forgotten(mm.m);
-	mm.slot = fixed_slot(mm.m, fb);
+	mm.slot = batch_begin(mm.m, fb);
 	while (next < n || mm.inflight || mm.retry) {
 		while (mm.retry && mm.inflight < mm.m->entries) {
 			struct kv_io *io = mm.retry;
@@ -370,7 +410,8 @@ void kv_store_read_many(struct kv_store *s, struct kv_io *ios, unsigned n,
 		rc = reap(&mm);
 		if (rc < 0) {
 			drain(&mm, ios, n, next, rc);
-			return;
+			break;
 		}
 	}
+	batch_end(mm.m);
 }
