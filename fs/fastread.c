@@ -15,19 +15,35 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fastpath.h"
 
 #define CHUNK_PAGES 1024
+#define HELPER_MIN_PAGES 16     /* fewer: a thread costs more than it saves */
 #define CHUNK_BOUNCE_MAX (64ull << 20)   /* bounce bytes per chunk */
 
-/* Pages handed to the store in one kv_store_read_many call. */
+/*
+ * Pages handed to the store in one kv_store_read_many call. Checking a page
+ * (hashing it) on the thread that drives the ring delays refilling it, and
+ * pages of a batch tend to land together; so with a spare CPU a second
+ * thread verifies landed pages while this one keeps the device busy. The
+ * queue has one producer (the ring's callback) and two consumers.
+ */
 struct chunk {
 	struct fp_batch *b;
 	struct kv_io io[CHUNK_PAGES];
 	struct fp_page *pg[CHUNK_PAGES];
 	void *bounce[CHUNK_PAGES];
 	unsigned n;
+	/* landed pages waiting to be verified */
+	unsigned q[CHUNK_PAGES];
+	_Atomic unsigned produced, taken;
+	_Atomic bool helper_asleep, done;
+	_Atomic uint64_t bytes;          /* delivered by either thread */
+	bool helper;                     /* a verifier thread runs */
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
 };
 
 /* Can this page's footprint land in its destination directly? */
@@ -144,18 +160,101 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 }
 
 /* Runs as each read completes, while later ones are still on the device. */
-static void page_done(void *arg, struct kv_io *io)
+static void verify(struct chunk *c, unsigned k)
 {
-	struct chunk *c = arg;
-	unsigned k = (unsigned)(io - c->io);
 	int32_t rc = finish_page(c->b, c, k);
 
 	if (rc < 0)
 		fail_page(c->b, c->pg[k], rc);
 	else
-		c->b->a.bytes += c->pg[k]->size;
+		atomic_fetch_add(&c->bytes, c->pg[k]->size);
 	free(c->bounce[k]);
 	c->bounce[k] = NULL;
+}
+
+/* Verify one queued page if there is one; false if the queue is empty. */
+static bool verify_next(struct chunk *c)
+{
+	unsigned t = atomic_load(&c->taken);
+
+	while (t < atomic_load(&c->produced))
+		if (atomic_compare_exchange_weak(&c->taken, &t, t + 1)) {
+			verify(c, c->q[t]);
+			return true;
+		}
+	return false;
+}
+
+static void *verifier_main(void *arg)
+{
+	struct chunk *c = arg;
+
+	for (;;) {
+		if (verify_next(c))
+			continue;
+		pthread_mutex_lock(&c->lock);
+		atomic_store(&c->helper_asleep, true);
+		while (atomic_load(&c->taken) >= atomic_load(&c->produced) &&
+		       !atomic_load(&c->done))
+			pthread_cond_wait(&c->cv, &c->lock);
+		atomic_store(&c->helper_asleep, false);
+		pthread_mutex_unlock(&c->lock);
+		if (atomic_load(&c->done) &&
+		    atomic_load(&c->taken) >= atomic_load(&c->produced))
+			return NULL;
+	}
+}
+
+static void wake_helper(struct chunk *c)
+{
+	if (!atomic_load(&c->helper_asleep))
+		return;
+	pthread_mutex_lock(&c->lock);
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* A read landed (on the ring thread): queue it, or verify it here. */
+static void page_done(void *arg, struct kv_io *io)
+{
+	struct chunk *c = arg;
+	unsigned k = (unsigned)(io - c->io);
+
+	if (!c->helper) {
+		verify(c, k);
+		return;
+	}
+	c->q[atomic_load(&c->produced)] = k;
+	atomic_fetch_add(&c->produced, 1);
+	wake_helper(c);
+}
+
+/* Read c's pages; with a spare CPU and enough pages, verify in parallel. */
+static void chunk_read(struct chunk *c, const struct kv_fixed_buf *fb)
+{
+	static long ncpu;
+	pthread_t helper;
+
+	if (!ncpu)
+		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	atomic_store(&c->produced, 0);
+	atomic_store(&c->taken, 0);
+	atomic_store(&c->done, false);
+	atomic_store(&c->helper_asleep, false);
+	atomic_store(&c->bytes, 0);
+	c->helper = ncpu > 1 && c->n >= HELPER_MIN_PAGES &&
+		    pthread_create(&helper, NULL, verifier_main, c) == 0;
+	kv_store_read_many(c->b->fs->store, c->io, c->n, fb, page_done, c);
+	if (c->helper) {
+		while (verify_next(c))
+			;
+		pthread_mutex_lock(&c->lock);
+		atomic_store(&c->done, true);
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(helper, NULL);
+	}
+	c->b->a.bytes += atomic_load(&c->bytes);
 }
 
 /* Pages still in RAM (sealed, commit pending) are copied from there. */
@@ -196,10 +295,14 @@ void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 		return;
 	}
 	c->b = b;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cv, NULL);
 	do {
 		chunk_fill(c, pages, n, &next);
 		if (c->n)
-			kv_store_read_many(b->fs->store, c->io, c->n, &fb, page_done, c);
+			chunk_read(c, &fb);
 	} while (next < n);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cv);
 	free(c);
 }
