@@ -51,7 +51,9 @@ int kvfs_region_create(struct kvfs_client *c, size_t size,
 		       struct kvfs_region **out);
 /* Register memory the caller already has (a /dev/shm file opened O_RDWR,
  * or a memfd): size bytes from offset 0 (0 = the whole file). The fd is
- * duplicated; the caller keeps its own. */
+ * duplicated; the caller keeps its own. The mapping is populated here, which
+ * allocates any holes in the caller's process (the daemon refuses memory
+ * the caller has not allocated). */
 int kvfs_region_register_fd(struct kvfs_client *c, int fd, size_t size,
 			    struct kvfs_region **out);
 /* Unregister, unmap and free. */

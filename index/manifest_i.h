@@ -56,4 +56,9 @@ const char *mf_col_str(sqlite3_stmt *st, int col);
 int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,
 		int64_t hi, int64_t *out, char *err, size_t errlen);
 
+/* meta.c: validate meta before mkfs writes it (-EINVAL with a log line),
+ * and write it with the stripes (inside mkfs's transaction). */
+int mf_meta_validate(const struct kv_store_meta *meta);
+int mf_write_meta(sqlite3 *db, const char *path, const struct kv_store_meta *meta);
+
 #endif
