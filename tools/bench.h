@@ -148,6 +148,10 @@ int check_page(const struct size_run *s, const char *method, const char *page,
 int read_full(int fd, char *buf, size_t len);
 int make_dir(const char *path);
 
+/* bench_opts.c: usage; options (0, 1 for --help, -EINVAL) */
+extern const char bench_usage[];
+int parse_opts(int argc, char **argv, struct bench_opts *o);
+
 /* bench_env.c */
 int log_errors(const struct bench *b);
 int run_mkfs(struct bench *b);
