@@ -41,9 +41,12 @@ struct op {
 	uint64_t seq;
 	struct kv_node_info node;     /* snapshot when queued */
 	bool drop_extent;             /* DEL_PAGE: last reference to the extent */
+	bool unref_extent;            /* DEL_PAGE: others still share the extent */
 	bool with_next;               /* commit in the same transaction as the next op */
 	bool free_extent;             /* after_commit: punch node.ext once unlocked */
 	/* new pages only */
+	bool new_page;                /* sealed page: its first row */
+	bool shares;                  /* ... naming an existing extent (dedup) */
 	struct kvfs_data *payload;
 	struct kv_io io;
 	bool has_write;
@@ -114,11 +117,12 @@ void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n)
 }
 
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
-			  bool drop_extent, bool with_next)
+			  bool drop_extent, bool unref, bool with_next)
 {
 	struct op *o = op_new_retry(KVFS_OP_DEL_PAGE, n);
 
 	o->drop_extent = drop_extent;
+	o->unref_extent = unref;
 	o->with_next = with_next;
 	enqueue(fs, o);
 }
@@ -146,8 +150,23 @@ static void on_written_op(void *arg)
 	pthread_mutex_unlock(&o->c->lock);
 }
 
+void kvfs_commit_pair_abandon(struct kvfs *fs)
+{
+	struct kvfs_commit *c = fs->commit;
+	struct op *o;
+
+	pthread_mutex_lock(&c->lock);
+	for (o = c->head; o && o->next; o = o->next)
+		;
+	if (o)
+		o->with_next = false;
+	c->pair_open = false;
+	pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload)
+			 struct kvfs_data *payload, bool shared)
 {
 	struct kvfs_commit *c = fs->commit;
 	struct op *o = op_new(KVFS_OP_PUT_PAGE, n);
@@ -155,7 +174,14 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 
 	if (!o)
 		return -ENOMEM;
+	o->new_page = true;
 	o->payload = kvfs_data_get(payload);
+	if (shared) {
+		/* The bytes are durable already: only the row is to commit. */
+		o->shares = true;
+		enqueue(fs, o);
+		return 0;
+	}
 	o->has_write = true;
 	o->c = c;
 	o->io.op = KV_IO_WRITE;
@@ -290,7 +316,11 @@ static int apply_op(struct kvfs *fs, struct op *o)
 
 	switch (o->kind) {
 	case KVFS_OP_PUT_PAGE:
-		if (o->has_write) {
+		if (o->shares) {
+			rc = kv_manifest_ref_extent(m, o->node.extent_id, +1);
+			if (rc < 0)
+				return rc;
+		} else if (o->has_write) {
 			struct kv_extent_rec er = {
 				.id = o->node.extent_id, .ext = o->node.ext,
 				.refcount = 1,
@@ -307,6 +337,8 @@ static int apply_op(struct kvfs *fs, struct op *o)
 		rc = kv_manifest_del_page(m, o->node.ino);
 		if (rc == 0 && o->drop_extent)
 			rc = kv_manifest_del_extent(m, o->node.extent_id);
+		else if (rc == 0 && o->unref_extent)
+			rc = kv_manifest_ref_extent(m, o->node.extent_id, -1);
 		return rc;
 	case KVFS_OP_PUT_MODEL: {
 		struct kv_model_rec r = { .ino = o->node.ino, .attr = o->node.attr,
@@ -411,6 +443,8 @@ static void withdraw_page(struct kvfs *fs, struct op *o)
 		kv_index_extent_ref(fs->idx, o->node.extent_id, -1, &count);
 	}
 	l = kvfs_live_find(fs, o->node.ino);
+	if (l)
+		kvfs_dirty_give_live(fs, l);
 	if (l && l->opens) {
 		/* A reader still holds it: the bytes are freed at its last close. */
 		l->unlinked = true;
@@ -434,6 +468,8 @@ static void page_now_durable(struct kvfs *fs, struct op *o)
 	struct kv_node_info cur, upd;
 	struct kvfs_live *l;
 
+	if (o->has_write)   /* its row is committed: now it may be shared */
+		kv_index_extent_durable(fs->idx, o->node.extent_id);
 	if (kv_index_get(fs->idx, o->node.ino, &cur) == 0 &&
 	    cur.extent_id == o->node.extent_id) {
 		upd = cur;
@@ -444,6 +480,7 @@ static void page_now_durable(struct kvfs *fs, struct op *o)
 	if (l) {
 		kvfs_data_put(l->ram);
 		l->ram = NULL;
+		kvfs_dirty_give_live(fs, l);
 		kvfs_live_maybe_drop(fs, l);
 	}
 }
@@ -489,7 +526,7 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 			withdraw_page(fs, o);
 		else if (op_skipped(c, o))
 			continue;
-		else if (o->has_write)
+		else if (o->new_page)
 			page_now_durable(fs, o);
 		else if (o->kind == KVFS_OP_DEL_PAGE && o->drop_extent)
 			extent_now_unreferenced(fs, o);
@@ -515,6 +552,10 @@ static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 				failed = o->seq;
 			else
 				atomic_fetch_add(&fs->st.bytes_written, o->node.size);
+		}
+		if (o->shares) {
+			atomic_fetch_add(&fs->st.pages_deduped, 1);
+			atomic_fetch_add(&fs->st.bytes_deduped, o->node.size);
 		}
 		kvfs_data_put(o->payload);
 		free(o);

@@ -64,6 +64,9 @@ static void mount_usage(FILE *f)
 		"  -o entry_timeout=S seconds the kernel caches sealed pages' names/attrs (default 3600)\n"
 		"  -o commit_batch=N  most changes per manifest transaction (default 4096)\n"
 		"  -o no_direct       buffered segment I/O (stripes on tmpfs)\n"
+		"  -o dirty=SIZE      RAM for pages sealed but not yet durable; writers\n"
+		"                     wait when it is full (default 256M)\n"
+		"  -o nodedup         never share extents between identical pages\n"
 		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
 		"  other -o options go to FUSE (allow_other, ro, ...)\n");
 }
@@ -79,6 +82,10 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		c->opts.no_direct = true;
 		return 1;
 	}
+	if (!strcmp(opt, "nodedup")) {
+		c->opts.dedup = false;
+		return 1;
+	}
 	if (!v)
 		return 0;
 	v++;
@@ -86,6 +93,12 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		if (kvfs_parse_size(v, &size) < 0 || size == 0)
 			return -EINVAL;
 		c->opts.max_page = size;
+		return 1;
+	}
+	if (!strncmp(opt, "dirty=", 6)) {
+		if (kvfs_parse_size(v, &size) < 0 || size < KV_ALIGN)
+			return -EINVAL;
+		c->opts.dirty_budget = size;
 		return 1;
 	}
 	if (!strncmp(opt, "entry_timeout=", 14)) {

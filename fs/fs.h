@@ -16,12 +16,15 @@ struct kvfs_opts {
 	uint64_t max_page;        /* largest page of a model without geometry */
 	double entry_timeout;     /* seconds the kernel may cache names/attrs of sealed pages */
 	unsigned commit_batch;    /* most operations per manifest transaction */
+	uint64_t dirty_budget;    /* bytes of not-yet-durable payloads in RAM */
 	bool no_direct;           /* buffered segment I/O (tmpfs stripes) */
+	bool dedup;               /* share extents of identical payloads */
 };
 
 #define KVFS_MAX_PAGE_DEFAULT (64ull << 20)
 #define KVFS_ENTRY_TIMEOUT_DEFAULT 3600.0
 #define KVFS_COMMIT_BATCH_DEFAULT 4096u
+#define KVFS_DIRTY_BUDGET_DEFAULT (256ull << 20)
 
 void kvfs_opts_default(struct kvfs_opts *o);
 

@@ -54,6 +54,8 @@ struct kvfs_live {
 	bool free_on_close;         /* extent to be freed at the last close */
 	int write_err;              /* a write was refused: never seal this page */
 	uint64_t reserved;          /* space held for wbuf against the capacity */
+	uint64_t dirty;             /* bytes charged to the dirty budget */
+	bool dirty_sealed;          /* ... and they are draining (sealed) */
 	struct kvfs_data *wbuf;     /* being written (WRITING) */
 	struct kvfs_data *ram;      /* sealed payload not yet durable */
 	struct kv_node_info info;   /* valid when unlinked */
@@ -88,6 +90,23 @@ struct kvfs_stats {
 	atomic_uint_fast64_t fast_pages;        /* pages delivered by them */
 	atomic_uint_fast64_t bytes_read_fast;
 	atomic_uint_fast64_t fast_bounced;      /* pages copied through a bounce buffer */
+	atomic_uint_fast64_t fast_write_batches; /* fast-path WRITE calls */
+	atomic_uint_fast64_t fast_pages_written;
+	atomic_uint_fast64_t pages_deduped;     /* sealed pages that share an extent */
+	atomic_uint_fast64_t bytes_deduped;     /* payload bytes not written again */
+	atomic_uint_fast64_t dedup_mismatches;  /* same hash and length, other bytes */
+};
+
+/* Write-back memory: payloads in RAM that are not durable yet (fs/dirty.c). */
+struct kvfs_dirty {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	uint64_t budget;
+	uint64_t filling;    /* charged by pages still being written */
+	uint64_t draining;   /* charged by sealed pages the committer will retire */
+	uint64_t peak;       /* largest filling + draining seen */
+	uint64_t waits;      /* times a writer blocked on the budget */
+	uint64_t overruns;   /* charges let through with nothing draining */
 };
 
 struct kvfs {
@@ -109,6 +128,7 @@ struct kvfs {
 	uint32_t mount_gen;           /* this mount's count (fast-path handles) */
 	struct kvfs_pins pins;
 	struct kvfs_regions *regions;  /* fast-path shared memory */
+	struct kvfs_dirty dirty;
 
 	struct kvfs_stats st;
 };
@@ -122,10 +142,29 @@ void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l);
 /* Node snapshot by inode, including unlinked-but-open pages. */
 int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
 
+/* ---- dedup (fs/dedup.c) ---- */
+/* What sealing a payload will do, worked out before ns_lock is taken: its
+ * checksum, and a durable extent holding the very same bytes, if any. */
+struct kvfs_seal_plan {
+	struct kvfs_data *d;          /* the payload planned for (a reference) */
+	uint64_t size;
+	uint8_t hash[KV_HASH_LEN];
+	struct kv_extent_rec share;   /* id 0: no twin, write a new extent */
+};
+/* Hash d and look for a twin (reads and compares bytes; never under
+ * ns_lock). Takes over the caller's reference to d. */
+void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
+			 struct kvfs_seal_plan *p);
+void kvfs_seal_plan_clear(struct kvfs_seal_plan *p);
+/* Is plan p still about payload d as it is now? */
+bool kvfs_seal_plan_fits(const struct kvfs_seal_plan *p, const struct kvfs_data *d);
+
 /* ---- pages (fs/page.c) ---- */
-/* Seal the page being written through l: hash, allocate, submit the write,
- * queue the manifest row. Caller holds ns_lock. */
-int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l);
+/* Seal the page being written through l: hash, share a twin extent or
+ * allocate and submit the write, queue the manifest row. plan (may be NULL)
+ * is used if it still fits l's payload. Caller holds ns_lock. */
+int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
+		   const struct kvfs_seal_plan *plan);
 /* Detach a page from the namespace (unlink or replaced by rename); frees its
  * extent once the manifest forgot it and no one holds it open. ns_lock held. */
 int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next);
@@ -136,6 +175,40 @@ int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
 /* Read a sealed page's whole payload, verified (RAM copy or disk). */
 int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);
+
+/*
+ * Publish a page whose payload the daemon owns (the fast-path write): a new
+ * page named name in layer directory layer_ino, sealed at once (checksum,
+ * dedup, extent, write-behind, manifest row queued) and visible when this
+ * returns. d->size bytes; d's dirty charge of `charged` bytes (see
+ * kvfs_dirty_take) moves to the page and is given back when it is durable.
+ * An existing page of that name: -EEXIST, unless replace (then it is
+ * replaced atomically, as by rename(2)). -EISDIR/-EINVAL for a name that
+ * is a directory or not a valid page name, -EINVAL for a size the model
+ * geometry does not allow, -ENOSPC. On error nothing changed and the
+ * charge is still the caller's. Takes ns_lock itself (the dedup probe
+ * reads the disk before): never call it holding ns_lock. out (may be NULL)
+ * gets the new page's node.
+ */
+int kvfs_page_publish(struct kvfs *fs, uint64_t layer_ino, const char *name,
+		      const struct kv_obj_attr *attr, struct kvfs_data *d,
+		      uint64_t charged, bool replace, struct kv_node_info *out);
+
+/* ---- dirty budget (fs/dirty.c) ---- */
+void kvfs_dirty_init(struct kvfs *fs, uint64_t budget);
+void kvfs_dirty_fini(struct kvfs *fs);
+/* Charge bytes of write-back memory about to be filled. Blocks (never fails)
+ * while the budget is full and sealed pages are draining; with nothing
+ * draining it lets the charge through (counted as an overrun) rather than
+ * deadlock writers that wait on each other's unsealed pages. Never call it
+ * holding ns_lock. */
+void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes);
+/* bytes already charged now belong to a sealed page (filling -> draining). */
+void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
+/* Give a charge back (the page is durable, withdrawn or discarded). */
+void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed);
+/* Give back what live page l holds (any lock order: takes only dirty.lock). */
+void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l);
 
 /* ---- committer (fs/commit.c) ---- */
 enum kvfs_op_kind {
@@ -153,15 +226,21 @@ void kvfs_commit_stop(struct kvfs *fs);
 /* Queue a namespace row change (ns_lock held, so queue order = namespace order). */
 void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n);
 /* with_next: the next queued op belongs to the same atomic change (a rename
- * replacing this page) and must commit in the same transaction. */
+ * replacing this page) and must commit in the same transaction. drop_extent:
+ * it was the extent's last page; unref: other pages still share the extent
+ * (dedup), so its refcount goes down by one. */
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
-			  bool drop_extent, bool with_next);
+			  bool drop_extent, bool unref, bool with_next);
 void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
 void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
 /* Queue a newly sealed page: submits the write of payload to n->ext now,
- * the row follows once the data is synced. Takes a reference on payload. */
+ * the row follows once the data is synced. Takes a reference on payload.
+ * shared: n->ext is an existing durable extent (dedup): nothing is written,
+ * the row adds a reference to it. */
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload);
+			 struct kvfs_data *payload, bool shared);
+/* The last queued op promised a partner (with_next) that will not come. */
+void kvfs_commit_pair_abandon(struct kvfs *fs);
 /* A point to wait from: take it before queueing what the caller will wait for. */
 uint64_t kvfs_commit_mark(struct kvfs *fs);
 /* Wait until every operation queued before this call is durable. 0, or -EIO

@@ -324,6 +324,32 @@ static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
 	return 0;
 }
 
+/* Dirty bytes a write up to end adds to the page (its buffer only grows).
+ * The kernel serialises writes to one inode, so the charge read here is
+ * still the page's when dirty_charge_add runs. */
+static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end)
+{
+	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	struct kvfs_live *l;
+	uint64_t have;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	have = l ? l->dirty : 0;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return need > have ? need - have : 0;
+}
+
+static void dirty_charge_add(struct kvfs *fs, uint64_t ino, uint64_t charge)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+
+	if (l)
+		l->dirty += charge;
+	else
+		kvfs_dirty_give(fs, charge, false);
+}
+
 void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		   off_t off, struct fuse_file_info *fi)
 {
@@ -332,14 +358,21 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	uint64_t end = (uint64_t)off + size;
 	struct kvfs_data *d = NULL;
 	struct kv_node_info n;
+	uint64_t charge;
 	int rc;
 
 	(void)ino;
+	charge = dirty_charge_for(fs, fh->ino, end);
+	kvfs_dirty_take(fs, charge);      /* may block: write-back is full */
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = write_target(fs, fh, end, &d, &n);
+	if (rc == 0)
+		dirty_charge_add(fs, fh->ino, charge);
 	pthread_mutex_unlock(&fs->ns_lock);
-	if (rc < 0)
+	if (rc < 0) {
+		kvfs_dirty_give(fs, charge, false);
 		return kvfs_reply_err(req, rc);
+	}
 	/* The kernel serialises writes, truncates and the final release of one
 	 * inode, and the buffer only moves under ns_lock (above), so the bytes
 	 * are ours to fill without holding it. */
@@ -427,7 +460,8 @@ void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 }
 
 /* The last close of the writer: seal, or discard what cannot be a page. */
-static void release_writer(struct kvfs *fs, struct kvfs_live *l)
+static void release_writer(struct kvfs *fs, struct kvfs_live *l,
+			   const struct kvfs_seal_plan *plan)
 {
 	int rc;
 
@@ -436,7 +470,7 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l)
 		       (unsigned long long)l->ino, kv_strerror(l->write_err));
 		kv_index_remove(fs->idx, l->ino);
 	} else if (l->writing && !l->unlinked) {
-		rc = kvfs_page_seal(fs, l);
+		rc = kvfs_page_seal(fs, l, plan);
 		if (rc < 0) {
 			if (rc != -ENODATA && rc != -EINVAL)   /* those were reported */
 				atomic_fetch_add(&fs->st.pages_lost, 1);
@@ -448,6 +482,7 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l)
 	}
 	if (l->writing) {
 		kvfs_page_unreserve(fs, l);
+		kvfs_dirty_give_live(fs, l);   /* discarded: nothing to write back */
 		kvfs_data_put(l->wbuf);
 		l->wbuf = NULL;
 		l->writing = false;
@@ -455,20 +490,49 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l)
 	}
 }
 
+/*
+ * Hash the payload a writer is about to seal and look for a twin extent,
+ * before ns_lock is taken for the seal: dedup may read the disk. False if
+ * there is nothing to seal. The kernel sends no write to this inode while
+ * its writer is being released or fsync'ed, so the bytes stay as probed.
+ */
+static bool plan_seal(struct kvfs *fs, struct kvfs_fh *fh, struct kvfs_seal_plan *p)
+{
+	struct kvfs_data *d = NULL;
+	struct kvfs_live *l;
+
+	if (!fh->writer || fh->sealed)
+		return false;
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l && l->writing && !l->unlinked && !l->write_err && l->wbuf &&
+	    l->wbuf->size)
+		d = kvfs_data_get(l->wbuf);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (!d)
+		return false;
+	kvfs_seal_plan_make(fs, d, p);
+	return true;
+}
+
 static void fh_release(struct kvfs *fs, struct kvfs_fh *fh)
 {
+	struct kvfs_seal_plan plan;
+	bool planned = plan_seal(fs, fh, &plan);
 	struct kvfs_live *l;
 
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, fh->ino);
 	if (l) {
 		if (fh->writer)
-			release_writer(fs, l);
+			release_writer(fs, l, planned ? &plan : NULL);
 		if (l->opens)
 			l->opens--;
 		kvfs_live_maybe_drop(fs, l);
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
+	if (planned)
+		kvfs_seal_plan_clear(&plan);
 	fh_free(fh);
 }
 
@@ -485,6 +549,8 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	struct kvfs *fs = req_fs(req);
 	struct kvfs_fh *fh = get_fh(fi);
 	uint64_t mark = kvfs_commit_mark(fs);   /* before our seal is queued */
+	struct kvfs_seal_plan plan;
+	bool planned = plan_seal(fs, fh, &plan);
 	struct kvfs_live *l;
 	int rc = 0;
 
@@ -498,12 +564,14 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 			rc = l->write_err;      /* a truncated page is never sealed */
 		else if (l && l->writing && !l->unlinked && l->wbuf && l->wbuf->size) {
 			/* (nothing written yet: nothing to make durable) */
-			rc = kvfs_page_seal(fs, l);
+			rc = kvfs_page_seal(fs, l, planned ? &plan : NULL);
 			if (rc == 0)
 				fh->sealed = true;
 		}
 		pthread_mutex_unlock(&fs->ns_lock);
 	}
+	if (planned)
+		kvfs_seal_plan_clear(&plan);
 	if (rc == 0)
 		rc = kvfs_commit_wait_all(fs, mark);
 	kvfs_reply_err(req, rc);

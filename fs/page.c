@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvfs_i.h"
+#include "kvname.h"
 
 void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
 			   struct kv_page_rec *r)
@@ -42,65 +43,122 @@ int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit, bool *exa
 	return 0;
 }
 
-int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l)
+/* The size rules a sealed page obeys: at least one byte, and exactly the
+ * geometry's page size where the model has one. */
+static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
+			   uint64_t size)
 {
-	struct kvfs_data *d = l->wbuf;
-	struct kv_node_info n;
-	struct kv_extent_rec er;
 	uint64_t limit;
 	bool exact;
 	int rc;
 
-	rc = kv_index_get(fs->idx, l->ino, &n);
+	rc = kvfs_page_limit(fs, n->parent, &limit, &exact);
 	if (rc < 0)
 		return rc;
-	rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
-	if (rc < 0)
-		return rc;
-	if (d->size == 0) {
+	if (size == 0) {
 		kv_log(KV_LOG_WARN, "page %s: empty page not stored (a page holds at least one byte)",
-		       n.name);
+		       n->name);
 		return -ENODATA;
 	}
-	if (exact && d->size != limit) {
-		kv_log(KV_LOG_ERR, "page %s: %llu bytes, but the model geometry makes a page %llu bytes",
-		       n.name, (unsigned long long)d->size, (unsigned long long)limit);
-		return -EINVAL;
+	if ((exact && size != limit) || size > limit) {
+		kv_log(KV_LOG_ERR, "page %s: %llu bytes, but %s %llu bytes", n->name,
+		       (unsigned long long)size,
+		       exact ? "the model geometry makes a page" : "the page size limit is",
+		       (unsigned long long)limit);
+		return exact ? -EINVAL : -EFBIG;
 	}
-	rc = kv_extent_alloc(fs->store, d->size, &n.ext);
+	return 0;
+}
+
+/*
+ * Where a sealed payload lives: the twin extent the plan found, if it is
+ * still there (its refcount going up under ns_lock is what makes the
+ * sharing real), or a new extent. Sets n's extent, hash and size.
+ */
+static int place_payload(struct kvfs *fs, struct kvfs_data *d,
+			 const struct kvfs_seal_plan *plan, struct kv_node_info *n,
+			 bool *shared)
+{
+	struct kv_extent_rec er;
+	int rc;
+
+	*shared = false;
+	if (kvfs_seal_plan_fits(plan, d) && plan->share.id &&
+	    kv_index_extent_ref(fs->idx, plan->share.id, +1, NULL) == 0) {
+		*shared = true;
+		n->extent_id = plan->share.id;
+		n->ext = plan->share.ext;
+		memcpy(n->hash, plan->share.hash, KV_HASH_LEN);
+		n->size = d->size;
+		return 0;
+	}
+	rc = kv_extent_alloc(fs->store, d->size, &n->ext);
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "page %s: no space for %llu bytes: %s", n.name,
+		kv_log(KV_LOG_ERR, "page %s: no space for %llu bytes: %s", n->name,
 		       (unsigned long long)d->size, kv_strerror(rc));
 		return rc;
 	}
-	kv_hash128(d->bytes, d->size, n.hash);
+	if (kvfs_seal_plan_fits(plan, d))
+		memcpy(n->hash, plan->hash, KV_HASH_LEN);
+	else
+		kv_hash128(d->bytes, d->size, n->hash);
 	/* The write sends the whole footprint: the padding must be zeros, not
 	 * whatever a truncate left behind. */
-	memset(d->bytes + d->size, 0, kv_extent_footprint(&n.ext) - d->size);
-	n.extent_id = kv_index_next_extent_id(fs->idx);
-	n.size = d->size;
+	memset(d->bytes + d->size, 0, kv_extent_footprint(&n->ext) - d->size);
+	n->extent_id = kv_index_next_extent_id(fs->idx);
+	n->size = d->size;
+	er = (struct kv_extent_rec){ .id = n->extent_id, .ext = n->ext, .refcount = 1 };
+	memcpy(er.hash, n->hash, KV_HASH_LEN);
+	rc = kv_index_extent_put(fs->idx, &er);
+	if (rc < 0)
+		kv_extent_free(fs->store, &n->ext);
+	return rc;
+}
+
+/* Undo place_payload (the row was never queued). */
+static void unplace_payload(struct kvfs *fs, const struct kv_node_info *n,
+			    bool shared)
+{
+	uint32_t count = 1;
+
+	kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
+	if (!shared && count == 0)
+		kv_extent_free(fs->store, &n->ext);
+}
+
+int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
+		   const struct kvfs_seal_plan *plan)
+{
+	struct kvfs_data *d = l->wbuf;
+	struct kv_node_info n;
+	bool shared;
+	int rc;
+
+	rc = kv_index_get(fs->idx, l->ino, &n);
+	if (rc == 0)
+		rc = check_seal_size(fs, &n, d->size);
+	if (rc == 0)
+		rc = place_payload(fs, d, plan, &n, &shared);
+	if (rc < 0)
+		return rc;
+	rc = kvfs_commit_new_page(fs, &n, d, shared);
+	if (rc < 0) {
+		unplace_payload(fs, &n, shared);
+		return rc;
+	}
 	n.state = KV_PAGE_SEALED;
 	n.attr.mode &= 0444;   /* sealed pages are immutable */
 	n.attr.mtime_ns = n.attr.ctime_ns = kvfs_now_ns();
-	er = (struct kv_extent_rec){ .id = n.extent_id, .ext = n.ext, .refcount = 1 };
-	memcpy(er.hash, n.hash, KV_HASH_LEN);
-	rc = kv_index_extent_put(fs->idx, &er);
-	if (rc == 0)
-		rc = kvfs_commit_new_page(fs, &n, d);
-	if (rc < 0) {
-		uint32_t count;
-
-		if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0)
-			kv_index_extent_ref(fs->idx, n.extent_id, -1, &count);
-		kv_extent_free(fs->store, &n.ext);
-		return rc;
-	}
 	kv_index_update(fs->idx, l->ino, &n,
 			KV_UPD_ATTR | KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA);
 	kvfs_page_unreserve(fs, l);   /* the extent now holds the space */
 	l->ram = d;          /* readers are served from RAM until durable */
 	l->wbuf = NULL;
 	l->writing = false;
+	if (!l->dirty_sealed) {
+		kvfs_dirty_sealed(fs, l->dirty);
+		l->dirty_sealed = true;
+	}
 	atomic_fetch_add(&fs->st.pages_sealed, 1);
 	pthread_cond_broadcast(&fs->seal_cv);
 	return 0;
@@ -131,7 +189,8 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	if (rc < 0)
 		kv_log(KV_LOG_ERR, "page %s: extent %llu missing from the index",
 		       n->name, (unsigned long long)n->extent_id);
-	kvfs_commit_del_page(fs, n, rc == 0 && count == 0, with_next);
+	kvfs_commit_del_page(fs, n, rc == 0 && count == 0, rc == 0 && count > 0,
+			     with_next);
 	return 0;
 }
 
@@ -185,4 +244,123 @@ int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
 	atomic_fetch_add(&fs->st.bytes_read_disk, n.size);
 	*out = d;
 	return 0;
+}
+
+/* ---- publishing a page the daemon already holds (fast-path write) ---- */
+
+/* May (layer_ino, name) become a new page? *old gets a page it replaces. */
+static int publish_target(struct kvfs *fs, uint64_t layer_ino, const char *name,
+			  bool replace, struct kv_node_info *old, bool *has_old)
+{
+	struct kv_node_info layer;
+	int rc;
+
+	*has_old = false;
+	rc = kv_index_get(fs->idx, layer_ino, &layer);
+	if (rc < 0)
+		return rc;
+	if (layer.kind != KV_KIND_LAYER)
+		return -ENOTDIR;
+	rc = kv_index_lookup(fs->idx, layer_ino, name, old);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	if (old->kind != KV_KIND_PAGE)
+		return -EISDIR;
+	if (!replace)
+		return -EEXIST;
+	if (old->state == KV_PAGE_WRITING)
+		return -EBUSY;    /* its writer still owns the name */
+	*has_old = true;
+	return 0;
+}
+
+/* The new page is in the index: queue its row, hand it the payload and the
+ * dirty charge. Only ENOMEM can fail here. */
+static int publish_commit(struct kvfs *fs, struct kvfs_live *l,
+			  const struct kv_node_info *n, struct kvfs_data *d,
+			  uint64_t charged, bool shared)
+{
+	int rc = kvfs_commit_new_page(fs, n, d, shared);
+
+	if (rc < 0)
+		return rc;
+	l->ram = kvfs_data_get(d);
+	l->dirty = charged;
+	l->dirty_sealed = true;
+	kvfs_dirty_sealed(fs, charged);
+	atomic_fetch_add(&fs->st.pages_sealed, 1);
+	return 0;
+}
+
+static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
+			  struct kvfs_data *d, uint64_t charged, bool replace,
+			  const struct kvfs_seal_plan *plan)
+{
+	struct kv_node_info old;
+	struct kvfs_live *l;
+	bool has_old, shared;
+	int rc;
+
+	rc = publish_target(fs, n->parent, n->name, replace, &old, &has_old);
+	if (rc == 0)
+		rc = check_seal_size(fs, n, d->size);
+	if (rc == 0)
+		rc = place_payload(fs, d, plan, n, &shared);
+	if (rc < 0)
+		return rc;
+	n->ino = kv_index_next_ino(fs->idx);
+	l = kvfs_live_get(fs, n->ino);
+	if (!l) {
+		unplace_payload(fs, n, shared);
+		return -ENOMEM;
+	}
+	if (has_old)   /* its delete commits with the new row, as a rename */
+		kvfs_page_forget(fs, &old, true);
+	rc = kv_index_add(fs->idx, n);
+	if (rc == 0) {
+		rc = publish_commit(fs, l, n, d, charged, shared);
+		if (rc < 0)
+			kv_index_remove(fs->idx, n->ino);
+	}
+	if (rc < 0) {
+		if (has_old) {
+			kvfs_commit_pair_abandon(fs);
+			kv_log(KV_LOG_ERR, "page %s: replacing it failed (%s) after the "
+			       "old page was removed", n->name, kv_strerror(rc));
+		}
+		unplace_payload(fs, n, shared);
+		kvfs_live_maybe_drop(fs, l);
+		return rc;
+	}
+	pthread_cond_broadcast(&fs->seal_cv);
+	return 0;
+}
+
+int kvfs_page_publish(struct kvfs *fs, uint64_t layer_ino, const char *name,
+		      const struct kv_obj_attr *attr, struct kvfs_data *d,
+		      uint64_t charged, bool replace, struct kv_node_info *out)
+{
+	struct kvfs_seal_plan plan;
+	struct kv_node_info n;
+	int rc = kv_name_check(name);
+
+	if (rc < 0)
+		return rc;
+	memset(&n, 0, sizeof(n));
+	n.parent = layer_ino;
+	n.kind = KV_KIND_PAGE;
+	n.state = KV_PAGE_SEALED;
+	strcpy(n.name, name);
+	n.attr = *attr;
+	n.attr.mode &= 0444;   /* sealed pages are immutable */
+	kvfs_seal_plan_make(fs, kvfs_data_get(d), &plan);
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = publish_locked(fs, &n, d, charged, replace, &plan);
+	pthread_mutex_unlock(&fs->ns_lock);
+	kvfs_seal_plan_clear(&plan);
+	if (rc == 0 && out)
+		*out = n;
+	return rc;
 }

@@ -2,7 +2,8 @@
  * Extended attributes: read-only "user.kvfs.*" facts about pages (checksum,
  * extent location, refcount, state) and layers, and model geometry, which
  * is the one attribute that can be set (user.kvfs.geometry, on a model
- * directory that holds no pages yet).
+ * directory that holds no pages yet). The root has "user.kvfs.stats": the
+ * daemon's counters, one "name value" per line.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -24,6 +25,40 @@ static const char *const model_xattrs[] = {
 	XA_PREFIX "dtype", XA_PREFIX "page_tokens", XA_PREFIX "page_bytes", NULL,
 };
 static const char *const layer_xattrs[] = { XA_PREFIX "layer", NULL };
+static const char *const root_xattrs[] = { XA_PREFIX "stats", NULL };
+
+#define LD(x) ((unsigned long long)(x))
+#define ST(f) LD(atomic_load(&fs->st.f))
+
+/* "key value" lines: what the daemon did since mount, and its write-back. */
+static int stats_format(struct kvfs *fs, char *out, size_t len)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	uint64_t filling, draining, peak, waits, overruns;
+
+	pthread_mutex_lock(&d->lock);
+	filling = d->filling;
+	draining = d->draining;
+	peak = d->peak;
+	waits = d->waits;
+	overruns = d->overruns;
+	pthread_mutex_unlock(&d->lock);
+	return snprintf(out, len,
+		"pages_sealed %llu\npages_lost %llu\ncommits %llu\nbytes_written %llu\n"
+		"bytes_read_disk %llu\nbytes_read_ram %llu\nchecksum_failures %llu\n"
+		"fast_batches %llu\nfast_pages %llu\nbytes_read_fast %llu\n"
+		"fast_bounced %llu\nfast_write_batches %llu\nfast_pages_written %llu\n"
+		"pages_deduplicated %llu\nbytes_saved_by_dedup %llu\ndedup_mismatches %llu\n"
+		"dirty_budget %llu\ndirty_bytes %llu\ndirty_filling %llu\n"
+		"dirty_draining %llu\ndirty_peak %llu\ndirty_waits %llu\ndirty_overruns %llu\n",
+		ST(pages_sealed), ST(pages_lost), ST(commits), ST(bytes_written),
+		ST(bytes_read_disk), ST(bytes_read_ram), ST(checksum_failures),
+		ST(fast_batches), ST(fast_pages), ST(bytes_read_fast), ST(fast_bounced),
+		ST(fast_write_batches), ST(fast_pages_written), ST(pages_deduped),
+		ST(bytes_deduped), ST(dedup_mismatches), LD(d->budget),
+		LD(filling + draining), LD(filling), LD(draining), LD(peak), LD(waits),
+		LD(overruns));
+}
 
 int kvfs_geometry_format(const struct kv_geometry *g, char *out, size_t len)
 {
@@ -167,6 +202,10 @@ static int xattr_value(struct kvfs *fs, const struct kv_node_info *n,
 		if (!strcmp(key, "layer"))
 			return snprintf(out, len, "%u", n->layer);
 		return -ENODATA;
+	case KV_KIND_ROOT:
+		if (!strcmp(key, "stats"))
+			return stats_format(fs, out, len);
+		return -ENODATA;
 	default:
 		return -ENODATA;
 	}
@@ -215,6 +254,8 @@ void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		names = model_xattrs;
 	else if (n.kind == KV_KIND_LAYER)
 		names = layer_xattrs;
+	else if (n.kind == KV_KIND_ROOT)
+		names = root_xattrs;
 	for (; names && *names; names++) {
 		if (xattr_value(fs, &n, *names, v, sizeof(v)) < 0)
 			continue;   /* list only what getxattr would return */

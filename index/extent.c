@@ -1,6 +1,7 @@
 /*
  * The index's extent table: extents by id, and a multimap by (XXH3-128,
- * length) that dedup uses to find candidates. Refcounts count the pages
+ * length) that dedup uses to find candidates. Only extents whose manifest
+ * row is committed (durable) are offered for sharing. Refcounts count the pages
  * naming an extent; the table forgets an extent when its count reaches 0.
  */
 #include <errno.h>
@@ -118,25 +119,34 @@ int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *o
 	return rc;
 }
 
-int kv_index_extent_find(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
-			 uint64_t length, struct kv_extent_rec *out)
+int kv_index_extent_candidates(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
+			       uint64_t length, struct kv_extent_rec *out, int max)
 {
 	uint64_t h = idx_key_hash(hash, length);
 	struct xent *e;
-	int rc = -ENOENT;
+	int n = 0;
 	size_t i;
 
 	pthread_rwlock_rdlock(&x->lock);
 	i = h & x->ext_by_key.mask;
-	while ((e = htab_next(&x->ext_by_key, h, &i))) {
-		if (e->ext.length == length && memcmp(e->hash, hash, KV_HASH_LEN) == 0) {
-			xent_fill(e, out);
-			rc = 0;
-			break;
-		}
-	}
+	while (n < max && (e = htab_next(&x->ext_by_key, h, &i)))
+		if (e->durable && e->ext.length == length &&
+		    memcmp(e->hash, hash, KV_HASH_LEN) == 0)
+			xent_fill(e, &out[n++]);
 	pthread_rwlock_unlock(&x->lock);
-	return rc;
+	return n;
+}
+
+int kv_index_extent_durable(struct kv_index *x, uint64_t id)
+{
+	struct xent *e;
+
+	pthread_rwlock_wrlock(&x->lock);
+	e = idx_xent_find(x, id);
+	if (e)
+		e->durable = true;
+	pthread_rwlock_unlock(&x->lock);
+	return e ? 0 : -ENOENT;
 }
 
 static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *count)

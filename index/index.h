@@ -143,12 +143,17 @@ void kv_dirents_free(struct kv_dirent *d, size_t n);
 
 /* ---- extents ---- */
 /* Insert or replace extent r->id. -EINVAL for id 0, length 0, an offset not
- * KV_ALIGN-aligned or refcount 0. */
+ * KV_ALIGN-aligned or refcount 0. A new extent is not durable (not offered
+ * as a dedup candidate) until kv_index_extent_durable; loaded ones are. */
 int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r);
 int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *out);
-/* First extent with this hash and payload length (dedup candidate). */
-int kv_index_extent_find(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
-			 uint64_t length, struct kv_extent_rec *out);
+/* Dedup candidates: up to max durable extents with this hash and payload
+ * length, into out; returns how many. Equal hashes are not equal bytes:
+ * the caller compares. */
+int kv_index_extent_candidates(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
+			       uint64_t length, struct kv_extent_rec *out, int max);
+/* The extent's payload and manifest row are durable: it may be shared. */
+int kv_index_extent_durable(struct kv_index *x, uint64_t id);
 /*
  * Add delta to an extent's refcount and return the new count in *count
  * (may be NULL). When it reaches 0 the extent is dropped from the table (the

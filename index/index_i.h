@@ -61,6 +61,7 @@ struct xent {
 	uint8_t hash[KV_HASH_LEN];
 	uint32_t refcount;
 	uint32_t seen;                /* kv_index_load: pages found referring to it */
+	bool durable;                 /* its row is committed: dedup may share it */
 };
 
 struct kv_index {

@@ -65,6 +65,8 @@ static int load_extent(void *arg, const struct kv_extent_rec *r)
 {
 	int rc = idx_xent_put_locked(arg, r);
 
+	if (rc == 0)
+		idx_xent_find(arg, r->id)->durable = true;
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc < 0) {

@@ -132,6 +132,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_DEL_LAYER] = "DELETE FROM layers WHERE ino = ?1",
 	[ST_DEL_EXTENT] = "DELETE FROM extents WHERE id = ?1",
 	[ST_DEL_PAGE] = "DELETE FROM pages WHERE ino = ?1",
+	/* Never to 0: the row goes with its last page (del_extent). */
+	[ST_REF_EXTENT] = "UPDATE extents SET refcount = refcount + ?2 "
+		"WHERE id = ?1 AND refcount + ?2 BETWEEN 1 AND 4294967295",
 };
 
 /* ---- errors ---- */
@@ -788,3 +791,23 @@ int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino)
 	return del_row(m, ST_DEL_PAGE, "page", ino);
 }
 
+
+int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta)
+{
+	sqlite3_stmt *st = m->st[ST_REF_EXTENT];
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(id) || delta == 0)
+		return bad_arg(m, "refcount change %+d of extent %" PRIu64, delta, id);
+	sqlite3_bind_int64(st, 1, (int64_t)id);
+	sqlite3_bind_int64(st, 2, delta);
+	rc = run(m, ST_REF_EXTENT, false, "refcount %+d of extent %" PRIu64, delta, id);
+	if (rc == 0 && sqlite3_changes(m->db) == 0) {
+		kv_log(KV_LOG_ERR, "manifest %s: extent %" PRIu64 " is missing or its "
+		       "refcount cannot change by %+d", m->path, id, delta);
+		rc = -ENOENT;
+	}
+	return rc;
+}

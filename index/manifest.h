@@ -145,6 +145,10 @@ int kv_manifest_del_model(struct kv_manifest *m, uint64_t ino);
 int kv_manifest_del_layer(struct kv_manifest *m, uint64_t ino);
 int kv_manifest_del_extent(struct kv_manifest *m, uint64_t id);
 int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino);
+/* Change an extent's refcount by delta (a page starts or stops sharing it:
+ * dedup). -ENOENT if there is no such extent or the count would leave
+ * 1..UINT32_MAX: the last reference goes with kv_manifest_del_extent. */
+int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta);
 
 /*
  * Visit every row: all models, then all layers, then all extents, then all

@@ -76,6 +76,11 @@ static inline uint64_t kv_extent_footprint(const struct kv_extent *e)
 
 /* XXH3-128 of buf; out is big-endian canonical form (as xxhsum prints). */
 void kv_hash128(const void *buf, size_t len, uint8_t out[KV_HASH_LEN]);
+/* Test hook: from now on every payload's "hash" is a function of its length
+ * alone, so any two payloads of one length collide. Lets tests prove that
+ * nothing trusts the hash alone (dedup compares bytes). Never in production:
+ * checksums then detect no corruption. */
+void kv_hash_test_collide(bool on);
 /* Lower-case hex of a hash into out (2*KV_HASH_LEN+1 bytes). */
 void kv_hash_hex(const uint8_t h[KV_HASH_LEN], char *out);
 

@@ -458,6 +458,11 @@ static void test_extents(void **state)
 	twin.ext.offset = 16384;
 	assert_int_equal(kv_index_extent_put(x, &twin), 0);
 	assert_true(kv_index_next_extent_id(x) > 6);
+	/* Not offered for sharing before their rows are durable. */
+	assert_int_equal(kv_index_extent_candidates(x, r.hash, 5000, &got, 1), 0);
+	assert_int_equal(kv_index_extent_durable(x, 5), 0);
+	assert_int_equal(kv_index_extent_durable(x, 6), 0);
+	assert_int_equal(kv_index_extent_durable(x, 77), -ENOENT);
 	kv_index_stats(x, &st);
 	assert_int_equal(st.extents, 2);
 	assert_int_equal(st.extent_bytes, 2 * 8192);   /* footprints */
@@ -465,10 +470,15 @@ static void test_extents(void **state)
 	assert_int_equal(kv_index_extent_get(x, 5, &got), 0);
 	assert_int_equal(got.ext.offset, 8192);
 	assert_memory_equal(got.hash, r.hash, KV_HASH_LEN);
-	assert_int_equal(kv_index_extent_find(x, r.hash, 5000, &got), 0);
-	assert_true(got.id == 5 || got.id == 6);
-	assert_int_equal(kv_index_extent_find(x, r.hash, 5001, &got), -ENOENT);
-	assert_int_equal(kv_index_extent_find(x, other, 5000, &got), -ENOENT);
+	{
+		struct kv_extent_rec two[2];
+
+		assert_int_equal(kv_index_extent_candidates(x, r.hash, 5000, two, 2), 2);
+		assert_true(two[0].id + two[1].id == 11);
+		assert_int_equal(kv_index_extent_candidates(x, r.hash, 5000, two, 1), 1);
+	}
+	assert_int_equal(kv_index_extent_candidates(x, r.hash, 5001, &got, 1), 0);
+	assert_int_equal(kv_index_extent_candidates(x, other, 5000, &got, 1), 0);
 
 	assert_int_equal(kv_index_extent_ref(x, 5, +1, &count), 0);
 	assert_int_equal(count, 2);
@@ -478,7 +488,7 @@ static void test_extents(void **state)
 	assert_int_equal(kv_index_extent_get(x, 5, &got), -ENOENT);
 	assert_int_equal(kv_index_extent_ref(x, 5, -1, &count), -ENOENT);
 	/* The twin is still found by content. */
-	assert_int_equal(kv_index_extent_find(x, r.hash, 5000, &got), 0);
+	assert_int_equal(kv_index_extent_candidates(x, r.hash, 5000, &got, 1), 1);
 	assert_int_equal(got.id, 6);
 	kv_index_stats(x, &st);
 	assert_int_equal(st.extents, 1);
@@ -488,8 +498,8 @@ static void test_extents(void **state)
 	memcpy(twin.hash, other, KV_HASH_LEN);
 	twin.ext.length = 100;
 	assert_int_equal(kv_index_extent_put(x, &twin), 0);
-	assert_int_equal(kv_index_extent_find(x, r.hash, 5000, &got), -ENOENT);
-	assert_int_equal(kv_index_extent_find(x, other, 100, &got), 0);
+	assert_int_equal(kv_index_extent_candidates(x, r.hash, 5000, &got, 1), 0);
+	assert_int_equal(kv_index_extent_candidates(x, other, 100, &got, 1), 1);
 	kv_index_stats(x, &st);
 	assert_int_equal(st.extent_bytes, 4096);
 

@@ -425,6 +425,34 @@ static void test_roundtrip(void **state)
 	kv_manifest_close(m);
 }
 
+/* Dedup changes refcounts in place; never to 0 (the row goes instead). */
+static void test_ref_extent(void **state)
+{
+	struct fx *f = *state;
+	struct kv_manifest *m = create_open(f);
+	struct seen s = { 0 };
+	char msg[256];
+
+	fill(m);     /* extent 2 has refcount 2 */
+	assert_int_equal(kv_manifest_ref_extent(m, 2, +1), 0);
+	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), KV_ERR_CORRUPT);
+	assert_int_equal(kv_manifest_ref_extent(m, 2, -1), 0);
+	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), 0);
+	assert_int_equal(kv_manifest_ref_extent(m, 2, -2), -ENOENT);
+	assert_int_equal(kv_manifest_ref_extent(m, 77, +1), -ENOENT);
+	assert_int_equal(kv_manifest_ref_extent(m, 2, 0), -EINVAL);
+
+	/* One sharer leaves, in a transaction: the other still counts. */
+	assert_int_equal(kv_manifest_begin(m), 0);
+	assert_int_equal(kv_manifest_del_page(m, 11), 0);
+	assert_int_equal(kv_manifest_ref_extent(m, 2, -1), 0);
+	assert_int_equal(kv_manifest_commit(m), 0);
+	assert_int_equal(kv_manifest_load(m, &visitor, &s), 0);
+	assert_int_equal(s.extents[1].refcount, 1);
+	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), 0);
+	kv_manifest_close(m);
+}
+
 static void test_upsert_updates(void **state)
 {
 	struct fx *f = *state;
@@ -670,6 +698,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_garbage_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_kvfs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ref_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_upsert_updates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rollback, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unique_conflicts, setup, teardown),
