@@ -76,14 +76,14 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
  * sharing real), or a new extent. Sets n's extent, hash and size.
  */
 static int place_payload(struct kvfs *fs, struct kvfs_data *d,
-			 const struct kvfs_seal_plan *plan, struct kv_node_info *n,
-			 bool *shared)
+			 const struct kvfs_seal_plan *plan, uint64_t not_id,
+			 struct kv_node_info *n, bool *shared)
 {
 	struct kv_extent_rec er;
 	int rc;
 
 	*shared = false;
-	if (kvfs_seal_plan_fits(plan, d) && plan->share.id &&
+	if (kvfs_seal_plan_fits(plan, d) && plan->share.id && plan->share.id != not_id &&
 	    kv_index_extent_ref(fs->idx, plan->share.id, +1, NULL) == 0) {
 		*shared = true;
 		n->extent_id = plan->share.id;
@@ -138,7 +138,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 	if (rc == 0)
 		rc = check_seal_size(fs, &n, d->size);
 	if (rc == 0)
-		rc = place_payload(fs, d, plan, &n, &shared);
+		rc = place_payload(fs, d, plan, 0, &n, &shared);
 	if (rc < 0)
 		return rc;
 	rc = kvfs_commit_new_page(fs, &n, d, shared);
@@ -306,8 +306,11 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 	rc = publish_target(fs, n->parent, n->name, replace, &old, &has_old);
 	if (rc == 0)
 		rc = check_seal_size(fs, n, d->size);
+	/* Not the extent of the page being replaced: its delete (refcount - 1)
+	 * is queued before the new row (+ 1), and the manifest's count may
+	 * never pass through 0. Such a page is written anew. */
 	if (rc == 0)
-		rc = place_payload(fs, d, plan, n, &shared);
+		rc = place_payload(fs, d, plan, has_old ? old.extent_id : 0, n, &shared);
 	if (rc < 0)
 		return rc;
 	n->ino = kv_index_next_ino(fs->idx);
