@@ -62,6 +62,12 @@ while True:
         with open(f"{m}/01/tmp{cyc}-{i}", "wb") as f:
             f.write(data[:1000])
         os.rename(f"{m}/01/tmp{cyc}-{i}", f"{m}/01/pub{i % 5}")
+        # Dedup under crashes: a few payloads shared by many pages that
+        # come and go, so refcounts change in every transaction.
+        with open(f"{m}/01/same{cyc}-{i}", "wb") as f:
+            f.write(bytes([i % 3]) * 8192)
+        if i > 4:
+            os.unlink(f"{m}/01/same{cyc}-{i - 4}")
     except OSError:
         break
 PY
@@ -75,12 +81,20 @@ PY
 done
 mount_kvfs
 [ "$(wc -l < "$T/acked")" -gt 0 ] || fail "no page was acknowledged: the load did not run"
-python3 - "$MNT/m" "$T/acked" <<'PY' || fail "final check"
-import hashlib, sys
+shared=$(python3 - "$MNT/m" "$T/acked" <<'PY'
+import hashlib, os, sys
+m = sys.argv[1]
 for line in open(sys.argv[2]):
     name, digest = line.split()
-    assert hashlib.sha256(open(f"{sys.argv[1]}/{name}", "rb").read()).hexdigest() == digest, name
+    assert hashlib.sha256(open(f"{m}/{name}", "rb").read()).hexdigest() == digest, name
+same = [n for n in os.listdir(f"{m}/01") if n.startswith("same")]
+for n in same:
+    data = open(f"{m}/01/{n}", "rb").read()
+    assert len(data) == 8192 and data == data[:1] * 8192, n
+print(sum(int(os.getxattr(f"{m}/01/{n}", "user.kvfs.refcount")) > 1 for n in same))
 PY
+) || fail "final check"
+[ "$shared" -gt 0 ] || fail "no page shares an extent: dedup was not exercised"
 umount_kvfs
 grep -q "checksum mismatch" "$LOG" && fail "checksum errors after crashes"
-echo "PASS: $CYCLES crash cycles, $(wc -l < "$T/acked") fsync'ed pages verified"
+echo "PASS: $CYCLES crash cycles, $(wc -l < "$T/acked") fsync'ed pages verified, $shared pages sharing extents"
