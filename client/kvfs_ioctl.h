@@ -22,19 +22,28 @@
  *      KVFS_IOC_READ reads each page into its destination range of the
  *      region (io_uring, O_DIRECT where the destination allows it) and
  *      verifies its checksum; each descriptor gets its own status.
+ *      KVFS_IOC_WRITE stores each descriptor's source range of the region
+ *      as a new page (layer + name), copied into the daemon, checksummed,
+ *      written by io_uring O_DIRECT and published through the manifest;
+ *      KVFS_WRITE_DURABLE makes it return only once every page is durable.
+ *
+ * Compatibility: KVFS_IOC_WRITE is a new command number within ABI
+ * version 1. A daemon that predates it answers ENOTTY (as for any unknown
+ * command) and has stored nothing.
  *
  * Whole-call errors (ioctl returns -1 and sets errno):
  *   ENOTTY   not a model directory of kvfs, or unknown command
  *   EPROTO   abi != KVFS_ABI_VERSION
  *   EINVAL   unknown flags, nonzero reserved fields, count 0, descriptor
- *            array misaligned (desc_off % 8), group != 0 on a read, or on
- *            a lookup a group > 1 that does not divide count
+ *            array misaligned (desc_off % 8), group != 0 on a read or a
+ *            write, or on a lookup a group > 1 that does not divide count
  *   E2BIG    count > KVFS_BATCH_MAX
  *   ERANGE   the descriptor array does not lie inside the region
  *   ENOENT   no region with this id
  *   EPERM    the region belongs to another process or uid
  *   EFAULT   the region's memory became inaccessible (the file was shrunk);
- *            the region stays unusable: unregister it
+ *            the region stays unusable: unregister it. (A WRITE may have
+ *            stored some pages before that: look them up.)
  * Per-descriptor status (kvfs_page_desc.status, 0 or -errno):
  *   -ENOENT        no such layer or page (or a handle that no longer exists)
  *   -EBUSY         the page is still being written
@@ -48,6 +57,26 @@
  *   -EIO           the device failed, or the stored checksum did not match
  *                  (the destination range is then zeroed: no wrong bytes)
  *   -EFAULT        the destination memory was not accessible
+ * Per-descriptor status of a WRITE (KVFS_IOC_WRITE):
+ *   -EEXIST        a page of that name exists (and no KVFS_WRITE_REPLACE)
+ *   -EBUSY         (replace) that page is still being written through FUSE
+ *   -ENOENT        no such layer directory
+ *   -EACCES        open(O_CREAT) in that layer would be refused (search on
+ *                  the root, model and layer, write on the layer)
+ *   -EPERM         replacing another user's page in a sticky layer directory
+ *   -EINVAL        handle != 0, reserved != 0, an empty, '/', NUL, "." or
+ *                  ".." name, an empty source, a size other than the model
+ *                  geometry's page size, a source overlapping the
+ *                  descriptor array, two descriptors naming the same page
+ *                  (both fail)
+ *   -EFBIG         larger than max_page in a model without geometry
+ *   -ENAMETOOLONG  name_len > KVFS_NAME_MAX
+ *   -ERANGE        name or source not inside the region
+ *   -ENOSPC        the store is full
+ *   -ENOMEM        the daemon could not hold the page's copy
+ *   -EFAULT        the source memory was not accessible
+ *   -EIO           (durable batches) a page of the batch could not be made
+ *                  durable; every page of the batch reported 0 so far gets it
  */
 #ifndef KVFS_IOCTL_H
 #define KVFS_IOCTL_H
@@ -75,17 +104,25 @@ struct kvfs_region_arg {
 /*
  * One page of a batch, in the region. Inputs are never modified by the
  * daemon; outputs are written back when the call returns.
+ *
+ * dst_off/dst_len are the destination of a READ but the SOURCE of a WRITE:
+ * the page's bytes are region bytes [dst_off, dst_off + dst_len), and
+ * dst_len is the page's size. (The names stay as they are: renaming a
+ * field would break sources written against version 1.)
  */
 struct kvfs_page_desc {
 	uint64_t handle;      /* in (read): page handle from LOOKUP, or 0 to use
-	                       * layer + name; out (lookup): the handle, 0 if absent */
+	                       * layer + name; in (write): 0;
+	                       * out (lookup, write): the handle, 0 if absent/failed */
 	uint64_t name_off;    /* in: region offset of the name (no NUL needed) */
 	uint32_t name_len;    /* in: bytes */
 	uint32_t layer;       /* in: layer number in this model */
-	uint64_t dst_off;     /* in (read): region offset of the destination */
+	uint64_t dst_off;     /* in (read): region offset of the destination;
+	                       * in (write): region offset of the page's bytes */
 	uint64_t dst_len;     /* in (read): destination bytes (>= page size;
 	                       * bytes beyond the page, up to the next 4 KiB
-	                       * boundary, may be overwritten with zeros) */
+	                       * boundary, may be overwritten with zeros);
+	                       * in (write): the page's size in bytes */
 	int32_t status;       /* out: 0 or -errno */
 	uint32_t out_flags;   /* out: KVFS_DESC_* */
 	uint64_t bytes;       /* out: page size in bytes */
@@ -96,21 +133,30 @@ struct kvfs_page_desc {
 #define KVFS_DESC_RAM     (1u << 0)   /* served from RAM (not yet on disk) */
 #define KVFS_DESC_BOUNCED (1u << 1)   /* destination not O_DIRECT-usable: copied */
 
-/* KVFS_IOC_READ / KVFS_IOC_LOOKUP argument. */
+/* KVFS_IOC_WRITE flags (kvfs_batch_arg.flags; READ and LOOKUP take 0) */
+#define KVFS_WRITE_DURABLE (1u << 0)  /* return once every page is durable
+                                       * (data synced, manifest row committed);
+                                       * without it: once every page is visible */
+#define KVFS_WRITE_REPLACE (1u << 1)  /* replace a page of the same name
+                                       * (atomically, as rename(2)); without
+                                       * it such a descriptor fails -EEXIST */
+
+/* KVFS_IOC_READ / KVFS_IOC_LOOKUP / KVFS_IOC_WRITE argument. */
 struct kvfs_batch_arg {
 	uint32_t abi;         /* KVFS_ABI_VERSION */
-	uint32_t flags;       /* 0 */
+	uint32_t flags;       /* read, lookup: 0; write: KVFS_WRITE_* */
 	uint64_t region_id;
 	uint64_t desc_off;    /* region offset of the descriptor array, 8-aligned */
 	uint32_t count;       /* descriptors, 1..KVFS_BATCH_MAX */
 	uint32_t group;       /* lookup: descriptors per block (e.g. one per
 	                       * layer); 0 or 1 = every descriptor is a block.
-	                       * read: 0 */
-	uint32_t done;        /* out: read: descriptors with status 0;
+	                       * read, write: 0 */
+	uint32_t done;        /* out: read, write: descriptors with status 0;
 	                       * lookup: leading blocks whose descriptors all
 	                       * exist (the prefix hit length, in blocks) */
 	uint32_t failed;      /* out: descriptors with status != 0 */
-	uint64_t bytes;       /* out: payload bytes delivered (read) or found (lookup) */
+	uint64_t bytes;       /* out: payload bytes delivered (read), found
+	                       * (lookup) or stored (write) */
 	uint64_t reserved[2]; /* 0 */
 };
 
@@ -119,6 +165,7 @@ struct kvfs_batch_arg {
 #define KVFS_IOC_REGION_UNREGISTER _IOW(KVFS_IOC_MAGIC, 2, struct kvfs_region_arg)
 #define KVFS_IOC_READ              _IOWR(KVFS_IOC_MAGIC, 3, struct kvfs_batch_arg)
 #define KVFS_IOC_LOOKUP            _IOWR(KVFS_IOC_MAGIC, 4, struct kvfs_batch_arg)
+#define KVFS_IOC_WRITE             _IOWR(KVFS_IOC_MAGIC, 5, struct kvfs_batch_arg)
 
 /* The layout is part of the ABI: any change is a new KVFS_ABI_VERSION. */
 #ifdef __cplusplus

@@ -3,7 +3,7 @@
  * bookkeeping an engine should not have to repeat: shared memory that is
  * safe to hand to the daemon, the layout of descriptors and names in a
  * batch's control area, and a small pool of threads that turns the blocking
- * KVFS_IOC_READ into submit/wait.
+ * KVFS_IOC_READ and KVFS_IOC_WRITE into submit/wait.
  *
  * Locking: one mutex per client protects its region list, the work queue,
  * the worker pool and every batch's submission state. Batch descriptors
@@ -79,6 +79,7 @@ struct kvfs_batch {
 	struct kvfs_batch *next_queued;
 	pthread_cond_t done_cv;
 	struct kvfs_batch_arg arg;     /* what the worker issues, and its outs */
+	unsigned long cmd;             /* ... with this command */
 	int rc;                        /* the worker's result */
 };
 
@@ -92,15 +93,17 @@ static void batch_set_state(struct kvfs_batch *b, int state)
 	__atomic_store_n(&b->state, state, __ATOMIC_RELEASE);
 }
 
-/* ioctl as 0/-errno. A read interrupted by a signal (the daemon honours
- * FUSE interrupts) is safe to repeat: reads and lookups are idempotent. */
+/* ioctl as 0/-errno. A read interrupted by a signal is safe to repeat:
+ * reads and lookups are idempotent. A write is not (a repeat would find
+ * its own pages and say EEXIST), so an interrupted write is reported as
+ * -EINTR and the caller looks its pages up. */
 static int kvfs_ioctl(int fd, unsigned long cmd, void *arg)
 {
 	int rc;
 
 	do
 		rc = ioctl(fd, cmd, arg);
-	while (rc < 0 && errno == EINTR);
+	while (rc < 0 && errno == EINTR && cmd != KVFS_IOC_WRITE);
 	return rc < 0 ? -errno : 0;
 }
 
@@ -518,10 +521,11 @@ int kvfs_batch_set_dst(struct kvfs_batch *b, unsigned i, uint64_t dst_off,
 }
 
 static void batch_arg(const struct kvfs_batch *b, unsigned group,
-		      struct kvfs_batch_arg *a)
+		      unsigned flags, struct kvfs_batch_arg *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->abi = KVFS_ABI_VERSION;
+	a->flags = flags;
 	a->region_id = b->r->id;
 	a->desc_off = b->ctl_off;
 	a->count = b->count;
@@ -539,7 +543,7 @@ static void batch_result(const struct kvfs_batch_arg *a,
 }
 
 static int batch_call(struct kvfs_batch *b, unsigned long cmd, unsigned group,
-		      struct kvfs_batch_result *res)
+		      unsigned flags, struct kvfs_batch_result *res)
 {
 	struct kvfs_batch_arg a;
 	int rc;
@@ -548,7 +552,7 @@ static int batch_call(struct kvfs_batch *b, unsigned long cmd, unsigned group,
 		return -EINVAL;
 	if (batch_state(b) != BATCH_IDLE)
 		return -EBUSY;
-	batch_arg(b, group, &a);
+	batch_arg(b, group, flags, &a);
 	rc = kvfs_ioctl(b->r->c->fd, cmd, &a);
 	if (rc == 0)
 		batch_result(&a, res);
@@ -557,13 +561,60 @@ static int batch_call(struct kvfs_batch *b, unsigned long cmd, unsigned group,
 
 int kvfs_batch_read(struct kvfs_batch *b, struct kvfs_batch_result *res)
 {
-	return batch_call(b, KVFS_IOC_READ, 0, res);
+	return batch_call(b, KVFS_IOC_READ, 0, 0, res);
 }
 
 int kvfs_batch_lookup(struct kvfs_batch *b, unsigned group,
 		      struct kvfs_batch_result *res)
 {
-	return batch_call(b, KVFS_IOC_LOOKUP, group, res);
+	return batch_call(b, KVFS_IOC_LOOKUP, group, 0, res);
+}
+
+/* Flags the daemon would refuse for the whole call are refused here, with
+ * the caller's context. */
+static int write_flags_ok(unsigned flags)
+{
+	return !(flags & ~(KVFS_WRITE_DURABLE | KVFS_WRITE_REPLACE));
+}
+
+int kvfs_batch_write(struct kvfs_batch *b, unsigned flags,
+		     struct kvfs_batch_result *res)
+{
+	if (!write_flags_ok(flags))
+		return -EINVAL;
+	return batch_call(b, KVFS_IOC_WRITE, 0, flags, res);
+}
+
+int kvfs_write_pages(struct kvfs_region *r, uint64_t ctl_off,
+		     struct kvfs_write_page *pages, unsigned n, unsigned flags,
+		     struct kvfs_batch_result *res)
+{
+	struct kvfs_batch *b;
+	int rc;
+
+	if (!pages || n == 0 || !write_flags_ok(flags))
+		return -EINVAL;
+	rc = kvfs_batch_new(r, ctl_off, n, &b);
+	if (rc)
+		return rc;
+	for (unsigned i = 0; i < n; i++) {
+		pages[i].status = 0;
+		pages[i].handle = 0;
+	}
+	for (unsigned i = 0; i < n && rc >= 0; i++) {
+		rc = kvfs_batch_add(b, pages[i].layer, pages[i].name, pages[i].src_off,
+				    pages[i].len);
+		if (rc < 0)
+			pages[i].status = rc;   /* a bad name: nothing was sent */
+	}
+	if (rc >= 0)
+		rc = kvfs_batch_write(b, flags, res);
+	for (unsigned i = 0; i < n && rc == 0; i++) {
+		pages[i].status = b->desc[i].status;
+		pages[i].handle = b->desc[i].handle;
+	}
+	kvfs_batch_free(b);
+	return rc < 0 ? rc : 0;
 }
 
 /* ---- asynchronous reads ---- */
@@ -622,7 +673,7 @@ static void *worker_main(void *arg)
 			break;
 		b = queue_pop(c);
 		pthread_mutex_unlock(&c->lock);
-		b->rc = kvfs_ioctl(c->fd, KVFS_IOC_READ, &b->arg);
+		b->rc = kvfs_ioctl(c->fd, b->cmd, &b->arg);
 		pthread_mutex_lock(&c->lock);
 		batch_set_state(b, BATCH_DONE);
 		pthread_cond_broadcast(&b->done_cv);
@@ -653,7 +704,7 @@ static int worker_spawn(struct kvfs_client *c)
 	return 0;
 }
 
-int kvfs_batch_submit(struct kvfs_batch *b)
+static int batch_submit(struct kvfs_batch *b, unsigned long cmd, unsigned flags)
 {
 	struct kvfs_client *c;
 	int rc;
@@ -670,7 +721,8 @@ int kvfs_batch_submit(struct kvfs_batch *b)
 		rc = -ESHUTDOWN;
 		goto out;
 	}
-	batch_arg(b, 0, &b->arg);
+	batch_arg(b, 0, flags, &b->arg);
+	b->cmd = cmd;
 	queue_push(c, b);
 	rc = worker_spawn(c);
 	/* Without any worker nobody would run it; with some, it just waits. */
@@ -685,6 +737,18 @@ int kvfs_batch_submit(struct kvfs_batch *b)
 out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int kvfs_batch_submit(struct kvfs_batch *b)
+{
+	return batch_submit(b, KVFS_IOC_READ, 0);
+}
+
+int kvfs_batch_submit_write(struct kvfs_batch *b, unsigned flags)
+{
+	if (!write_flags_ok(flags))
+		return -EINVAL;
+	return batch_submit(b, KVFS_IOC_WRITE, flags);
 }
 
 int kvfs_batch_wait(struct kvfs_batch *b, struct kvfs_batch_result *res)

@@ -8,6 +8,11 @@
  *   kvfs_batch_read(b, &res);            (or kvfs_batch_submit + _wait)
  *   kvfs_batch_status(b, i, &bytes);     page i is at base + dst_off
  *
+ * Writing is the mirror image: put page i's bytes at base + src_off, then
+ *   kvfs_batch_add(b, layer, name, src_off, len) for each page;
+ *   kvfs_batch_write(b, KVFS_WRITE_DURABLE, &res);   (or _submit_write + _wait)
+ * or in one call, kvfs_write_pages(r, ctl_off, pages, n, flags, &res).
+ *
  * A client is one open model directory of a mounted kvfs. A region is shared
  * memory (a sealed memfd, or a /dev/shm file the caller supplies) mapped both
  * here and in the daemon: page bytes land in it directly. A batch keeps its
@@ -78,8 +83,9 @@ void kvfs_batch_reset(struct kvfs_batch *b);
 unsigned kvfs_batch_count(const struct kvfs_batch *b);
 
 /* Append a page by layer and name (read: into region bytes [dst_off,
- * dst_off + dst_len); lookup: pass 0, 0). Returns its index, or -ENOSPC
- * when the batch is full, -ENAMETOOLONG / -EINVAL for a bad name. */
+ * dst_off + dst_len); write: the page is region bytes [dst_off, dst_off +
+ * dst_len), dst_len its size; lookup: pass 0, 0). Returns its index, or
+ * -ENOSPC when the batch is full, -ENAMETOOLONG / -EINVAL for a bad name. */
 int kvfs_batch_add(struct kvfs_batch *b, uint32_t layer, const char *name,
 		   uint64_t dst_off, uint64_t dst_len);
 /* Append a page by handle (from a lookup). */
@@ -90,7 +96,8 @@ int kvfs_batch_set_dst(struct kvfs_batch *b, unsigned i, uint64_t dst_off,
 		       uint64_t dst_len);
 
 struct kvfs_batch_result {
-	uint32_t done;    /* read: pages delivered; lookup: hit length in blocks */
+	uint32_t done;    /* read: pages delivered; write: pages stored;
+	                   * lookup: hit length in blocks */
 	uint32_t failed;  /* descriptors with a nonzero status */
 	uint64_t bytes;   /* payload bytes */
 };
@@ -102,12 +109,48 @@ int kvfs_batch_read(struct kvfs_batch *b, struct kvfs_batch_result *res);
  * (0 or 1: each descriptor is a block). Fills handles and sizes. */
 int kvfs_batch_lookup(struct kvfs_batch *b, unsigned group,
 		      struct kvfs_batch_result *res);
-/* Asynchronous read: start now (returns at once), collect with
+/*
+ * Store every page of the batch as a new page (KVFS_IOC_WRITE): descriptor
+ * i's source range is its bytes. flags: KVFS_WRITE_DURABLE returns once
+ * every page is durable (else once every page is visible), and
+ * KVFS_WRITE_REPLACE replaces pages of the same name (else -EEXIST for
+ * each). res->done = pages stored; each page's status is 0 or -errno and,
+ * on 0, kvfs_batch_handle gives its handle. The region's source bytes may
+ * be reused as soon as this returns (the daemon copied them). -ENOTTY from
+ * a daemon that predates batch writes; -EINTR if a signal interrupted the
+ * call (not retried: some pages may be stored, look them up).
+ */
+int kvfs_batch_write(struct kvfs_batch *b, unsigned flags,
+		     struct kvfs_batch_result *res);
+
+/* One page of kvfs_write_pages: in: layer, name, its bytes at region
+ * bytes [src_off, src_off + len); out: status (0 or -errno) and handle. */
+struct kvfs_write_page {
+	uint32_t layer;
+	const char *name;
+	uint64_t src_off;
+	uint64_t len;
+	int status;
+	uint64_t handle;
+};
+
+/* Write n pages in one call, synchronously, using region bytes [ctl_off,
+ * ctl_off + kvfs_batch_ctl_bytes(n)) as the control area (8-aligned, not
+ * overlapping any source). 0 once the call was made (check every page's
+ * status), or -errno for the whole call: a bad name in pages[i] fails it
+ * before anything is sent (-EINVAL / -ENAMETOOLONG, pages[i].status says
+ * which). */
+int kvfs_write_pages(struct kvfs_region *r, uint64_t ctl_off,
+		     struct kvfs_write_page *pages, unsigned n, unsigned flags,
+		     struct kvfs_batch_result *res);
+
+/* Asynchronous read or write: start now (returns at once), collect with
  * kvfs_batch_wait. At most one submission per batch at a time (-EBUSY). */
 int kvfs_batch_submit(struct kvfs_batch *b);
+int kvfs_batch_submit_write(struct kvfs_batch *b, unsigned flags);
 int kvfs_batch_wait(struct kvfs_batch *b, struct kvfs_batch_result *res);
 
-/* Per-descriptor results, valid after a read or lookup has completed. */
+/* Per-descriptor results, valid after a read, lookup or write has completed. */
 int kvfs_batch_status(const struct kvfs_batch *b, unsigned i, uint64_t *bytes);
 uint64_t kvfs_batch_handle(const struct kvfs_batch *b, unsigned i);
 const struct kvfs_page_desc *kvfs_batch_desc(const struct kvfs_batch *b,

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "batch_check.h"
 
@@ -15,20 +16,24 @@ static bool range_ok(uint64_t off, uint64_t len, uint64_t region_len)
 	return off <= region_len && len <= region_len - off;
 }
 
+#define WRITE_FLAGS (KVFS_WRITE_DURABLE | KVFS_WRITE_REPLACE)
+
 int kvfs_batch_check_arg(const struct kvfs_batch_arg *a, uint64_t region_len,
-			 bool is_read)
+			 enum kvfs_batch_kind kind)
 {
+	uint32_t flags_ok = kind == KVFS_BATCH_WRITE ? WRITE_FLAGS : 0;
+
 	if (a->abi != KVFS_ABI_VERSION)
 		return -EPROTO;
-	if (a->flags || a->reserved[0] || a->reserved[1])
+	if ((a->flags & ~flags_ok) || a->reserved[0] || a->reserved[1])
 		return -EINVAL;
 	if (a->count == 0 || a->desc_off % 8)
 		return -EINVAL;
 	if (a->count > KVFS_BATCH_MAX)
 		return -E2BIG;
-	if (is_read && a->group != 0)
+	if (kind != KVFS_BATCH_LOOKUP && a->group != 0)
 		return -EINVAL;
-	if (!is_read && a->group > 1 && a->count % a->group)
+	if (kind == KVFS_BATCH_LOOKUP && a->group > 1 && a->count % a->group)
 		return -EINVAL;
 	/* count <= 2^20 and a descriptor is 64 bytes: the product fits. */
 	if (!range_ok(a->desc_off, (uint64_t)a->count * sizeof(struct kvfs_page_desc),
@@ -37,28 +42,70 @@ int kvfs_batch_check_arg(const struct kvfs_batch_arg *a, uint64_t region_len,
 	return 0;
 }
 
-static int32_t check_one(const struct kvfs_page_desc *d, uint64_t region_len,
-			 bool is_read)
+static int32_t check_name(const struct kvfs_page_desc *d, uint64_t region_len)
 {
-	bool by_name = !is_read || d->handle == 0;
+	if (d->name_len == 0)
+		return -EINVAL;
+	if (d->name_len > KVFS_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (!range_ok(d->name_off, d->name_len, region_len))
+		return -ERANGE;
+	return 0;
+}
 
+static int32_t check_read(const struct kvfs_page_desc *d, uint64_t region_len)
+{
+	int32_t rc = d->handle == 0 ? check_name(d, region_len) : 0;
+
+	if (rc)
+		return rc;
+	if (!range_ok(d->dst_off, d->dst_len, region_len))
+		return -ERANGE;
+	if (d->dst_len == 0)
+		return -ENOBUFS;
+	return 0;
+}
+
+/*
+ * A write's source is only read by the daemon, so overlaps with other
+ * sources or names are harmless. One over the descriptor array is refused
+ * all the same: the page would hold descriptor bytes that the call itself
+ * rewrites, which is an engine bug better reported than stored.
+ */
+static int32_t check_write(const struct kvfs_page_desc *d, uint64_t region_len,
+			   const struct kvfs_batch_arg *a)
+{
+	uint64_t arr_end = a->desc_off + (uint64_t)a->count * sizeof(*d);
+	int32_t rc;
+
+	if (d->handle)
+		return -EINVAL;      /* a write makes a new page: no handle yet */
+	rc = check_name(d, region_len);
+	if (rc)
+		return rc;
+	if (!range_ok(d->dst_off, d->dst_len, region_len))
+		return -ERANGE;
+	if (d->dst_len == 0)
+		return -EINVAL;      /* empty pages are not stored */
+	if (d->dst_off < arr_end && a->desc_off < d->dst_off + d->dst_len)
+		return -EINVAL;
+	return 0;
+}
+
+static int32_t check_one(const struct kvfs_batch_arg *a,
+			 const struct kvfs_page_desc *d, uint64_t region_len,
+			 enum kvfs_batch_kind kind)
+{
 	if (d->reserved)
 		return -EINVAL;
-	if (by_name) {
-		if (d->name_len == 0)
-			return -EINVAL;
-		if (d->name_len > KVFS_NAME_MAX)
-			return -ENAMETOOLONG;
-		if (!range_ok(d->name_off, d->name_len, region_len))
-			return -ERANGE;
+	switch (kind) {
+	case KVFS_BATCH_READ:
+		return check_read(d, region_len);
+	case KVFS_BATCH_WRITE:
+		return check_write(d, region_len, a);
+	default:
+		return check_name(d, region_len);
 	}
-	if (is_read) {
-		if (!range_ok(d->dst_off, d->dst_len, region_len))
-			return -ERANGE;
-		if (d->dst_len == 0)
-			return -ENOBUFS;
-	}
-	return 0;
 }
 
 /* A byte range of the region the batch uses; owner -1 is the descriptor array. */
@@ -114,18 +161,19 @@ static long fail_overlaps(struct span *s, size_t n, int32_t *status)
 
 long kvfs_batch_check_descs(const struct kvfs_batch_arg *a,
 			    const struct kvfs_page_desc *d, uint64_t region_len,
-			    bool is_read, int32_t *status)
+			    enum kvfs_batch_kind kind, int32_t *status)
 {
 	struct span *s;
 	size_t n = 0;
 	long failed = 0;
 
 	for (uint32_t i = 0; i < a->count; i++) {
-		status[i] = check_one(&d[i], region_len, is_read);
+		status[i] = check_one(a, &d[i], region_len, kind);
 		failed += status[i] != 0;
 	}
-	if (!is_read)
-		return failed;   /* lookups write only inside the descriptors */
+	/* Lookups and writes store only inside the descriptors. */
+	if (kind != KVFS_BATCH_READ)
+		return failed;
 
 	s = malloc(((size_t)a->count * 2 + 1) * sizeof(*s));
 	if (!s)
@@ -142,5 +190,62 @@ long kvfs_batch_check_descs(const struct kvfs_batch_arg *a,
 	}
 	failed += fail_overlaps(s, n, status);
 	free(s);
+	return failed;
+}
+
+/* ---- duplicate names in a write ---- */
+
+struct dup_key {
+	uint32_t layer, len;
+	const char *name;
+	uint32_t idx;
+};
+
+static int dup_cmp(const void *pa, const void *pb)
+{
+	const struct dup_key *a = pa, *b = pb;
+	int c;
+
+	if (a->layer != b->layer)
+		return a->layer < b->layer ? -1 : 1;
+	if (a->len != b->len)
+		return a->len < b->len ? -1 : 1;
+	c = memcmp(a->name, b->name, a->len);
+	if (c)
+		return c;
+	return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static bool dup_same(const struct dup_key *a, const struct dup_key *b)
+{
+	return a->layer == b->layer && a->len == b->len &&
+	       memcmp(a->name, b->name, a->len) == 0;
+}
+
+long kvfs_batch_check_dups(uint32_t count, const struct kvfs_page_desc *d,
+			   const char *const *names, int32_t *status)
+{
+	struct dup_key *k;
+	size_t n = 0;
+	long failed = 0;
+
+	k = malloc(((size_t)count + 1) * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++)
+		if (status[i] == 0)
+			k[n++] = (struct dup_key){ d[i].layer, d[i].name_len, names[i], i };
+	qsort(k, n, sizeof(*k), dup_cmp);
+	/* Equal keys are adjacent: fail every member of a run longer than one. */
+	for (size_t i = 0; i < n; i++) {
+		bool dup = (i > 0 && dup_same(&k[i], &k[i - 1])) ||
+			   (i + 1 < n && dup_same(&k[i], &k[i + 1]));
+
+		if (dup) {
+			status[k[i].idx] = -EINVAL;
+			failed++;
+		}
+	}
+	free(k);
 	return failed;
 }

@@ -13,24 +13,45 @@
 
 #include "kvfs_ioctl.h"
 
+/* Which call a batch is for: the same descriptors mean different things. */
+enum kvfs_batch_kind {
+	KVFS_BATCH_LOOKUP,
+	KVFS_BATCH_READ,
+	KVFS_BATCH_WRITE,
+};
+
 /*
- * The call as a whole: 0, or -EPROTO (abi), -EINVAL (flags, reserved,
- * count 0, desc_off misaligned, group wrong for the kind of call), -E2BIG
- * (count), -ERANGE (descriptor array not inside region_len bytes).
+ * The call as a whole: 0, or -EPROTO (abi), -EINVAL (flags unknown for
+ * the kind of call, reserved, count 0, desc_off misaligned, group wrong for
+ * the kind of call), -E2BIG (count), -ERANGE (descriptor array not inside
+ * region_len bytes).
  */
 int kvfs_batch_check_arg(const struct kvfs_batch_arg *a, uint64_t region_len,
-			 bool is_read);
+			 enum kvfs_batch_kind kind);
 
 /*
  * Each descriptor's shape: status[i] = 0 or the -errno it fails with
- * (reserved fields, name length and range, destination range, and for
- * reads destinations that overlap each other, the descriptor array or a
- * name the daemon still has to read). Names' bytes are checked later, when
- * they are copied. Needs kvfs_batch_check_arg to have passed. Returns the
- * number of failed descriptors, or -ENOMEM.
+ * (reserved fields, name length and range; for reads the destination range
+ * and destinations that overlap each other, the descriptor array or a name
+ * the daemon still has to read; for writes handle != 0, the source range,
+ * an empty source and a source overlapping the descriptor array). Sources
+ * of a write may overlap each other and names: the daemon only reads them.
+ * Names' bytes are checked later, when they are copied. Needs
+ * kvfs_batch_check_arg to have passed. Returns the number of failed
+ * descriptors, or -ENOMEM.
  */
 long kvfs_batch_check_descs(const struct kvfs_batch_arg *a,
 			    const struct kvfs_page_desc *d, uint64_t region_len,
-			    bool is_read, int32_t *status);
+			    enum kvfs_batch_kind kind, int32_t *status);
+
+/*
+ * A write batch naming one page twice is ambiguous (which bytes win?):
+ * every descriptor whose (layer, name) another one with status 0 also
+ * names fails with -EINVAL, all of them, so nothing ambiguous is stored.
+ * names[i] holds d[i].name_len bytes (the daemon's copy); descriptors with
+ * a nonzero status are ignored. Returns the number newly failed, or -ENOMEM.
+ */
+long kvfs_batch_check_dups(uint32_t count, const struct kvfs_page_desc *d,
+			   const char *const *names, int32_t *status);
 
 #endif

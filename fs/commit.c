@@ -28,6 +28,7 @@
  *     while the daemon runs.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -68,6 +69,7 @@ struct kvfs_commit {
 	uint64_t *failed_inos;        /* withdrawn pages: later ops on them are skipped */
 	size_t nfailed;
 	bool pair_open;               /* last queued op waits for its partner */
+	unsigned groups;              /* open kvfs_commit_group_begin calls */
 	bool stop;
 	bool running;
 };
@@ -85,17 +87,54 @@ static struct op *op_new(enum kvfs_op_kind kind, const struct kv_node_info *n)
 	return o;
 }
 
+/* The last queued op, or NULL (commit.lock held). */
+static struct op *queue_tail(struct kvfs_commit *c)
+{
+	if (!c->head)
+		return NULL;
+	return (struct op *)((char *)c->tail - offsetof(struct op, next));
+}
+
 static void enqueue(struct kvfs *fs, struct op *o)
 {
 	struct kvfs_commit *c = fs->commit;
 
 	pthread_mutex_lock(&c->lock);
 	o->seq = c->next_seq++;
+	o->with_next |= c->groups > 0;
 	*c->tail = o;
 	c->tail = &o->next;
 	c->pair_open = o->with_next;
 	pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
+}
+
+void kvfs_commit_group_begin(struct kvfs *fs)
+{
+	struct kvfs_commit *c = fs->commit;
+
+	pthread_mutex_lock(&c->lock);
+	c->groups++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Under ns_lock no atomic pair is half queued (both halves are queued in
+ * one ns_lock hold), so the tail's with_next is the group's to clear. */
+void kvfs_commit_group_end(struct kvfs *fs)
+{
+	struct kvfs_commit *c = fs->commit;
+	struct op *o;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	pthread_mutex_lock(&c->lock);
+	if (--c->groups == 0) {
+		if ((o = queue_tail(c)))
+			o->with_next = false;
+		c->pair_open = false;
+		pthread_cond_signal(&c->work_cv);
+	}
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&fs->ns_lock);
 }
 
 /* Queueing a metadata op can only fail on OOM; losing the row would make the
@@ -156,12 +195,12 @@ void kvfs_commit_pair_abandon(struct kvfs *fs)
 	struct op *o;
 
 	pthread_mutex_lock(&c->lock);
-	for (o = c->head; o && o->next; o = o->next)
-		;
-	if (o)
-		o->with_next = false;
-	c->pair_open = false;
-	pthread_cond_signal(&c->work_cv);
+	if (c->groups == 0) {     /* else the group's end closes it */
+		if ((o = queue_tail(c)))
+			o->with_next = false;
+		c->pair_open = false;
+		pthread_cond_signal(&c->work_cv);
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -191,9 +230,10 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	 * the committer always finds the op it must wait for. */
 	pthread_mutex_lock(&c->lock);
 	o->seq = c->next_seq++;
+	o->with_next = c->groups > 0;
 	*c->tail = o;
 	c->tail = &o->next;
-	c->pair_open = false;
+	c->pair_open = o->with_next;
 	pthread_mutex_unlock(&c->lock);
 	rc = kv_store_io_async(fs->store, &o->io, 1, on_written_op, o);
 	if (rc < 0) {

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fastpath.h"
 #include "ops.h"
 
 struct mount_cfg {
@@ -305,7 +306,11 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		goto out;
 	}
 	kv_log(KV_LOG_INFO, "serving %s at %s", c->store, c->mnt);
+	/* The fast-path write replaces pages behind the kernel's back: it
+	 * needs the session to drop the kernel's cached names. */
+	kvfs_fastpath_set_session(se);
 	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
+	kvfs_fastpath_set_session(NULL);
 	fuse_session_unmount(se);
 	kvfs_close(fs);   /* commits everything still queued */
 	fs = NULL;

@@ -1,11 +1,12 @@
 /*
  * The fast path (kvfs_ioctl.h): ioctls on a model directory that register
- * shared memory, look pages up by the batch, and read them by the batch
- * straight into that memory. This file is the FUSE edge and the control
- * side: decoding and validating a call on a private copy of its
- * descriptors, resolving layers, names and handles against the index with
- * the permission checks open(2) would make, and writing per-descriptor
- * results back. The data side is fastread.c.
+ * shared memory, look pages up by the batch, read them by the batch
+ * straight into that memory, and write them by the batch from it. This
+ * file is the FUSE edge and the control side: decoding and validating a
+ * call on a private copy of its descriptors, resolving layers, names and
+ * handles against the index with the permission checks open(2) would make,
+ * and writing per-descriptor results back. The data sides are fastread.c
+ * and fastwrite.c.
  *
  * A batch never holds ns_lock or the index lock while it waits for I/O;
  * extents it resolved stay valid through a pin (pin.c).
@@ -16,33 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_check.h"
 #include "fastpath.h"
 #include "kvname.h"
-#include "ops.h"
 
 #define GROUPS_MAX 64
-
-struct layer_ent {
-	uint32_t layer;
-	uint64_t ino;
-	bool search;          /* the caller may look names up in it */
-};
-
-struct resolver {
-	struct fp_batch *b;
-	fuse_req_t req;
-	bool dirs_ok;         /* search permission on the root and the model */
-	uint64_t model;
-	struct layer_ent *layers;
-	size_t nlayers;
-	int ngroups;          /* supplementary groups, -1 until needed */
-	gid_t groups[GROUPS_MAX];
-};
+_Static_assert(GROUPS_MAX == sizeof(((struct fp_resolver *)0)->groups) / sizeof(gid_t),
+	       "groups array");
 
 /* ---- permissions: what the kernel's default_permissions checks ---- */
 
-static bool in_group(struct resolver *rv, gid_t g)
+static bool in_group(struct fp_resolver *rv, gid_t g)
 {
 	if (g == rv->b->who.gid)
 		return true;
@@ -57,8 +41,9 @@ static bool in_group(struct resolver *rv, gid_t g)
 	return false;
 }
 
-/* mask: 4 read, 1 search. Root may read anything and search any directory. */
-static bool may(struct resolver *rv, const struct kv_obj_attr *at, unsigned mask)
+/* Root may read and write anything and search any directory (as
+ * CAP_DAC_OVERRIDE lets it under default_permissions). */
+bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask)
 {
 	unsigned bits;
 
@@ -77,12 +62,12 @@ static bool may(struct resolver *rv, const struct kv_obj_attr *at, unsigned mask
 
 static int layer_cmp(const void *pa, const void *pb)
 {
-	const struct layer_ent *a = pa, *b = pb;
+	const struct fp_layer *a = pa, *b = pb;
 
 	return a->layer < b->layer ? -1 : a->layer > b->layer;
 }
 
-static int load_layers(struct resolver *rv)
+static int load_layers(struct fp_resolver *rv)
 {
 	struct kv_dirent *de;
 	struct kv_node_info n;
@@ -99,22 +84,23 @@ static int load_layers(struct resolver *rv)
 	for (i = 0; i < nde; i++) {
 		if (kv_index_get(rv->b->fs->idx, de[i].ino, &n) < 0 || n.kind != KV_KIND_LAYER)
 			continue;    /* removed since the snapshot */
-		rv->layers[rv->nlayers++] = (struct layer_ent){
-			.layer = n.layer, .ino = n.ino, .search = may(rv, &n.attr, 1) };
+		rv->layers[rv->nlayers++] = (struct fp_layer){
+			.layer = n.layer, .ino = n.ino, .attr = n.attr,
+			.search = fp_may(rv, &n.attr, 1), .create = fp_may(rv, &n.attr, 3) };
 	}
 	kv_dirents_free(de, nde);
 	qsort(rv->layers, rv->nlayers, sizeof(*rv->layers), layer_cmp);
 	return 0;
 }
 
-static const struct layer_ent *layer_by_num(struct resolver *rv, uint32_t layer)
+const struct fp_layer *fp_layer_by_num(struct fp_resolver *rv, uint32_t layer)
 {
-	struct layer_ent key = { .layer = layer };
+	struct fp_layer key = { .layer = layer };
 
 	return bsearch(&key, rv->layers, rv->nlayers, sizeof(key), layer_cmp);
 }
 
-static const struct layer_ent *layer_by_ino(struct resolver *rv, uint64_t ino)
+static const struct fp_layer *layer_by_ino(struct fp_resolver *rv, uint64_t ino)
 {
 	for (size_t i = 0; i < rv->nlayers; i++)
 		if (rv->layers[i].ino == ino)
@@ -122,8 +108,8 @@ static const struct layer_ent *layer_by_ino(struct resolver *rv, uint64_t ino)
 	return NULL;
 }
 
-static int resolver_init(struct resolver *rv, struct fp_batch *b, fuse_req_t req,
-			 uint64_t model)
+int fp_resolver_init(struct fp_resolver *rv, struct fp_batch *b, fuse_req_t req,
+		     uint64_t model)
 {
 	struct kv_node_info root, m;
 	int rc;
@@ -138,8 +124,15 @@ static int resolver_init(struct resolver *rv, struct fp_batch *b, fuse_req_t req
 		rc = kv_index_get(b->fs->idx, model, &m);
 	if (rc < 0)
 		return rc;
-	rv->dirs_ok = may(rv, &root.attr, 1) && may(rv, &m.attr, 1);
+	rv->dirs_ok = fp_may(rv, &root.attr, 1) && fp_may(rv, &m.attr, 1);
 	return load_layers(rv);
+}
+
+void fp_resolver_free(struct fp_resolver *rv)
+{
+	free(rv->layers);
+	rv->layers = NULL;
+	rv->nlayers = 0;
 }
 
 /* ---- handles ----
@@ -151,8 +144,10 @@ static int resolver_init(struct resolver *rv, struct fp_batch *b, fuse_req_t req
 #define HANDLE_INO_BITS 40
 #define HANDLE_INO_MASK ((1ull << HANDLE_INO_BITS) - 1)
 
-static uint64_t handle_of(const struct kvfs *fs, uint64_t ino)
+uint64_t fp_handle_of(const struct kvfs *fs, uint64_t ino)
 {
+	if (ino > HANDLE_INO_MASK)
+		return 0;    /* 2^40 inodes in one mount */
 	return (uint64_t)(fs->mount_gen & 0xffffff) << HANDLE_INO_BITS | ino;
 }
 
@@ -166,13 +161,13 @@ static uint64_t handle_ino(const struct kvfs *fs, uint64_t handle)
 
 /* ---- one descriptor ---- */
 
-static int32_t resolve_name(struct resolver *rv, const struct kvfs_page_desc *d,
-			    const struct layer_ent **le, struct kv_node_info *n)
+static int32_t resolve_name(struct fp_resolver *rv, const struct kvfs_page_desc *d,
+			    const struct fp_layer **le, struct kv_node_info *n)
 {
 	char name[KVFS_NAME_MAX + 1];
 	int rc;
 
-	*le = layer_by_num(rv, d->layer);
+	*le = fp_layer_by_num(rv, d->layer);
 	if (!*le)
 		return -ENOENT;
 	rc = kvfs_region_load(rv->b->r, d->name_off, name, d->name_len);
@@ -187,8 +182,8 @@ static int32_t resolve_name(struct resolver *rv, const struct kvfs_page_desc *d,
 	return kv_index_lookup(rv->b->fs->idx, (*le)->ino, name, n);
 }
 
-static int32_t resolve_handle(struct resolver *rv, uint64_t handle,
-			      const struct layer_ent **le, struct kv_node_info *n)
+static int32_t resolve_handle(struct fp_resolver *rv, uint64_t handle,
+			      const struct fp_layer **le, struct kv_node_info *n)
 {
 	uint64_t ino = handle_ino(rv->b->fs, handle);
 
@@ -201,11 +196,11 @@ static int32_t resolve_handle(struct resolver *rv, uint64_t handle,
 }
 
 /* Find descriptor i's page as open(2) (read) or stat(2) (lookup) would. */
-static int32_t resolve(struct resolver *rv, uint32_t i, bool is_read,
+static int32_t resolve(struct fp_resolver *rv, uint32_t i, bool is_read,
 		       struct kv_node_info *n)
 {
 	const struct kvfs_page_desc *d = &rv->b->d[i];
-	const struct layer_ent *le;
+	const struct fp_layer *le;
 	int32_t rc;
 
 	if (!rv->dirs_ok)
@@ -216,7 +211,7 @@ static int32_t resolve(struct resolver *rv, uint32_t i, bool is_read,
 		rc = resolve_name(rv, d, &le, n);
 	if (rc < 0)
 		return rc;
-	if (is_read && !may(rv, &n->attr, 4))
+	if (is_read && !fp_may(rv, &n->attr, 4))
 		return -EACCES;
 	if (n->state == KV_PAGE_WRITING)
 		return -EBUSY;
@@ -236,7 +231,7 @@ static void caller_of(fuse_req_t req, struct kvfs_caller *c)
 	c->tid = ctx->pid;
 }
 
-static void batch_free(struct fp_batch *b)
+void fp_batch_free(struct fp_batch *b)
 {
 	if (b->r)
 		kvfs_region_put(b->fs->regions, b->r);
@@ -245,9 +240,8 @@ static void batch_free(struct fp_batch *b)
 	free(b->out_flags);
 }
 
-/* Decode and validate a READ or LOOKUP call into b. */
-static int batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
-		       const struct kvfs_batch_arg *a, bool is_read)
+int fp_batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
+		   const struct kvfs_batch_arg *a, enum kvfs_batch_kind kind)
 {
 	size_t bytes;
 	long bad;
@@ -263,7 +257,7 @@ static int batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
 		return -EPROTO;
 	rc = kvfs_region_get(fs->regions, &b->who, a->region_id, &b->r);
 	if (rc == 0)
-		rc = kvfs_batch_check_arg(a, b->r->len, is_read);
+		rc = kvfs_batch_check_arg(a, b->r->len, kind);
 	if (rc < 0)
 		return rc;
 	bytes = (size_t)a->count * sizeof(*b->d);
@@ -279,12 +273,12 @@ static int batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
 		return rc;
 	for (uint32_t i = 0; i < a->count; i++)
 		b->d[i].bytes = 0;     /* an output: ignore what the engine left */
-	bad = kvfs_batch_check_descs(a, b->d, b->r->len, is_read, b->status);
+	bad = kvfs_batch_check_descs(a, b->d, b->r->len, kind, b->status);
 	return bad < 0 ? (int)bad : 0;
 }
 
 /* Write each descriptor's outputs back into the region. */
-static int batch_finish(struct fp_batch *b, bool with_handles)
+int fp_batch_finish(struct fp_batch *b, bool with_handles)
 {
 	struct out {
 		int32_t status;
@@ -317,26 +311,26 @@ static int do_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		     struct kvfs_batch_arg *a)
 {
 	struct fp_batch b;
-	struct resolver rv = { 0 };
+	struct fp_resolver rv = { 0 };
 	struct kv_node_info n;
 	uint32_t group, hit = 0;
 	bool prefix = true;
 	int rc;
 
-	rc = batch_begin(&b, fs, req, a, false);
+	rc = fp_batch_begin(&b, fs, req, a, KVFS_BATCH_LOOKUP);
 	if (rc == 0)
-		rc = resolver_init(&rv, &b, req, model);
+		rc = fp_resolver_init(&rv, &b, req, model);
 	for (uint32_t i = 0; rc == 0 && i < a->count; i++) {
 		if (b.status[i] == 0)
 			b.status[i] = resolve(&rv, i, false, &n);
-		if (b.status[i] == 0 && n.ino > HANDLE_INO_MASK)
+		if (b.status[i] == 0 && !fp_handle_of(fs, n.ino))
 			b.status[i] = -EOVERFLOW;    /* 2^40 inodes in one mount */
-		b.d[i].handle = b.status[i] ? 0 : handle_of(fs, n.ino);
+		b.d[i].handle = b.status[i] ? 0 : fp_handle_of(fs, n.ino);
 		b.d[i].bytes = b.status[i] ? 0 : n.size;
 		b.a.bytes += b.d[i].bytes;
 	}
 	if (rc == 0)
-		rc = batch_finish(&b, true);
+		rc = fp_batch_finish(&b, true);
 	/* The hit length: leading blocks whose every descriptor exists. */
 	group = a->group > 1 ? a->group : 1;
 	for (uint32_t blk = 0; rc == 0 && prefix && blk < a->count / group; blk++) {
@@ -347,8 +341,8 @@ static int do_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
 	b.a.done = hit;
 	if (rc == 0)
 		*a = b.a;
-	free(rv.layers);
-	batch_free(&b);
+	fp_resolver_free(&rv);
+	fp_batch_free(&b);
 	return rc;
 }
 
@@ -385,16 +379,16 @@ static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		   struct kvfs_batch_arg *a)
 {
 	struct fp_batch b;
-	struct resolver rv = { 0 };
+	struct fp_resolver rv = { 0 };
 	struct kv_node_info n = { .kind = KV_KIND_ROOT };
 	struct fp_page *pages = NULL;
 	struct kvfs_pin pin;
 	uint32_t np = 0;
 	int rc;
 
-	rc = batch_begin(&b, fs, req, a, true);
+	rc = fp_batch_begin(&b, fs, req, a, KVFS_BATCH_READ);
 	if (rc == 0)
-		rc = resolver_init(&rv, &b, req, model);
+		rc = fp_resolver_init(&rv, &b, req, model);
 	if (rc == 0) {
 		pages = calloc(a->count, sizeof(*pages));
 		rc = pages ? 0 : -ENOMEM;
@@ -422,7 +416,7 @@ static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		}
 		kvfs_fast_read_pages(&b, pages, np);
 		kvfs_pin_end(fs, &pin);
-		rc = batch_finish(&b, false);
+		rc = fp_batch_finish(&b, false);
 		b.a.done = b.a.count - b.a.failed;
 	}
 	if (rc == 0) {
@@ -432,8 +426,8 @@ static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		atomic_fetch_add(&fs->st.bytes_read_fast, a->bytes);
 	}
 	free(pages);
-	free(rv.layers);
-	batch_free(&b);
+	fp_resolver_free(&rv);
+	fp_batch_free(&b);
 	return rc;
 }
 
@@ -450,6 +444,35 @@ static int do_region(struct kvfs *fs, fuse_req_t req, unsigned cmd,
 	return kvfs_region_unregister(fs->regions, &who, a->region_id);
 }
 
+/* ---- the kernel's name cache ---- */
+
+static _Atomic(struct fuse_session *) fast_se;
+static atomic_bool no_session_logged;
+
+void kvfs_fastpath_set_session(struct fuse_session *se)
+{
+	atomic_store(&fast_se, se);
+}
+
+void fp_forget_name(uint64_t parent, const char *name)
+{
+	struct fuse_session *se = atomic_load(&fast_se);
+	int rc;
+
+	if (!se) {
+		if (!atomic_exchange(&no_session_logged, true))
+			kv_log(KV_LOG_WARN, "fast path: no FUSE session to invalidate replaced "
+			       "names with: the kernel may serve a replaced page's old entry "
+			       "(ENOENT) until entry_timeout");
+		return;
+	}
+	/* -ENOENT: the kernel had nothing cached, which is fine. */
+	rc = fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
+	if (rc < 0 && rc != -ENOENT)
+		kv_log(KV_LOG_WARN, "fast path: could not invalidate the kernel's entry "
+		       "for replaced page %s: %s", name, kv_strerror(rc));
+}
+
 static const char *cmd_name(unsigned cmd)
 {
 	switch (cmd) {
@@ -457,6 +480,7 @@ static const char *cmd_name(unsigned cmd)
 	case KVFS_IOC_REGION_UNREGISTER: return "REGION_UNREGISTER";
 	case KVFS_IOC_READ: return "READ";
 	case KVFS_IOC_LOOKUP: return "LOOKUP";
+	case KVFS_IOC_WRITE: return "WRITE";
 	}
 	return "unknown";
 }
@@ -496,6 +520,7 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		break;
 	case KVFS_IOC_READ:
 	case KVFS_IOC_LOOKUP:
+	case KVFS_IOC_WRITE:
 		sz = sizeof(u.b);
 		break;
 	default:
@@ -508,6 +533,8 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		rc = do_read(fs, req, ino, &u.b);
 	else if (cmd == KVFS_IOC_LOOKUP)
 		rc = do_lookup(fs, req, ino, &u.b);
+	else if (cmd == KVFS_IOC_WRITE)
+		rc = kvfs_fast_write(fs, req, ino, &u.b);
 	else
 		rc = do_region(fs, req, cmd, &u.r);
 	if (rc < 0) {

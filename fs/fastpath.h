@@ -1,12 +1,15 @@
 /*
- * The fast path's internals shared by its two files: fastpath.c (ioctl
- * dispatch, region calls, name resolution, permissions, lookups) and
- * fastread.c (the batched O_DIRECT read pipeline).
+ * The fast path's internals shared by its files: fastpath.c (ioctl
+ * dispatch, region calls, name resolution, permissions, lookups),
+ * fastread.c (the batched O_DIRECT read pipeline) and fastwrite.c (the
+ * batch write).
  */
 #ifndef KVFS_FASTPATH_H
 #define KVFS_FASTPATH_H
 
+#include "batch_check.h"
 #include "kvfs_i.h"
+#include "ops.h"
 #include "region.h"
 
 /* How a resolved page is served. */
@@ -35,5 +38,64 @@ struct fp_batch {
 /* Read every page that resolved (status 0) into the region; sets status,
  * out_flags and a->done/failed/bytes. */
 void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n);
+
+/* Decode and validate a call into b: a private copy of the descriptors,
+ * each with its shape checked (status). 0 or a whole-call -errno; b must
+ * be freed with fp_batch_free either way. */
+int fp_batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
+		   const struct kvfs_batch_arg *a, enum kvfs_batch_kind kind);
+/* Write status, out_flags, bytes (and handles) back into the region; counts
+ * failed descriptors into b->a.failed. 0 or -EFAULT. */
+int fp_batch_finish(struct fp_batch *b, bool with_handles);
+void fp_batch_free(struct fp_batch *b);
+
+/* A layer directory of the model, with what the caller may do in it. */
+struct fp_layer {
+	uint32_t layer;
+	uint64_t ino;
+	bool search;          /* the caller may look names up in it */
+	bool create;          /* ... and create or replace pages in it (w+x) */
+	struct kv_obj_attr attr;
+};
+
+/* Resolves descriptors against one model for one caller, with the
+ * permission checks the kernel's default_permissions would make. */
+struct fp_resolver {
+	struct fp_batch *b;
+	fuse_req_t req;
+	bool dirs_ok;         /* search permission on the root and the model */
+	uint64_t model;
+	struct fp_layer *layers;  /* sorted by layer number */
+	size_t nlayers;
+	int ngroups;          /* supplementary groups, -1 until needed */
+	gid_t groups[64];
+};
+
+int fp_resolver_init(struct fp_resolver *rv, struct fp_batch *b, fuse_req_t req,
+		     uint64_t model);
+void fp_resolver_free(struct fp_resolver *rv);
+const struct fp_layer *fp_layer_by_num(struct fp_resolver *rv, uint32_t layer);
+/* mask: 4 read, 2 write, 1 search (bits may be combined). */
+bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask);
+
+/* A page's handle: its inode number under this mount's count; 0 if the
+ * inode does not fit. */
+uint64_t fp_handle_of(const struct kvfs *fs, uint64_t ino);
+
+/*
+ * The FUSE session, for telling the kernel about names the fast path
+ * changed behind its back: a page replaced by KVFS_IOC_WRITE would
+ * otherwise stay cached as the old inode for entry_timeout, and open(2) of
+ * its name would fail with ENOENT. The daemon sets it once the session
+ * exists and clears it (NULL) before destroying it; without it replaced
+ * names are not invalidated (logged once).
+ */
+void kvfs_fastpath_set_session(struct fuse_session *se);
+/* Drop the kernel's cached entry for name in directory parent. */
+void fp_forget_name(uint64_t parent, const char *name);
+
+/* KVFS_IOC_WRITE (fastwrite.c): 0 or a whole-call -errno; *a gets the outs. */
+int kvfs_fast_write(struct kvfs *fs, fuse_req_t req, uint64_t model,
+		    struct kvfs_batch_arg *a);
 
 #endif

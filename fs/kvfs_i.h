@@ -241,6 +241,12 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 			 struct kvfs_data *payload, bool shared);
 /* The last queued op promised a partner (with_next) that will not come. */
 void kvfs_commit_pair_abandon(struct kvfs *fs);
+/* Everything queued between begin and end commits in one transaction (a
+ * fast-path write's chunk of pages). Never wait for the committer (the
+ * write-back budget, a commit mark) in between: it waits for the end.
+ * Nests; end takes ns_lock, so call both without it. */
+void kvfs_commit_group_begin(struct kvfs *fs);
+void kvfs_commit_group_end(struct kvfs *fs);
 /* A point to wait from: take it before queueing what the caller will wait for. */
 uint64_t kvfs_commit_mark(struct kvfs *fs);
 /* Wait until every operation queued before this call is durable. 0, or -EIO

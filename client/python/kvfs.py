@@ -4,6 +4,7 @@
     with kvfs.Client("/mnt/kvfs/llama3-8b") as c:
         k = c.read_layer(0, ["blk-a", "blk-b"], 65536)   # (2, 65536) uint8
         hit, handles, sizes = c.lookup_prefix(block_keys, range(32))
+        c.write_layer(0, ["blk-c"], kv_rows, durable=True)   # store pages
 
 A Client is one model directory of a mounted kvfs. A Region is shared
 memory registered with the daemon: pages land in it directly, and every
@@ -20,7 +21,8 @@ itself, to be closed when their last view goes away.
 Errors: a call that fails as a whole raises OSError with the errno. A
 Batch never raises for one page: status(i) / statuses() give 0 or -errno
 per page (kvfs_ioctl.h lists them), and check() raises PageError for the
-first failing one. The convenience calls (read_layer) raise PageError, an
+first failing one. The convenience calls (read_layer, write_pages,
+write_layer) raise PageError, an
 OSError whose errno, filename and index name the first page that failed
 and whose statuses list has every page's status.
 
@@ -43,13 +45,16 @@ except ImportError:  # views as memoryviews still work without numpy
     np = None
 
 __all__ = ["Client", "Region", "Batch", "Result", "PageError", "PageDesc",
-           "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED"]
+           "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED",
+           "WRITE_DURABLE", "WRITE_REPLACE"]
 
 ABI_VERSION = 1
 NAME_MAX = 255
 BATCH_MAX = 1 << 20
 DESC_RAM = 1 << 0       # served from RAM (not yet on disk)
 DESC_BOUNCED = 1 << 1   # destination not O_DIRECT-usable: copied
+WRITE_DURABLE = 1 << 0  # write: return once every page is durable
+WRITE_REPLACE = 1 << 1  # write: replace pages of the same name (else EEXIST)
 _ALIGN = 4096           # O_DIRECT-friendly destination alignment
 
 
@@ -79,9 +84,10 @@ class _Result(ctypes.Structure):
 
 
 Result = collections.namedtuple("Result", "done failed bytes")
-Result.__doc__ = """Outcome of a batch call. done: pages delivered (read) or
-the prefix hit length in blocks (lookup); failed: pages with a nonzero
-status; bytes: payload bytes delivered (read) or found (lookup)."""
+Result.__doc__ = """Outcome of a batch call. done: pages delivered (read),
+stored (write) or the prefix hit length in blocks (lookup); failed: pages
+with a nonzero status; bytes: payload bytes delivered (read), stored
+(write) or found (lookup)."""
 
 
 class PageError(OSError):
@@ -149,7 +155,9 @@ _proto("kvfs_batch_add_handle", _int, _vp, _u64, _u64, _u64)
 _proto("kvfs_batch_set_dst", _int, _vp, ctypes.c_uint, _u64, _u64)
 _proto("kvfs_batch_read", _int, _vp, _pres)
 _proto("kvfs_batch_lookup", _int, _vp, ctypes.c_uint, _pres)
+_proto("kvfs_batch_write", _int, _vp, ctypes.c_uint, _pres)
 _proto("kvfs_batch_submit", _int, _vp)
+_proto("kvfs_batch_submit_write", _int, _vp, ctypes.c_uint)
 _proto("kvfs_batch_wait", _int, _vp, _pres)
 _proto("kvfs_batch_status", _int, _vp, ctypes.c_uint, ctypes.POINTER(_u64))
 _proto("kvfs_batch_handle", _u64, _vp, ctypes.c_uint)
@@ -165,6 +173,18 @@ def _check(rc, what=None):
 
 def _round_up(n, a):
     return (n + a - 1) // a * a
+
+
+def _write_flags(durable, replace):
+    return (WRITE_DURABLE if durable else 0) | (WRITE_REPLACE if replace else 0)
+
+
+def _byte_view(data):
+    """A flat, contiguous byte view of bytes-like data or a numpy array
+    (copied only if the array is not contiguous)."""
+    if np is not None and isinstance(data, np.ndarray):
+        return memoryview(np.ascontiguousarray(data)).cast("B")
+    return memoryview(data).cast("B")
 
 
 def _need_numpy():
@@ -315,9 +335,72 @@ class Client:
                 del d
         return res.done, handles, sizes
 
+    def write_pages(self, pages, durable=False, replace=False, region=None,
+                    offset=0):
+        """Store pages, each (layer, name, data), in one fast-path call.
+
+        data is anything bytes-like (bytes, memoryview, numpy array): it is
+        copied into region memory (the client's own scratch region unless
+        region is given, then from byte offset of it, the control area
+        after the data) and the daemon copies it again, so the caller's
+        buffers are free on return. durable: return only once every page
+        is durable, else once visible. replace: replace pages of the same
+        name, else EEXIST. Returns the new pages' handles; raises PageError
+        for the first page that failed (the others are stored). Calls
+        without a region take turns on the scratch region; give each thread
+        a region to write in parallel."""
+        pages = [(int(layer), os.fsencode(name), _byte_view(data))
+                 for layer, name, data in pages]
+        if not pages or any(len(v) == 0 for _, _, v in pages):
+            raise ValueError("need at least one page, and no empty page")
+        if region is not None:
+            return self._write_into(region, offset, pages, durable, replace)
+        if offset:
+            raise ValueError("offset needs a region")
+        with self._lock:
+            self._handle()
+            end = sum(_round_up(len(v), _ALIGN) for _, _, v in pages)
+            r = self._scratch_region(end + Batch.ctl_bytes(len(pages)))
+            return self._write_into(r, 0, pages, durable, replace)
+
+    def _write_into(self, region, offset, pages, durable, replace):
+        n = len(pages)
+        offs, end = [], offset
+        for _, _, v in pages:
+            offs.append(end)
+            end = _round_up(end + len(v), _ALIGN)
+        ctl_off = end
+        if ctl_off + Batch.ctl_bytes(n) > region.size:
+            raise OSError(errno.ERANGE, "region too small for %d pages" % n)
+        for (_, _, v), off in zip(pages, offs):
+            region.buffer(off, len(v))[:] = v
+        with region.batch(ctl_off, n) as b:
+            for (layer, name, v), off in zip(pages, offs):
+                b.add(layer, name, off, len(v))
+            b.write(durable=durable, replace=replace)
+            st = b.statuses()
+            handles = [b.handle(i) for i in range(n)]
+        bad = next((i for i in range(n) if st[i]), None)
+        if bad is not None:
+            raise PageError(-st[bad], os.fsdecode(pages[bad][1]), bad, st)
+        return handles
+
+    def write_layer(self, layer, names, data, durable=False, replace=False,
+                    region=None, offset=0):
+        """Store one page per name in layer: data is a sequence of
+        bytes-like pages, or an array whose rows are the pages (e.g. the
+        (len(names), page_bytes // itemsize) array read_layer returns).
+        Returns the handles; raises PageError as write_pages."""
+        names = list(names)
+        if len(data) != len(names):
+            raise ValueError("need one page of data per name")
+        return self.write_pages([(layer, name, data[i]) for i, name in enumerate(names)],
+                                durable=durable, replace=replace, region=region,
+                                offset=offset)
+
     def _scratch_region(self, size):
-        """The client's own region for lookups, grown on demand (self._lock
-        held, so one lookup uses it at a time)."""
+        """The client's own region for lookups and writes, grown on demand
+        (self._lock held, so one call uses it at a time)."""
         if self._scratch is None or self._scratch.size < size:
             if self._scratch is not None:
                 self._scratch.close()
@@ -467,7 +550,8 @@ class Batch:
     def add(self, layer, name, dst_off=0, dst_len=0):
         """Append a page by layer (a number, or a layer directory's name
         such as "07") and name (str or bytes); read it into region bytes
-        [dst_off, dst_off + dst_len). Returns its index."""
+        [dst_off, dst_off + dst_len), or for write() store those bytes as
+        the page (dst_len is then its size). Returns its index."""
         layer = int(layer)
         name = os.fsencode(name)
         if b"\0" in name:
@@ -505,14 +589,32 @@ class Batch:
         _check(_lib.kvfs_batch_lookup(self._handle(), group, ctypes.byref(r)))
         return Result(r.done, r.failed, r.bytes)
 
+    def write(self, durable=False, replace=False):
+        """Store every page of the batch (its bytes are its source range
+        of the region); waits. durable: until every page is durable, else
+        until visible; replace: replace pages of the same name, else EEXIST
+        for each. Returns a Result; statuses() and handle(i) give each
+        page's outcome. The source bytes may be reused on return."""
+        r = _Result()
+        _check(_lib.kvfs_batch_write(self._handle(), _write_flags(durable, replace),
+                                     ctypes.byref(r)))
+        return Result(r.done, r.failed, r.bytes)
+
     def submit(self):
         """Start reading in the background; collect with wait(). OSError
         EBUSY if a submission is already pending."""
         _check(_lib.kvfs_batch_submit(self._handle()))
         self._inflight = True
 
+    def submit_write(self, durable=False, replace=False):
+        """Start write() in the background; collect with wait(). The
+        source bytes must stay as they are until wait() returns."""
+        _check(_lib.kvfs_batch_submit_write(self._handle(),
+                                            _write_flags(durable, replace)))
+        self._inflight = True
+
     def wait(self):
-        """Wait for the submitted read (without holding the GIL). Returns a
+        """Wait for the submitted call (without holding the GIL). Returns a
         Result, or raises OSError if the call failed as a whole."""
         r = _Result()
         rc = _lib.kvfs_batch_wait(self._handle(), ctypes.byref(r))
@@ -535,7 +637,7 @@ class Batch:
         return self.descs["status"].tolist()
 
     def handle(self, i):
-        """Page i's handle after a lookup (0 if absent)."""
+        """Page i's handle after a lookup or write (0 if absent/failed)."""
         if i < 0 or i >= len(self):
             raise IndexError(i)
         return _lib.kvfs_batch_handle(self._handle(), i)

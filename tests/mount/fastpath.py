@@ -11,25 +11,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import kvfsabi as abi  # noqa: E402
+from kvfsabi import expect_err, fail, in_child  # noqa: E402
 
 MNT, LOG, TMP = sys.argv[1:4]
 M = os.path.join(MNT, 'm')
 MB = 1 << 20
-
-
-def fail(msg):
-    print('FAIL:', msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def expect_err(want, fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-    except OSError as e:
-        if e.errno != want:
-            fail(f'{fn.__name__}{args}: got {errno.errorcode.get(e.errno)}, want {errno.errorcode[want]}')
-        return
-    fail(f'{fn.__name__}{args}: succeeded, want {errno.errorcode[want]}')
 
 
 def page_bytes(layer, name):
@@ -209,20 +195,6 @@ def test_bad_calls(r, dfd):
         os.close(fd)
     import fcntl
     expect_err(errno.ENOTTY, fcntl.ioctl, dfd, abi._ioc(3, 9, 64), bytearray(64))
-
-
-def in_child(fn):
-    """Run fn in a forked child; its exit status is the result."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            rc = fn()
-        except BaseException as e:  # noqa: B902
-            print('child:', repr(e), file=sys.stderr)
-            rc = 99
-        os._exit(rc)
-    _, st = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(st)
 
 
 def test_ownership(r):

@@ -1,8 +1,10 @@
 """The fast-path ABI (client/kvfs_ioctl.h) spelled out in Python, for tests
 that must send malformed calls no library would build."""
+import errno
 import fcntl
 import os
 import struct
+import sys
 
 ABI = 1
 NAME_MAX = 255
@@ -24,6 +26,8 @@ REGISTER = _ioc(3, 1, 48)
 UNREGISTER = _ioc(1, 2, 48)
 READ = _ioc(3, 3, 64)
 LOOKUP = _ioc(3, 4, 64)
+WRITE = _ioc(3, 5, 64)
+WRITE_DURABLE, WRITE_REPLACE = 1, 2
 
 
 def register(dirfd, memfd, length=0, abi=ABI, flags=0):
@@ -83,3 +87,34 @@ def memfd(size, name='kvfs-test', allocate=True):
     if allocate:
         os.posix_fallocate(fd, 0, size)
     return fd
+
+
+# ---- test helpers shared by fastpath.py and fastwrite.py ----
+
+def fail(msg):
+    print('FAIL:', msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def expect_err(want, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except OSError as e:
+        if e.errno != want:
+            fail(f'{fn.__name__}{args}: got {errno.errorcode.get(e.errno)}, want {errno.errorcode[want]}')
+        return
+    fail(f'{fn.__name__}{args}: succeeded, want {errno.errorcode[want]}')
+
+
+def in_child(fn):
+    """Run fn in a forked child; its exit status is the result."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            rc = fn()
+        except BaseException as e:  # noqa: B902
+            print('child:', repr(e), file=sys.stderr)
+            rc = 99
+        os._exit(rc)
+    _, st = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(st)

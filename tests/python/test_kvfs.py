@@ -513,6 +513,85 @@ class FastPathTest(unittest.TestCase):
         self.assertEqual(e.statuses, [0, -errno.ENOENT, 0])
         self.assertErrno(errno.ENOBUFS, self.client.read_layer, 0, ["p0"], 4096)
 
+    # ---- writes ----
+
+    def test_write_pages_round_trip(self):
+        """Pages stored by the batch write read back bit-exact by cat and
+        by the fast path, at once, with the handles a lookup gives."""
+        pages = [(3, "w-rt%d" % i, os.urandom(PAGE)) for i in range(4)]
+        pages.append((3, "w-rt-small", os.urandom(100)))
+        handles = self.client.write_pages(pages)
+        self.assertEqual(len(handles), 5)
+        self.assertTrue(all(handles))
+        for layer, name, data in pages:
+            self.assertEqual(cat(self.path(layer, name)), data, name)
+        rows = self.client.read_layer(3, [n for _, n, _ in pages[:4]], PAGE)
+        for i in range(4):
+            self.assertEqual(rows[i].tobytes(), pages[i][2])
+        del rows
+        _, looked, _ = self.client.lookup_prefix([n for _, n, _ in pages], [3])
+        self.assertEqual(looked[:, 0].tolist(), handles)
+
+    def test_write_layer_from_array_durable(self):
+        src = np.frombuffer(os.urandom(3 * PAGE), np.uint16).reshape(3, PAGE // 2)
+        names = ["w-arr%d" % i for i in range(3)]
+        self.client.write_layer(2, names, src, durable=True)
+        for i, name in enumerate(names):
+            self.assertEqual(os.getxattr(self.path(2, name), "user.kvfs.state"), b"durable")
+        got = self.client.read_layer(2, names, PAGE, dtype=np.uint16)
+        self.assertTrue((got == src).all())
+        del got
+        # A column slice is not contiguous: the binding copies it first.
+        strided = np.frombuffer(os.urandom(2 * PAGE * 2), np.uint8).reshape(2, 2 * PAGE)[:, ::2]
+        self.client.write_layer(2, ["w-strided0", "w-strided1"], strided)
+        self.assertEqual(cat(self.path(2, "w-strided1")), strided[1].tobytes())
+
+    def test_write_exists_and_replace(self):
+        first, second = os.urandom(PAGE), os.urandom(PAGE)
+        self.client.write_pages([(1, "w-rep", first)])
+        e = self.assertErrno(errno.EEXIST, self.client.write_pages,
+                             [(1, "w-rep-other", second), (1, "w-rep", second)])
+        self.assertIsInstance(e, kvfs.PageError)
+        self.assertEqual((e.index, e.filename), (1, "w-rep"))
+        self.assertEqual(e.statuses, [0, -errno.EEXIST])
+        self.assertEqual(cat(self.path(1, "w-rep")), first)
+        self.assertEqual(cat(self.path(1, "w-rep-other")), second)
+        self.client.write_pages([(1, "w-rep", second)], replace=True)
+        self.assertEqual(cat(self.path(1, "w-rep")), second)
+        self.assertEqual(self.client.read_layer(1, ["w-rep"], PAGE)[0].tobytes(), second)
+
+    def test_batch_write_in_own_region(self):
+        """Sources laid out by the caller; statuses per page; submit/wait."""
+        with self.client.region(2 << 20) as r, r.batch(1 << 20, 4) as b:
+            want = [os.urandom(PAGE) for _ in range(3)]
+            for i in range(3):
+                r.buffer(i * PAGE, PAGE)[:] = want[i]
+            b.add(0, "w-own0", 0, PAGE)
+            b.add(0, "w-own1", PAGE, PAGE)
+            b.add(9, "w-own2", 2 * PAGE, PAGE)          # no layer 9
+            b.add(0, "w-own3", 3 * PAGE, 0)            # empty
+            res = b.write()
+            self.assertEqual(res, kvfs.Result(2, 2, 2 * PAGE))
+            self.assertEqual(b.statuses(), [0, 0, -errno.ENOENT, -errno.EINVAL])
+            self.assertTrue(b.handle(0) and b.handle(1))
+            self.assertEqual(b.handle(2), 0)
+            r.buffer(0, 2 * PAGE)[:] = bytes(2 * PAGE)   # the daemon has its own copy
+            for i in range(2):
+                self.assertEqual(cat(self.path(0, "w-own%d" % i)), want[i])
+            b.reset()
+            b.add(0, "w-own1", 2 * PAGE, PAGE)
+            b.submit_write(durable=True, replace=True)
+            self.assertErrno(errno.EBUSY, b.submit_write)
+            self.assertEqual(b.wait(), kvfs.Result(1, 0, PAGE))
+            self.assertEqual(cat(self.path(0, "w-own1")), want[2])
+
+    def test_write_bad_input_refused(self):
+        self.assertRaises(ValueError, self.client.write_pages, [])
+        self.assertRaises(ValueError, self.client.write_pages, [(0, "w-empty", b"")])
+        self.assertErrno(errno.EINVAL, self.client.write_pages, [(0, "a/b", b"x")])
+        self.assertErrno(errno.ENAMETOOLONG, self.client.write_pages, [(0, "x" * 256, b"x")])
+        self.assertFalse(os.path.exists(self.path(0, "w-empty")))
+
     # ---- regions ----
 
     def test_region_from_dev_shm(self):
