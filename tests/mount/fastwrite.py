@@ -190,6 +190,30 @@ def test_exists_and_replace(r):
         fail('the page being written was changed')
 
 
+def test_replace_same_bytes(r):
+    """Replacing a page with its own bytes (dedup would find the very extent
+    being released) and with a twin's bytes: refcounts stay right in the
+    manifest (the clean remount in fastwrite.sh loads and checks them)."""
+    data = os.urandom(24576)
+    for flags in (abi.WRITE_DURABLE, abi.WRITE_DURABLE | abi.WRITE_REPLACE,
+                  abi.WRITE_DURABLE | abi.WRITE_REPLACE):
+        _, ds = r.write([(0, b'same-rep', data)], flags=flags)
+        if ds[0].status:
+            fail(f'replace with the same bytes: {ds[0].status}')
+        check_back(r, M, 0, b'same-rep', data, ds[0].handle)
+    _, ds = r.write([(1, b'same-twin', data)], flags=abi.WRITE_DURABLE)
+    twin = os.path.join(M, '1', 'same-twin')
+    rep = os.path.join(M, '0', 'same-rep')
+    if os.getxattr(twin, 'user.kvfs.extent') != os.getxattr(rep, 'user.kvfs.extent'):
+        fail('a twin written after the page is durable does not share its extent')
+    _, ds = r.write([(0, b'same-rep', data)], flags=abi.WRITE_DURABLE | abi.WRITE_REPLACE)
+    if ds[0].status:
+        fail(f'replace of a shared page with its own bytes: {ds[0].status}')
+    for p in (twin, rep):
+        if fuse_read(M, int(p.split('/')[-2]), p.split('/')[-1]) != data:
+            fail(f'{p}: wrong bytes after replace')
+
+
 def test_durable_flag(r):
     pages = [(1, b'dur%d' % i, os.urandom(8192)) for i in range(16)]
     res, ds = r.write(pages, flags=abi.WRITE_DURABLE)
@@ -478,6 +502,7 @@ def main():
     test_shared_sources(r)
     test_exists_and_replace(r)
     test_durable_flag(r)
+    test_replace_same_bytes(r)
     test_large_batch(r)
     test_one_transaction(r)
     test_bad_descriptors(r, tiny_fd)
