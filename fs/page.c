@@ -74,17 +74,24 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
  * Where a sealed payload lives: the twin extent the plan found, if it is
  * still there (its refcount going up under ns_lock is what makes the
  * sharing real), or a new extent. Sets n's extent, hash and size.
+ * lone_id: the extent of a page this one replaces. Its delete (refcount
+ * - 1) is queued before the new row (+ 1), and the manifest's count may
+ * never pass through 0, so that extent is shared only if some third page
+ * holds it too; otherwise the payload is written anew.
  */
 static int place_payload(struct kvfs *fs, struct kvfs_data *d,
-			 const struct kvfs_seal_plan *plan, uint64_t not_id,
+			 const struct kvfs_seal_plan *plan, uint64_t lone_id,
 			 struct kv_node_info *n, bool *shared)
 {
 	struct kv_extent_rec er;
+	uint32_t count;
 	int rc;
 
 	*shared = false;
-	if (kvfs_seal_plan_fits(plan, d) && plan->share.id && plan->share.id != not_id &&
-	    kv_index_extent_ref(fs->idx, plan->share.id, +1, NULL) == 0) {
+	if (kvfs_seal_plan_fits(plan, d) && plan->share.id &&
+	    kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) == 0 &&
+	    !(plan->share.id == lone_id && count < 3 &&
+	      kv_index_extent_ref(fs->idx, plan->share.id, -1, NULL) == 0)) {
 		*shared = true;
 		n->extent_id = plan->share.id;
 		n->ext = plan->share.ext;
@@ -306,9 +313,6 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 	rc = publish_target(fs, n->parent, n->name, replace, &old, &has_old);
 	if (rc == 0)
 		rc = check_seal_size(fs, n, d->size);
-	/* Not the extent of the page being replaced: its delete (refcount - 1)
-	 * is queued before the new row (+ 1), and the manifest's count may
-	 * never pass through 0. Such a page is written anew. */
 	if (rc == 0)
 		rc = place_payload(fs, d, plan, has_old ? old.extent_id : 0, n, &shared);
 	if (rc < 0)

@@ -45,7 +45,7 @@ import os, subprocess, sys
 import kvfs
 model, page = sys.argv[1], int(sys.argv[2])
 layers = sorted(d for d in os.listdir(model))
-keys = sorted(os.listdir(os.path.join(model, layers[0])))
+keys = sorted(k for k in os.listdir(os.path.join(model, layers[0])) if not k.startswith("req2-"))
 with kvfs.Client(model) as c:
     hit, handles, sizes = c.lookup_prefix(keys + ["not-cached"], layers)
     print(f"prefix hit: {hit} of {len(keys) + 1} blocks present in all {len(layers)} layers")
@@ -56,7 +56,20 @@ with kvfs.Client(model) as c:
                                  capture_output=True, check=True).stdout
             assert kv[i].tobytes() == cat, f"layer {layer} page {k} differs"
         print(f"layer {layer}: {kv.shape[0]} pages x {kv.shape[1]} bytes in one ioctl, identical to cat")
+    # A second request with the same system prompt: its pages are stored
+    # under its own keys in one batched write per layer, and dedup keeps
+    # one copy of the bytes.
+    for layer in layers:
+        kv = c.read_layer(int(layer), keys[:hit], page)
+        c.write_layer(int(layer), ["req2-" + k for k in keys[:hit]], kv,
+                      durable=True, replace=True)
+stats = dict(l.split() for l in os.getxattr(os.path.dirname(model), "user.kvfs.stats").decode().splitlines())
+print(f"batched write of {hit * len(layers)} pages for a second request: "
+      f"{stats['pages_deduplicated']} pages deduplicated since mount, "
+      f"{int(stats['bytes_saved_by_dedup']) >> 10} KiB not written again")
 PY
+show du -sh "$M"
+show df -h "$MNT"
 cat <<MSG
 
 kvfs is mounted on $MNT (store $STORE, daemon log $STORE/kvfs.log).

@@ -209,6 +209,8 @@ def test_replace_same_bytes(r):
     _, ds = r.write([(0, b'same-rep', data)], flags=abi.WRITE_DURABLE | abi.WRITE_REPLACE)
     if ds[0].status:
         fail(f'replace of a shared page with its own bytes: {ds[0].status}')
+    if os.getxattr(twin, 'user.kvfs.extent') != os.getxattr(rep, 'user.kvfs.extent'):
+        fail('the twin still holds the extent: the replacement should share it')
     for p in (twin, rep):
         if fuse_read(M, int(p.split('/')[-2]), p.split('/')[-1]) != data:
             fail(f'{p}: wrong bytes after replace')
