@@ -5,7 +5,9 @@
  * idle while the device works. Here the caller drives its own ring like a
  * raw io_uring reader: fill to the queue depth, wait for one completion,
  * hand each finished read to the caller's callback (checksums run while the
- * rest are in flight), refill.
+ * rest are in flight), refill. Every read on the device is reported to the
+ * scheduler (sched.c) so that the I/O thread holds background writes back
+ * while a batch runs.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -279,6 +281,7 @@ static void prep(struct many *mm, struct kv_io *io)
 				   io->ext.offset + io->done_bytes);
 	io_uring_sqe_set_data(sqe, io);
 	mm->inflight++;
+	sched_read_start(&mm->s->eng.sched);
 }
 
 static void complete(struct many *mm, struct kv_io *io, int res)
@@ -288,6 +291,7 @@ static void complete(struct many *mm, struct kv_io *io, int res)
 	unsigned asked = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
 
 	mm->inflight--;
+	sched_read_end(&mm->s->eng.sched);
 	res = store_fault_apply(&mm->s->eng, 1u << KV_IO_READ, res, asked);
 	if (res == -EAGAIN || res == -EINTR) {
 		io->next = mm->retry;
@@ -364,6 +368,7 @@ static void drain(struct many *mm, struct kv_io *ios, unsigned n,
 			continue;
 		}
 		mm->inflight--;
+		sched_read_end(&mm->s->eng.sched);
 		finish(mm, io_uring_cqe_get_data(cqe), cqe->res < 0 ? cqe->res : err);
 		io_uring_cqe_seen(&mm->m->ring, cqe);
 	}

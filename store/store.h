@@ -10,8 +10,10 @@
  *
  * All extent I/O goes through one io_uring owned by the store and driven by
  * an I/O thread; callers on any thread hand it batches (kv_store_io,
- * kv_store_io_async). Reads are queued ahead of writes, which is the seam the
- * read-priority scheduler builds on.
+ * kv_store_io_async); callers that wait for their reads anyway read on
+ * their own thread's ring (kv_store_read_many, kv_store_read_verified).
+ * Reads go first: while any reader is active the I/O thread keeps queued
+ * writes to a small guaranteed share of the device (kv_store_sched_stats).
  *
  * The store knows nothing about names, SQLite or FUSE. What is committed is
  * decided by the manifest (index/); at open the caller marks every committed
@@ -199,8 +201,8 @@ int kv_store_io(struct kv_store *s, struct kv_io *ios, unsigned n);
  * whole batch anyway (the fast path) this is what a raw io_uring reader
  * does, with no hand-off per batch. Every io gets its each() call, even
  * malformed ones (-EINVAL). Returns once all have completed. Falls back to
- * the I/O thread's queue where no ring can be had. Thread-safe; reads
- * still precede queued writes, as on the queue.
+ * the I/O thread's queue where no ring can be had. Thread-safe; while
+ * these reads run the I/O thread holds queued writes to their minimum share.
  */
 struct kv_fixed_buf {
 	void *base;
@@ -254,6 +256,38 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u);
 /* Path of stripe i's directory (valid while the store is open). */
 const char *kv_store_stripe_path(struct kv_store *s, unsigned i);
 uint64_t kv_store_segment_size(struct kv_store *s);
+
+/*
+ * Read-priority scheduling. Reads on every ring (the I/O thread's, each
+ * thread's kv_store_read_many and kv_store_read_verified rings) count as
+ * active while in flight and for idle_us after the last one ends; while
+ * they are, the I/O thread keeps at most write_ops_share writes and
+ * write_bytes_share bytes of writes in flight (always at least one write,
+ * so writes never starve), and these go before reads queued on the I/O
+ * thread. With reads idle, writes use the whole queue depth, up to
+ * write_bytes_max bytes in flight. fsyncs are never held back. KVFS_SCHED,
+ * read at open, tunes it for benchmarks: "fifo" turns it off (writes at
+ * the whole depth, reads first only among requests queued on the I/O
+ * thread); "write-ops=N,write-kb=N,write-max-kb=N,idle-us=N".
+ */
+struct kv_sched_stats {
+	bool fifo;                     /* KVFS_SCHED=fifo: writes never held */
+	unsigned write_ops_share;      /* writes in flight while reads are active */
+	uint64_t write_bytes_share;    /* ... and their bytes */
+	uint64_t write_bytes_max;      /* write bytes in flight, reads idle */
+	uint64_t idle_us;
+	unsigned reads_inflight;       /* now, on every ring */
+	unsigned writes_inflight;      /* now, on the I/O thread */
+	uint64_t write_bytes_inflight;
+	unsigned writes_peak;          /* most writes ever in flight at once */
+	unsigned writes_peak_reading;  /* most in flight, counting writes issued
+	                                * while reads were active */
+	uint64_t reads_issued;         /* read submissions, every ring, since open */
+	uint64_t writes_issued;        /* write submissions since open */
+	uint64_t write_throttled_events; /* times queued writes were held back */
+};
+/* A snapshot of the scheduler's state and counters. Thread-safe. */
+void kv_store_sched_stats(struct kv_store *s, struct kv_sched_stats *st);
 
 /*
  * Fault injection (tests): make the nth I/O completion from now (1 = next)

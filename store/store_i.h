@@ -9,7 +9,8 @@
  * fault-injection state. Never hold both: lock is always released before
  * qlock is taken. The I/O thread never takes lock; what it needs from the
  * allocator (fd, stripe fullness) is reached through pinned segments and
- * atomics.
+ * atomics. The scheduler's read-activity fields (struct sched) are atomics
+ * any thread may update without a lock.
  */
 #ifndef KV_STORE_I_H
 #define KV_STORE_I_H
@@ -70,6 +71,28 @@ struct stripe {
 
 struct fsync_req;
 
+/*
+ * Read-priority scheduling (sched.c). Set at engine start: the knobs.
+ * Atomics: reads in flight on any ring and when the last one ended (any
+ * thread); the I/O thread's writes in flight and the counters (written by
+ * the I/O thread only, atomics so kv_store_sched_stats may read them).
+ */
+struct sched {
+	bool fifo;                  /* KVFS_SCHED=fifo: writes never held */
+	unsigned write_ops;         /* writes in flight while reads are active */
+	uint64_t write_bytes;       /* ... and their bytes (at least one write) */
+	uint64_t write_max;         /* write bytes in flight with reads idle */
+	uint64_t idle_ns;           /* reads stay active this long after the last */
+	atomic_uint reads_inflight;
+	_Atomic uint64_t last_read_ns;
+	_Atomic uint64_t reads_issued;
+	atomic_uint writes_inflight;
+	_Atomic uint64_t write_bytes_inflight;
+	atomic_uint writes_peak, writes_peak_reading;
+	_Atomic uint64_t writes_issued, throttled;
+	bool held;                  /* I/O thread: the last fill held writes back */
+};
+
 struct engine {
 	struct io_uring ring;
 	pthread_t thread;
@@ -94,6 +117,8 @@ struct engine {
 	bool efd_posted;
 	struct kv_io *retry_head, *retry_tail;
 	unsigned inflight;
+
+	struct sched sched;
 };
 
 struct kv_store {
@@ -135,15 +160,38 @@ void rangevec_release(struct rangevec *rv);
 /* ---- uring.c ---- */
 int engine_start(struct kv_store *s, unsigned qd);
 void engine_stop(struct kv_store *s);
-/* Read one io synchronously on the calling thread's own ring (falls back to
- * the I/O thread's queue). 0 or -errno, also left in io->res. */
-int store_read_sync(struct kv_store *s, struct kv_io *io);
 /* 0, or -EINVAL with a log line for an io the store cannot issue. */
 int store_io_check(const struct kv_store *s, const struct kv_io *io);
 /* The result an armed fault turns res into (see kv_store_fault_arm). */
 int store_fault_apply(struct engine *g, unsigned opbit, int res, unsigned asked);
 /* Running under valgrind, whose lock io_uring_enter would hold forever. */
 bool store_under_valgrind(void);
+
+/* ---- sched.c ---- */
+/* Knobs from KVFS_SCHED (see sched.c), logged once. */
+void sched_init(struct sched *sc, unsigned qd);
+/* Every ring calls these around each read SQE it has on the device. */
+void sched_read_start(struct sched *sc);
+void sched_read_end(struct sched *sc);
+/* A read in flight, or one ended less than idle_ns before now. */
+bool sched_reads_active(const struct sched *sc, uint64_t now);
+/* I/O thread: would a write of bytes stay within the minimum share? */
+bool sched_write_in_share(const struct sched *sc, uint64_t bytes);
+/* ... within what may be in flight with reads idle (always, for fifo)? */
+bool sched_write_in_depth(const struct sched *sc, uint64_t bytes);
+void sched_write_start(struct sched *sc, uint64_t bytes, bool reading);
+void sched_write_end(struct sched *sc, uint64_t bytes);
+/* I/O thread: queued writes were held back in this fill. */
+void sched_held(struct sched *sc);
+/* I/O thread, writes held: how long to sleep at most; false: look now. */
+bool sched_hold_timeout(const struct sched *sc, struct __kernel_timespec *ts);
+/* One log line with the counters (at close). */
+void sched_log(const struct sched *sc);
+
+/* ---- direct.c ---- */
+/* Read one io synchronously on the calling thread's own ring (falls back to
+ * the I/O thread's queue). 0 or -errno, also left in io->res. */
+int store_read_sync(struct kv_store *s, struct kv_io *io);
 
 /* ---- store.c ---- */
 uint64_t now_ns(void);

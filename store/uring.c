@@ -3,13 +3,15 @@
  * any thread append batches of kv_io to a read queue or a write queue (and
  * fsync requests to a third) under a mutex and kick an eventfd on which the
  * I/O thread always keeps a read posted, so the thread only ever sleeps in
- * io_uring_wait_cqe. The thread fills free submission slots from the fsync,
- * read and write queues in that order, never keeping more than queue_depth
- * operations in flight: reads overtaking queued writes is the seam the
- * read-priority scheduler builds on. Short transfers and -EAGAIN/-EINTR are
- * requeued until the whole footprint has moved; the completion callback of a
- * batch runs on this thread once every I/O in it has a result. Fault
- * injection for tests is applied here, to completions.
+ * io_uring_wait_cqe (with a timeout while it holds writes back). The thread
+ * fills free submission slots from the fsync, read and write queues, never
+ * keeping more than queue_depth operations in flight. Writes go as the
+ * read-priority scheduler (sched.c) allows: their minimum share first, then
+ * reads, then more writes only while no reader on any ring is active. Short
+ * transfers and -EAGAIN/-EINTR are requeued until the whole footprint has
+ * moved; the completion callback of a batch runs on this thread once every
+ * I/O in it has a result. Fault injection for tests is applied here, to
+ * completions.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -163,19 +165,29 @@ static void post_eventfd_read(struct engine *g)
 	g->efd_posted = true;
 }
 
-static void prep_io(struct engine *g, struct io_uring_sqe *sqe,
-		    struct kv_io *io)
+/* Bytes the next SQE for io moves (what is left, at most IO_CHUNK_MAX). */
+static unsigned io_chunk(const struct kv_io *io)
 {
 	uint64_t rem = kv_extent_footprint(&io->ext) - io->done_bytes;
-	unsigned n = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
+
+	return rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
+}
+
+static void prep_io(struct engine *g, struct io_uring_sqe *sqe,
+		    struct kv_io *io, bool reading)
+{
+	unsigned n = io_chunk(io);
 	char *buf = (char *)io->buf + io->done_bytes;
 	uint64_t off = io->ext.offset + io->done_bytes;
 	int fd = io_segment(io)->fd;
 
-	if (io->op == KV_IO_READ)
+	if (io->op == KV_IO_READ) {
 		io_uring_prep_read(sqe, fd, buf, n, off);
-	else
+		sched_read_start(&g->sched);
+	} else {
 		io_uring_prep_write(sqe, fd, buf, n, off);
+		sched_write_start(&g->sched, n, reading);
+	}
 	io_uring_sqe_set_data(sqe, io);
 	g->inflight++;
 }
@@ -188,20 +200,37 @@ static void prep_fsync(struct engine *g, struct io_uring_sqe *sqe,
 	g->inflight++;
 }
 
-/* Where the next kv_io comes from: retries, then reads, then writes. */
-static bool pick_queue(struct engine *g, struct kv_io ***head,
-		       struct kv_io ***tail)
+/*
+ * Where the next kv_io comes from: retries (already late); writes within
+ * their minimum share (so that a steady read queue cannot starve them);
+ * reads; then writes beyond the share only while no reader is active, up
+ * to the write byte bound. With KVFS_SCHED=fifo: retries, reads, writes,
+ * as far as the queue depth goes. false: nothing may go now (*held: queued
+ * writes were kept back for readers).
+ */
+static bool pick_queue(struct engine *g, bool reading, bool *held,
+		       struct kv_io ***head, struct kv_io ***tail)
 {
+	const struct sched *sc = &g->sched;
+	uint64_t chunk = g->wq_head ? io_chunk(g->wq_head) : 0;
+	bool share = g->wq_head && !sc->fifo && sched_write_in_share(sc, chunk);
+
 	if (g->retry_head) {
 		*head = &g->retry_head;
 		*tail = &g->retry_tail;
+	} else if (share) {
+		*head = &g->wq_head;
+		*tail = &g->wq_tail;
 	} else if (g->rq_head) {
 		*head = &g->rq_head;
 		*tail = &g->rq_tail;
-	} else if (g->wq_head) {
+	} else if (g->wq_head && (sc->fifo || !reading) &&
+		   sched_write_in_depth(sc, chunk)) {
 		*head = &g->wq_head;
 		*tail = &g->wq_tail;
 	} else {
+		/* at the byte bound a write completion is all there is to wait for */
+		*held = g->wq_head && reading && !sc->fifo;
 		return false;
 	}
 	return true;
@@ -209,15 +238,20 @@ static bool pick_queue(struct engine *g, struct kv_io ***head,
 
 /*
  * Move queued work into free SQEs: retries first (they are already late),
- * then fsyncs (a commit waits on them), reads, writes. I/Os that failed
- * before being queued (no segment) need no SQE; they go to *failed, to be
- * completed once qlock is dropped. qlock held.
+ * then fsyncs (a commit waits on them, never held back), then kv_ios in
+ * pick_queue's order. I/Os that failed before being queued (no segment)
+ * need no SQE; they go to *failed, to be completed once qlock is dropped.
+ * qlock held.
  */
 static void fill(struct engine *g, struct kv_io **failed)
 {
+	/* reads waiting in our own queue count too: they go out first */
+	bool reading = g->rq_head || sched_reads_active(&g->sched, now_ns());
+	bool held = false;
 	struct io_uring_sqe *sqe;
 	struct kv_io **head, **tail, *io;
 
+	g->sched.held = false;
 	while (g->inflight < g->qd) {
 		if (!g->retry_head && g->fq) {
 			struct fsync_req *r = g->fq;
@@ -228,8 +262,8 @@ static void fill(struct engine *g, struct kv_io **failed)
 			prep_fsync(g, sqe, r);
 			continue;
 		}
-		if (!pick_queue(g, &head, &tail))
-			return;
+		if (!pick_queue(g, reading, &held, &head, &tail))
+			break;
 		if (!io_segment(*head)) {
 			io = list_pop(head, tail);
 			io->next = *failed;
@@ -238,8 +272,10 @@ static void fill(struct engine *g, struct kv_io **failed)
 		}
 		if (!(sqe = io_uring_get_sqe(&g->ring)))
 			return;
-		prep_io(g, sqe, list_pop(head, tail));
+		prep_io(g, sqe, list_pop(head, tail), reading);
 	}
+	if (held)
+		sched_held(&g->sched);
 }
 
 /* Apply an armed fault to one completion; returns the result to use. */
@@ -301,10 +337,13 @@ static void io_fail(struct kv_store *s, struct kv_io *io, int err)
 static void handle_io(struct kv_store *s, struct kv_io *io, int res)
 {
 	struct engine *g = &s->eng;
-	uint64_t rem = kv_extent_footprint(&io->ext) - io->done_bytes;
-	unsigned asked = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
+	unsigned asked = io_chunk(io);
 
 	g->inflight--;
+	if (io->op == KV_IO_READ)
+		sched_read_end(&g->sched);
+	else
+		sched_write_end(&g->sched, asked);
 	res = store_fault_apply(g, 1u << io->op, res, asked);
 	if (res == -EAGAIN || res == -EINTR) {
 		list_push(&g->retry_head, &g->retry_tail, io);
@@ -398,6 +437,26 @@ static int wait_cqe_valgrind(struct engine *g)
 	return 0;
 }
 
+/*
+ * Sleep until a completion. While writes are held back, only until the
+ * scheduler must look again (reads may have gone idle): a write completion
+ * would wake the thread too, but a slow one would leave the device half
+ * idle in the meantime. 0, or -ETIME when that time came first.
+ */
+static int wait_cqe(struct engine *g)
+{
+	struct __kernel_timespec ts;
+	struct io_uring_cqe *cqe;
+
+	if (g->cq_efd >= 0)
+		return wait_cqe_valgrind(g);
+	if (!g->sched.held)
+		return io_uring_wait_cqe(&g->ring, &cqe);
+	if (!sched_hold_timeout(&g->sched, &ts))
+		return -ETIME;
+	return io_uring_wait_cqe_timeout(&g->ring, &cqe, &ts);
+}
+
 static void reap(struct kv_store *s)
 {
 	struct engine *g = &s->eng;
@@ -405,12 +464,11 @@ static void reap(struct kv_store *s)
 	unsigned head, count = 0;
 	int rc;
 
-	do {
-		if (g->cq_efd >= 0)
-			rc = wait_cqe_valgrind(g);
-		else
-			rc = io_uring_wait_cqe(&g->ring, &cqe);
-	} while (rc == -EINTR);
+	do
+		rc = wait_cqe(g);
+	while (rc == -EINTR);
+	if (rc == -ETIME)
+		return;     /* time to look at the queues again */
 	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "store: io_uring_wait_cqe: %s",
 		       kv_strerror(rc));
@@ -467,6 +525,7 @@ int engine_start(struct kv_store *s, unsigned qd)
 	int rc;
 
 	g->qd = qd > QD_MAX ? QD_MAX : qd;
+	sched_init(&g->sched, g->qd);
 	g->efd = eventfd(0, EFD_CLOEXEC);
 	if (g->efd < 0) {
 		rc = -errno;
@@ -529,6 +588,7 @@ void engine_stop(struct kv_store *s)
 	pthread_mutex_unlock(&g->qlock);
 	kick(g);
 	pthread_join(g->thread, NULL);
+	sched_log(&g->sched);
 	io_uring_queue_exit(&g->ring);
 	close(g->efd);
 	if (g->cq_efd >= 0)
@@ -760,136 +820,4 @@ void kv_store_fault_arm(struct kv_store *s, unsigned op_mask, unsigned nth,
 	g->fault_err = err;
 	atomic_store(&g->fault_nth, nth);
 	pthread_mutex_unlock(&g->qlock);
-}
-
-/* ---- synchronous reads on the caller's own ring ----
- *
- * A reader that blocks for its result anyway (a FUSE read of one page) gains
- * nothing from the I/O thread and pays two thread hand-offs for it, which on
- * a small VM cost more than the device read itself. Such reads go through a
- * small ring owned by the calling thread: one io_uring_enter submits and
- * waits. Reads already have priority over queued writes, so bypassing the
- * queue does not change the scheduling order. */
-
-#define DIRECT_RING_ENTRIES 4
-
-static pthread_key_t direct_key;
-static pthread_once_t direct_once = PTHREAD_ONCE_INIT;
-static bool direct_key_ok;
-
-static void direct_ring_free(void *p)
-{
-	io_uring_queue_exit(p);
-	free(p);
-}
-
-static void direct_key_create(void)
-{
-	direct_key_ok = pthread_key_create(&direct_key, direct_ring_free) == 0;
-}
-
-/* This thread's ring, created on first use; NULL if none can be had. */
-static struct io_uring *direct_ring(void)
-{
-	struct io_uring *r;
-
-	pthread_once(&direct_once, direct_key_create);
-	if (!direct_key_ok || store_under_valgrind())
-		return NULL;
-	r = pthread_getspecific(direct_key);
-	if (r)
-		return r;
-	r = malloc(sizeof(*r));
-	if (!r)
-		return NULL;
-	if (io_uring_queue_init(DIRECT_RING_ENTRIES, r, 0) < 0) {
-		free(r);
-		return NULL;
-	}
-	if (pthread_setspecific(direct_key, r) != 0) {
-		direct_ring_free(r);
-		return NULL;
-	}
-	return r;
-}
-
-/* One read or write attempt of what is left of io; the result as a CQE res. */
-static int direct_once_io(struct kv_store *s, struct io_uring *r, int fd,
-			  struct kv_io *io)
-{
-	uint64_t rem = kv_extent_footprint(&io->ext) - io->done_bytes;
-	unsigned n = rem > IO_CHUNK_MAX ? IO_CHUNK_MAX : (unsigned)rem;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(r);
-	struct io_uring_cqe *cqe;
-	int rc;
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_read(sqe, fd, (char *)io->buf + io->done_bytes, n,
-			   io->ext.offset + io->done_bytes);
-	do
-		rc = io_uring_submit_and_wait(r, 1);
-	while (rc == -EINTR);
-	if (rc < 0)
-		return rc;
-	rc = io_uring_wait_cqe(r, &cqe);
-	if (rc < 0)
-		return rc;
-	rc = store_fault_apply(&s->eng, 1u << KV_IO_READ, cqe->res, n);
-	io_uring_cqe_seen(r, cqe);
-	return rc;
-}
-
-/* Read io (KV_IO_READ) on the calling thread. -ENOSYS: no ring, use the queue. */
-static int read_direct(struct kv_store *s, struct kv_io *io)
-{
-	struct io_uring *r = direct_ring();
-	struct segment *seg;
-	uint64_t total = kv_extent_footprint(&io->ext);
-	int rc = 0, res;
-
-	if (!r)
-		return -ENOSYS;
-	rc = store_io_check(s, io);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&s->lock);
-	seg = segment_find(&s->stripes[io->ext.stripe], io->ext.segment);
-	if (seg)
-		atomic_fetch_add(&seg->refs, 1);
-	pthread_mutex_unlock(&s->lock);
-	io->done_bytes = 0;
-	if (!seg) {
-		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": segment file missing for "
-		       "read at offset %" PRIu64, s->stripes[io->ext.stripe].path,
-		       io->ext.segment, io->ext.offset);
-		return io->res = -EIO;
-	}
-	while (io->done_bytes < total) {
-		res = direct_once_io(s, r, seg->fd, io);
-		if (res == -EAGAIN || res == -EINTR)
-			continue;
-		if (res == 0)
-			res = -EIO;    /* end of file inside an extent: file too short */
-		if (res < 0) {
-			kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": read of %" PRIu64
-			       " bytes at offset %" PRIu64 " failed: %s",
-			       s->stripes[io->ext.stripe].path, io->ext.segment,
-			       total, io->ext.offset, kv_strerror(res));
-			rc = res;
-			break;
-		}
-		io->done_bytes += (uint64_t)res;
-	}
-	segment_unref(seg);
-	return io->res = rc;
-}
-
-int store_read_sync(struct kv_store *s, struct kv_io *io)
-{
-	int rc = read_direct(s, io);
-
-	if (rc == -ENOSYS)
-		rc = kv_store_io(s, io, 1);
-	return rc;
 }

@@ -31,6 +31,7 @@
 #include "bench.h"
 
 const char *const method_name[M_COUNT] = { "fast", "fuse", "raw", "files" };
+const char *const case_name[C_COUNT] = { "read", "write", "mixed" };
 
 volatile sig_atomic_t interrupted;
 
@@ -60,7 +61,7 @@ double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int check_interrupt(void)
+int check_interrupt(void)
 {
 	if (!interrupted)
 		return 0;
@@ -76,7 +77,7 @@ uint64_t xorshift(uint64_t *s)
 	return *s;
 }
 
-static void size_label(uint64_t size, char *out, size_t len)
+void size_label(uint64_t size, char *out, size_t len)
 {
 	if (size >= (1u << 20) && size % (1u << 20) == 0)
 		snprintf(out, len, "%lluM", (unsigned long long)(size >> 20));
@@ -109,7 +110,7 @@ void page_path(const struct size_run *s, const char *root, unsigned long p,
 
 /* Each 4 KiB block starts with the page's identity and the block's offset,
  * so a block from another page, another offset or another size shows. */
-static void stamp_page(char *page, uint64_t size, unsigned long p)
+void stamp_page(char *page, uint64_t size, unsigned long p)
 {
 	uint64_t off, w[2];
 
@@ -160,7 +161,7 @@ int read_full(int fd, char *buf, size_t len)
 	return 0;
 }
 
-static int write_full(int fd, const char *buf, size_t len)
+int write_full(int fd, const char *buf, size_t len)
 {
 	size_t done = 0;
 	ssize_t n;
@@ -308,7 +309,7 @@ static void shuffle_spans(struct size_run *s, uint64_t *seed)
 
 /* ---- measuring ---- */
 
-static int read_batch(struct size_run *s, enum method m, const unsigned long *pg, unsigned n)
+int read_batch(struct size_run *s, enum method m, const unsigned long *pg, unsigned n)
 {
 	switch (m) {
 	case M_FAST:
@@ -370,7 +371,7 @@ static double percentile(double *v, unsigned long n, double q)
 	return v[k ? k - 1 : 0];
 }
 
-static double median(double *v, unsigned n)
+double median(double *v, unsigned n)
 {
 	qsort(v, n, sizeof(*v), cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
@@ -570,11 +571,18 @@ static int size_write(struct size_run *s)
 	return rc;
 }
 
-/* Read one size's pages back with every method, interleaved, and report. */
-static int size_read(struct size_run *s)
+/* Does the run read with method m? The read case uses --methods; the mixed
+ * case reads with the fast path and the raw reader. */
+static bool reads_with(const struct bench_opts *o, enum method m)
+{
+	return (o->cases & 1u << C_READ && o->methods & 1u << m) ||
+	       (o->cases & 1u << C_MIXED && (m == M_FAST || m == M_RAW));
+}
+
+/* The read case: every method, interleaved, R times; then the report. */
+static int read_case(struct size_run *s, uint64_t *seed)
 {
 	const struct bench_opts *o = s->b->o;
-	uint64_t seed = 42 + s->size;
 	char label[32];
 	unsigned r, k, m;
 	int rc = 0;
@@ -584,7 +592,30 @@ static int size_read(struct size_run *s)
 		printf("\n%s pages: %lu (%.1f MiB) in %u layers, batches of up to %u pages\n",
 		       label, s->pages, (double)s->pages * (double)s->size / (1 << 20),
 		       o->layers, s->batch);
-	if (o->methods & 1u << M_FAST) {
+	for (r = 0; rc == 0 && r < o->repeat; r++) {
+		shuffle_spans(s, seed);
+		/* A different method goes first in each run, so none always
+		 * follows the same one. */
+		for (k = 0; rc == 0 && k < M_COUNT; k++) {
+			m = (r + k) % M_COUNT;
+			if (o->methods & 1u << m)
+				rc = run_method(s, m, &s->runs[m][r]);
+		}
+	}
+	if (rc == 0)
+		report_reads(s);
+	return rc;
+}
+
+/* Read one size's pages back: the read case, then the mixed case, with
+ * the readers set up once for both. */
+static int size_read(struct size_run *s)
+{
+	const struct bench_opts *o = s->b->o;
+	uint64_t seed = 42 + s->size;
+	int rc = 0;
+
+	if (reads_with(o, M_FAST)) {
 		rc = fast_setup(s);
 		/* One untimed batch maps the region into the daemon's page
 		 * tables, as an engine's first request would. */
@@ -597,39 +628,34 @@ static int size_read(struct size_run *s)
 			bench_err("out of memory for %u slots of %llu bytes", s->batch,
 				  (unsigned long long)s->stride);
 	}
-	if (rc == 0 && o->methods & 1u << M_RAW)
+	if (rc == 0 && reads_with(o, M_RAW))
 		rc = raw_setup(s);
-	for (r = 0; rc == 0 && r < o->repeat; r++) {
+	if (rc == 0 && o->cases & 1u << C_READ)
+		rc = read_case(s, &seed);
+	else
 		shuffle_spans(s, &seed);
-		/* A different method goes first in each run, so none always
-		 * follows the same one. */
-		for (k = 0; rc == 0 && k < M_COUNT; k++) {
-			m = (r + k) % M_COUNT;
-			if (o->methods & 1u << m)
-				rc = run_method(s, m, &s->runs[m][r]);
-		}
-	}
-	if (rc == 0)
-		report_reads(s);
+	if (rc == 0 && o->cases & 1u << C_MIXED)
+		rc = mixed_case(s);
 	raw_teardown(s);   /* unregisters the slots before the region goes */
 	slots_free(s);
 	fast_teardown(s);
 	return rc;
 }
 
-/* Every size is written before any is read, then the disk is left alone
- * for a while: on this kind of VM, pages read within seconds of being
- * written came back up to ~1.5x faster than the same pages later (the
- * host still holds them), which would favour whichever method reads
- * first. */
+/* Every size is written before any is read (the write case too, which
+ * writes pages of its own), then the disk is left alone for a while: on
+ * this kind of VM, pages read within seconds of being written came back up
+ * to ~1.5x faster than the same pages later (the host still holds them),
+ * which would favour whichever method reads first. */
 static int bench_sizes(struct bench *b)
 {
 	const struct bench_opts *o = b->o;
 	struct size_run *runs[SIZES_MAX] = { NULL };
 	unsigned i, n = o->nsizes;
+	bool reads = o->cases & (1u << C_READ | 1u << C_MIXED);
 	int rc = 0;
 
-	if (!o->json)
+	if (!o->json && reads)
 		printf("\nwrites (open, write, close; then fsync of the layer directories)\n"
 		       "  size  to        pages     GB/s    pages/s     secs\n");
 	for (i = 0; rc == 0 && i < n; i++) {
@@ -644,10 +670,12 @@ static int bench_sizes(struct bench *b)
 		if (rc == -ENOMEM)
 			bench_err("out of memory for %llu-byte pages",
 				  (unsigned long long)o->sizes[i]);
-		if (rc == 0)
+		if (rc == 0 && reads)
 			rc = size_write(runs[i]);
 	}
-	if (rc == 0 && o->settle) {
+	for (i = 0; rc == 0 && o->cases & 1u << C_WRITE && i < n; i++)
+		rc = write_case(runs[i]);
+	if (rc == 0 && reads && o->settle) {
 		if (!o->json)
 			printf("(waiting %u s before reading: pages read right after being "
 			       "written come back faster on this kind of VM)\n", o->settle);
@@ -657,7 +685,7 @@ static int bench_sizes(struct bench *b)
 			usleep(100000);
 		}
 	}
-	for (i = 0; rc == 0 && i < n; i++)
+	for (i = 0; rc == 0 && reads && i < n; i++)
 		rc = size_read(runs[i]);
 	for (i = 0; i < n; i++) {
 		if (runs[i])
@@ -669,6 +697,23 @@ static int bench_sizes(struct bench *b)
 
 /* ---- the whole run ---- */
 
+/* The daemon's I/O scheduler, as it reads KVFS_SCHED from our environment. */
+static const char *sched_mode(void)
+{
+	const char *e = getenv("KVFS_SCHED");
+
+	return e && *e ? e : "read-first";
+}
+
+static void print_cases(const struct bench_opts *o, bool json)
+{
+	unsigned c, k = 0;
+
+	for (c = 0; c < C_COUNT; c++)
+		if (o->cases & 1u << c)
+			printf(json ? "%s\"%s\"" : "%s%s", k++ ? "," : "", case_name[c]);
+}
+
 static void print_header(const struct bench *b)
 {
 	const struct bench_opts *o = b->o;
@@ -679,9 +724,13 @@ static void print_header(const struct bench *b)
 		printf("{\"event\":\"config\",\"dir\":\"%s\",\"sizes\":[", b->dir);
 		for (i = 0; i < o->nsizes; i++)
 			printf("%s%llu", i ? "," : "", (unsigned long long)o->sizes[i]);
+		printf("],\"cases\":[");
+		print_cases(o, true);
 		printf("],\"layers\":%u,\"qd\":%u,\"batch\":%u,\"repeats\":%u,\"settle_s\":%u,"
-		       "\"cold\":%s}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
-		       b->cold ? "true" : "false");
+		       "\"cold\":%s,\"writers\":%u,\"mix_writers\":%u,\"mix_secs\":%.2f,"
+		       "\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
+		       b->cold ? "true" : "false", o->writers, o->mix_writers, o->mix_secs,
+		       sched_mode());
 		return;
 	}
 	printf("kvfs bench in %s: %u layers, raw qd %u, %u run%s per method (median), "
@@ -692,7 +741,10 @@ static void print_header(const struct bench *b)
 		size_label(o->sizes[i], label, sizeof(label));
 		printf(" %s", label);
 	}
-	printf("; methods: fast = libkvfs batch ioctl, fuse = open/read/close on the mount,\n"
+	printf("; cases: ");
+	print_cases(o, false);
+	printf("; daemon I/O scheduler: %s\n", sched_mode());
+	printf("methods: fast = libkvfs batch ioctl, fuse = open/read/close on the mount,\n"
 	       "raw = io_uring O_DIRECT on the same extents, files = one buffered file per page\n");
 }
 
@@ -710,7 +762,15 @@ static int bench_run(struct bench *b)
 		rc = start_daemon(b);
 	if (rc == 0)
 		rc = make_layers(b);
-	if (rc == 0 && b->o->methods & 1u << M_FAST) {
+	if (rc == 0 && b->o->cases & (1u << C_WRITE | 1u << C_MIXED)) {
+		rc = make_write_layers(b);
+		if (rc == 0) {
+			rc = kvfs_client_open(b->wmodel, &b->wclient);
+			if (rc < 0)
+				bench_err("kvfs_client_open %s: %s", b->wmodel, strerror(-rc));
+		}
+	}
+	if (rc == 0 && reads_with(b->o, M_FAST)) {
 		rc = kvfs_client_open(b->model, &b->client);
 		if (rc < 0)
 			bench_err("kvfs_client_open %s: %s", b->model, strerror(-rc));
@@ -723,7 +783,10 @@ static int bench_run(struct bench *b)
 		rc = bench_sizes(b);
 	if (b->client)
 		kvfs_client_close(b->client);
+	if (b->wclient)
+		kvfs_client_close(b->wclient);
 	b->client = NULL;
+	b->wclient = NULL;
 	if (b->daemon) {
 		rc2 = stop_daemon(b);
 		rc = rc ? rc : rc2;
@@ -741,7 +804,8 @@ int kvfs_cmd_bench(int argc, char **argv)
 	struct bench_opts o = {
 		.sizes = { 16 << 10, 64 << 10, 256 << 10, 1 << 20 }, .nsizes = 4,
 		.bytes = 512ull << 20, .layers = 32, .qd = 64, .repeat = 3, .settle = 10,
-		.methods = (1u << M_COUNT) - 1,
+		.methods = (1u << M_COUNT) - 1, .cases = (1u << C_COUNT) - 1,
+		.writers = 4, .mix_writers = 1, .mix_secs = 2,
 	};
 	struct bench b = { .o = &o, .cold = true };
 	struct sigaction sa = { .sa_handler = on_signal };

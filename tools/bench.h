@@ -1,7 +1,9 @@
 /*
  * Private to `kvfs bench` (tools/bench*.c): the run's state, page naming
- * and stamps, the child processes and workspace (bench_env.c), and the four
- * readers (bench_read.c). See bench.c for what the benchmark does.
+ * and stamps, the child processes and workspace (bench_env.c), the four
+ * readers (bench_read.c), the writers and the write case (bench_write.c)
+ * and the mixed case (bench_mixed.c). See bench.c for what the benchmark
+ * does.
  */
 #ifndef KVFS_BENCH_H
 #define KVFS_BENCH_H
@@ -11,7 +13,9 @@
 #include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,6 +36,7 @@
 
 #include "fs.h"
 #include "libkvfs.h"
+#include "store.h"
 #include "tools.h"
 
 
@@ -40,11 +45,24 @@
 #define SIZES_MAX 16
 #define REPEAT_MAX 99
 #define MODEL "bench"
+#define WMODEL "benchw"       /* where the write and mixed cases write */
+#define WRITERS_MAX 64
+#define FAST_WRITE_BYTES (4u << 20)   /* per fast-path write call */
 #define STAMP_MAGIC 0x6b7666732d62656eull   /* "kvfs-ben" */
 
 enum method { M_FAST, M_FUSE, M_RAW, M_FILES, M_COUNT };
 
 extern const char *const method_name[M_COUNT];
+
+/* What a run measures (--cases): cold batched reads (the methods above),
+ * writes (kvfs against a raw writer) and reads under a write stream. */
+enum bench_case { C_READ, C_WRITE, C_MIXED, C_COUNT };
+
+extern const char *const case_name[C_COUNT];
+
+/* How the write and mixed cases put pages into kvfs: open/write/close on
+ * the mount, or fast-path batch writes (KVFS_IOC_WRITE through libkvfs). */
+enum wmethod { W_FUSE, W_FAST, W_COUNT };
 
 struct bench_opts {
 	const char *dir;            /* workspace; NULL: a new /var/tmp/kvfs-bench.XXXXXX */
@@ -58,6 +76,10 @@ struct bench_opts {
 	unsigned repeat;
 	unsigned settle;            /* seconds between the writes and the reads */
 	unsigned methods;           /* bit per enum method */
+	unsigned cases;             /* bit per enum bench_case */
+	unsigned writers;           /* write case: writer threads */
+	unsigned mix_writers;       /* mixed case: FUSE writer threads */
+	double mix_secs;            /* mixed case: seconds per read phase */
 	bool json, keep;
 };
 
@@ -67,6 +89,7 @@ struct bench {
 	char dir[PATH_MAX - 64];
 	char store[PATH_MAX], mnt[PATH_MAX], files[PATH_MAX];
 	char model[PATH_MAX + 8];     /* mnt/bench */
+	char wmodel[PATH_MAX + 8];    /* mnt/benchw */
 	char log[PATH_MAX];
 	bool made_dir;              /* remove dir itself at the end */
 	bool made_store, made_mnt, made_files, made_log;
@@ -74,6 +97,7 @@ struct bench {
 	bool mounted;
 	bool cold;                  /* drop_caches works */
 	struct kvfs_client *client;
+	struct kvfs_client *wclient;  /* WMODEL, for fast-path writes */
 };
 
 /* Where a page's bytes lie, for the raw baseline. */
@@ -133,16 +157,96 @@ struct size_run {
 	unsigned long nlat[M_COUNT];
 };
 
+/* New pages written by a set of threads, each into its own layer
+ * directory of WMODEL, through the mount or in fast-path batches, until a
+ * quota of pages or until stopped. */
+struct page_writers {
+	const struct size_run *s;
+	enum wmethod how;
+	unsigned n;                 /* threads */
+	unsigned long quota;        /* pages in all; 0: until stop */
+	unsigned run;               /* names are unique per run */
+	atomic_bool stop;
+	atomic_ulong pages;         /* stored so far (closed, or batch done) */
+	atomic_int err;
+	unsigned started;
+	struct page_writer {
+		struct page_writers *ws;
+		unsigned idx;
+		pthread_t th;
+		char *buf;              /* fuse: one page */
+		struct kvfs_region *region;   /* fast: ctl area, then B pages */
+		struct kvfs_batch *kb;
+		uint64_t src0;          /* region offset of page slot 0 */
+	} w[WRITERS_MAX];
+};
+
+/* io_uring O_DIRECT writes of page-sized blocks into one preallocated file
+ * on the store's filesystem: the device's write baseline. */
+struct raw_writer {
+	char path[PATH_MAX + 32];
+	int fd;
+	struct io_uring ring;
+	bool ring_ok, fixed;
+	char *buf;                  /* one page of stamped bytes, the source */
+	uint64_t stride, file_bytes;
+	unsigned qd;
+	pthread_t th;               /* the streaming writer (mixed case) */
+	bool running;
+	atomic_bool stop;
+	_Atomic uint64_t bytes;     /* completed so far */
+	int err;
+};
+
 extern volatile sig_atomic_t interrupted;
+
+/*
+ * A store the bench opens itself (no daemon, no FUSE), to measure the I/O
+ * scheduler alone: the read set written to its own extents, read with
+ * kv_store_read_many as the fast path does, under a stream of writes
+ * handed to the store's I/O thread as the daemon hands it sealed pages.
+ */
+#define STORE_WSLOTS_MAX 8192
+struct store_mix {
+	struct kv_store *st;
+	char dir[PATH_MAX + 32];
+	bool fifo;                  /* opened with KVFS_SCHED=fifo */
+	struct kv_extent *ext;      /* page p of the read set */
+	struct kv_io *ios;          /* one batch */
+	unsigned errors;            /* read callbacks with res != 0 */
+	/* the write stream */
+	struct kv_extent *wext;     /* extents it overwrites, round robin */
+	unsigned long nwext, wnext;
+	unsigned long quota;        /* writes to queue in all; 0: until stop */
+	char *wbuf;
+	struct store_wslot {
+		struct store_mix *m;
+		struct kv_io io;
+	} *slots;
+	unsigned nslots, *free_slots, nfree;
+	pthread_t th;
+	bool running;
+	atomic_bool stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	_Atomic uint64_t bytes;     /* written so far */
+	int err;
+};
 
 /* bench.c */
 void bench_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 double now_s(void);
+int check_interrupt(void);
+void size_label(uint64_t size, char *out, size_t len);
+double median(double *v, unsigned n);
+int write_full(int fd, const char *buf, size_t len);
+int read_batch(struct size_run *s, enum method m, const unsigned long *pg, unsigned n);
 uint64_t xorshift(uint64_t *s);
 unsigned page_layer(const struct size_run *s, unsigned long p);
 void page_name(const struct size_run *s, unsigned long p, char *out, size_t len);
 void page_path(const struct size_run *s, const char *root, unsigned long p,
 	char *out, size_t len);
+void stamp_page(char *page, uint64_t size, unsigned long p);
 int check_page(const struct size_run *s, const char *method, const char *page,
 	unsigned long p);
 int read_full(int fd, char *buf, size_t len);
@@ -158,11 +262,13 @@ int run_mkfs(struct bench *b);
 int start_daemon(struct bench *b);
 int stop_daemon(struct bench *b);
 int daemon_cpu(const struct bench *b, double *secs);
+int daemon_io(const struct bench *b, uint64_t *read_bytes, uint64_t *write_bytes);
 double self_cpu(void);
 void drop_caches(struct bench *b);
 int setup_dirs(struct bench *b);
 int make_layers(struct bench *b);
 void cleanup_dirs(struct bench *b);
+void rm_tree(const char *path);
 
 /* bench_read.c */
 int fast_setup(struct size_run *s);
@@ -173,5 +279,34 @@ int file_batch(struct size_run *s, const char *method, const char *root,
 int raw_setup(struct size_run *s);
 int raw_batch(struct size_run *s, const unsigned long *pg, unsigned n);
 void raw_teardown(struct size_run *s);
+
+/* bench_write.c */
+extern const char *const wmethod_name[W_COUNT];
+int writers_start(struct page_writers *ws, const struct size_run *s, enum wmethod how,
+	unsigned n, unsigned long quota);
+int writers_join(struct page_writers *ws);
+int writers_sync(const struct page_writers *ws);
+unsigned fast_write_batch(const struct size_run *s);
+int raw_writer_open(struct raw_writer *w, const struct size_run *s, const char *name,
+	uint64_t file_bytes);
+int raw_writer_loop(struct raw_writer *w, unsigned long n);
+int raw_writer_stream_start(struct raw_writer *w);
+int raw_writer_stream_stop(struct raw_writer *w);
+void raw_writer_close(struct raw_writer *w);
+int write_case(struct size_run *s);
+int make_write_layers(struct bench *b);
+
+/* bench_store.c */
+int store_mix_open(struct store_mix *m, const struct size_run *s, const char *name,
+	bool fifo, bool fresh);
+int store_mix_write_all(struct store_mix *m);
+int store_mix_batch(struct size_run *s, struct store_mix *m, const unsigned long *pg,
+	unsigned n);
+int store_mix_stream_start(struct store_mix *m);
+int store_mix_stream_stop(struct store_mix *m);
+void store_mix_close(struct store_mix *m);
+
+/* bench_mixed.c */
+int mixed_case(struct size_run *s);
 
 #endif

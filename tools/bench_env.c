@@ -262,6 +262,37 @@ int daemon_cpu(const struct bench *b, double *secs)
 	return 0;
 }
 
+/* Bytes the daemon has read from and written to the block layer so far
+ * (/proc/PID/io; io_uring workers are its threads, so they count too). */
+int daemon_io(const struct bench *b, uint64_t *read_bytes, uint64_t *write_bytes)
+{
+	char path[64], line[128];
+	unsigned long long v;
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/io", (int)b->daemon);
+	f = fopen(path, "re");
+	if (!f) {
+		bench_err("%s: %s (did the daemon die?)", path, strerror(errno));
+		return -errno;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "read_bytes: %llu", &v) == 1) {
+			*read_bytes = v;
+			found |= 1;
+		} else if (sscanf(line, "write_bytes: %llu", &v) == 1) {
+			*write_bytes = v;
+			found |= 2;
+		}
+	}
+	fclose(f);
+	if (found == 3)
+		return 0;
+	bench_err("%s: no read_bytes/write_bytes (kernel without I/O accounting?)", path);
+	return -ENOTSUP;
+}
+
 double self_cpu(void)
 {
 	struct rusage ru;
@@ -320,6 +351,7 @@ int setup_dirs(struct bench *b)
 	snprintf(b->store, sizeof(b->store), "%s/store", b->dir);
 	snprintf(b->mnt, sizeof(b->mnt), "%s/mnt", b->dir);
 	snprintf(b->model, sizeof(b->model), "%s/" MODEL, b->mnt);
+	snprintf(b->wmodel, sizeof(b->wmodel), "%s/" WMODEL, b->mnt);
 	snprintf(b->files, sizeof(b->files), "%s/files", b->dir);
 	snprintf(b->log, sizeof(b->log), "%s/daemon.log", b->dir);
 	if (access(b->store, F_OK) == 0 || access(b->files, F_OK) == 0 ||
@@ -367,7 +399,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return 0;
 }
 
-static void rm_tree(const char *path)
+void rm_tree(const char *path)
 {
 	if (access(path, F_OK) == 0)
 		nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);

@@ -8,12 +8,27 @@
 const char bench_usage[] =
 	"usage: kvfs bench [--dir DIR] [--sizes 16K,64K,256K,1M] [--pages N | --bytes TOTAL]\n"
 	"                  [--layers L] [--qd Q] [--batch B] [--repeat R] [--settle S]\n"
-	"                  [--methods fast,fuse,raw,files] [--quick] [--keep] [--json]\n"
-	"  Makes a store, mounts it, writes each size's pages through the mount and as\n"
-	"  one plain file per page, then reads them all back cold, per layer in batches\n"
-	"  of B pages, four ways: fast (libkvfs batch ioctl), fuse (open/read/close on\n"
-	"  the mount), raw (io_uring O_DIRECT on the same extents at queue depth Q) and\n"
-	"  files (one buffered file per page). Run as root so caches can be dropped.\n"
+	"                  [--cases read,write,mixed] [--methods fast,fuse,raw,files]\n"
+	"                  [--writers W] [--mix-writers M] [--mix-secs T]\n"
+	"                  [--quick] [--keep] [--json]\n"
+	"  Makes a store, mounts it and measures, for each page size, three cases:\n"
+	"  read   writes the pages through the mount and as one plain file per page,\n"
+	"         then reads them all back cold, per layer in batches of B pages, four\n"
+	"         ways: fast (libkvfs batch ioctl), fuse (open/read/close on the mount),\n"
+	"         raw (io_uring O_DIRECT on the same extents at queue depth Q) and files\n"
+	"         (one buffered file per page)\n"
+	"  write  new pages from W threads, through the mount (open/write/close) and\n"
+	"         in fast-path batches (libkvfs batch write): visible when every call\n"
+	"         returned, durable after fsync; against the store's I/O thread alone\n"
+	"         and a raw baseline: io_uring O_DIRECT writes of the same bytes at\n"
+	"         queue depth Q into a preallocated file on the same filesystem\n"
+	"  mixed  batched reads for T seconds alone, then under a write stream: fast\n"
+	"         path under M fast-path writers and under M FUSE writers, the store's\n"
+	"         own reader under writes fed to its I/O thread (read-first, and fifo),\n"
+	"         the raw reader under a raw O_DIRECT writer: read GB/s kept and the\n"
+	"         write rate achieved\n"
+	"  The daemon's I/O scheduler follows KVFS_SCHED (fifo: no read priority).\n"
+	"  Run as root so caches can be dropped.\n"
 	"  --dir DIR      workspace (default /var/tmp/kvfs-bench.XXXXXX), removed at\n"
 	"                 the end unless --keep; must be on the disk to measure\n"
 	"  --pages N      pages per size (default: --bytes / size)\n"
@@ -23,7 +38,13 @@ const char bench_usage[] =
 	"  --batch B      pages per batch (default: all of a layer's pages)\n"
 	"  --repeat R     runs of each method, interleaved (default 3)\n"
 	"  --settle S     seconds to wait after writing, before reading (default 10)\n"
-	"  --quick        64 pages per size, 4 layers, 1 run, no wait (a smoke test)\n";
+	"  --cases LIST   which cases (default read,write,mixed)\n"
+	"  --methods LIST readers of the read case (default fast,fuse,raw,files)\n"
+	"  --writers W    writer threads of the write case (default 4)\n"
+	"  --mix-writers M  writer threads of the mixed case (default 1)\n"
+	"  --mix-secs T   seconds of each mixed-case read phase (default 2)\n"
+	"  --quick        64 pages per size, 4 layers, 1 run, no wait, 0.5 s mixed\n"
+	"                 phases (a smoke test)\n";
 
 static int parse_sizes(struct bench_opts *o, const char *arg)
 {
@@ -44,25 +65,36 @@ static int parse_sizes(struct bench_opts *o, const char *arg)
 	return rc == 0 && o->nsizes ? 0 : -EINVAL;
 }
 
-static int parse_methods(struct bench_opts *o, const char *arg)
+/* A comma-separated list of names from names[0..n) as a bit set. */
+static int parse_list(const char *arg, const char *const *names, unsigned n,
+		      unsigned *out)
 {
 	char *dup = strdup(arg), *save = NULL, *t;
 	unsigned m;
 
 	if (!dup)
 		return -ENOMEM;
-	o->methods = 0;
+	*out = 0;
 	for (t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		for (m = 0; m < M_COUNT && strcmp(t, method_name[m]); m++)
+		for (m = 0; m < n && strcmp(t, names[m]); m++)
 			;
-		if (m == M_COUNT) {
+		if (m == n) {
 			free(dup);
 			return -EINVAL;
 		}
-		o->methods |= 1u << m;
+		*out |= 1u << m;
 	}
 	free(dup);
-	return o->methods ? 0 : -EINVAL;
+	return *out ? 0 : -EINVAL;
+}
+
+static int parse_secs(const char *s, double min, double max, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	return errno || end == s || *end || !(*out >= min && *out <= max) ? -EINVAL : 0;
 }
 
 static int parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
@@ -88,6 +120,10 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "settle", required_argument, NULL, 'S' },
 		{ "methods", required_argument, NULL, 'm' },
+		{ "cases", required_argument, NULL, 'c' },
+		{ "writers", required_argument, NULL, 'w' },
+		{ "mix-writers", required_argument, NULL, 'W' },
+		{ "mix-secs", required_argument, NULL, 'T' },
 		{ "quick", no_argument, NULL, 'Q' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
@@ -95,6 +131,7 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	bool quick = false, set_layers = false, set_repeat = false, set_settle = false;
+	bool set_mix = false;
 	unsigned long v;
 	int c, rc = 0;
 
@@ -130,7 +167,20 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->settle = (unsigned)v;
 			set_settle = true;
 			break;
-		case 'm': rc = parse_methods(o, optarg); break;
+		case 'm': rc = parse_list(optarg, method_name, M_COUNT, &o->methods); break;
+		case 'c': rc = parse_list(optarg, case_name, C_COUNT, &o->cases); break;
+		case 'w':
+			rc = parse_uint(optarg, 1, WRITERS_MAX, &v);
+			o->writers = (unsigned)v;
+			break;
+		case 'W':
+			rc = parse_uint(optarg, 1, WRITERS_MAX, &v);
+			o->mix_writers = (unsigned)v;
+			break;
+		case 'T':
+			rc = parse_secs(optarg, 0.1, 3600, &o->mix_secs);
+			set_mix = true;
+			break;
 		case 'Q': quick = true; break;
 		case 'k': o->keep = true; break;
 		case 'j': o->json = true; break;
@@ -151,6 +201,8 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->repeat = 1;
 		if (!set_settle)
 			o->settle = 0;
+		if (!set_mix)
+			o->mix_secs = 0.5;
 	}
 	return rc;
 }

@@ -1,8 +1,11 @@
 /*
  * Unit tests of the extent store (store/), part two: batched io_uring I/O,
  * checksum verification, fault injection (EIO, short transfers, full
- * stripes) and concurrent submitters. See store_fixture.h.
+ * stripes), concurrent submitters and read-priority scheduling. See
+ * store_fixture.h.
  */
+#include <stdatomic.h>
+
 #include "store_fixture.h"
 
 /* ---- I/O ---- */
@@ -440,6 +443,200 @@ static void test_concurrent_io(void **state)
 	kv_store_close(s);
 }
 
+/* ---- read-priority scheduling ----
+ *
+ * A reader thread keeps kv_store_read_many batches on the device (its own
+ * ring, never the I/O thread's) while the test queues writes. The scheduler
+ * must keep writes in flight within the share while reads are active (the
+ * stats' peak, and samples taken from the read callbacks), still complete
+ * every write (no starvation), and use more than the share once reads are
+ * idle. The idle gap is long (500 ms) so a preempted reader on a busy
+ * machine still counts as active and the test stays deterministic. */
+
+enum { SCHED_QD = 32, SCHED_SHARE = 2, SCHED_READS = 48, SCHED_WRITES = 96 };
+#define SCHED_ENV "write-ops=2,write-kb=64,idle-us=500000"
+
+struct sched_reader {
+	struct kv_store *s;
+	struct kv_io r[SCHED_READS];
+	atomic_bool stop;
+	atomic_bool sampling;          /* reads are surely active: check */
+	atomic_uint rounds;
+	atomic_uint max_writes;        /* writes in flight seen while sampling */
+	atomic_uint errors;
+};
+
+static void sched_on_read(void *arg, struct kv_io *io)
+{
+	struct sched_reader *rd = arg;
+	struct kv_sched_stats st;
+
+	if (io->res)
+		atomic_fetch_add(&rd->errors, 1);
+	if (!atomic_load(&rd->sampling))
+		return;
+	kv_store_sched_stats(rd->s, &st);
+	if (st.writes_inflight > atomic_load(&rd->max_writes))
+		atomic_store(&rd->max_writes, st.writes_inflight);
+}
+
+static void *sched_reader_main(void *arg)
+{
+	struct sched_reader *rd = arg;
+
+	while (!atomic_load(&rd->stop)) {
+		kv_store_read_many(rd->s, rd->r, SCHED_READS, NULL, sched_on_read, rd);
+		atomic_fetch_add(&rd->rounds, 1);
+	}
+	return NULL;
+}
+
+/* SCHED_WRITES fresh 16 KiB extents, written in one batch. */
+static void sched_write_batch(struct kv_store *s, void *buf)
+{
+	struct kv_io w[SCHED_WRITES];
+
+	for (unsigned i = 0; i < SCHED_WRITES; i++) {
+		w[i] = (struct kv_io){ .op = KV_IO_WRITE, .buf = buf };
+		assert_int_equal(kv_extent_alloc(s, 16384, &w[i].ext), 0);
+	}
+	assert_int_equal(kv_store_io(s, w, SCHED_WRITES), 0);
+	for (unsigned i = 0; i < SCHED_WRITES; i++)
+		assert_int_equal(kv_extent_free(s, &w[i].ext), 0);
+}
+
+static struct kv_store *sched_open(struct tstore *t, const char *name,
+				   const char *env, struct sched_reader *rd)
+{
+	struct kv_store *s;
+
+	tstore_init(t, name, 2, 16 * MIB);
+	t->o.queue_depth = SCHED_QD;
+	setenv("KVFS_SCHED", env, 1);
+	s = tstore_open(t);
+	unsetenv("KVFS_SCHED");
+	memset(rd, 0, sizeof(*rd));
+	rd->s = s;
+	for (unsigned i = 0; i < SCHED_READS; i++) {
+		struct kv_extent e;
+
+		write_one(s, 65536, i, &e);
+		rd->r[i] = (struct kv_io){ .op = KV_IO_READ, .ext = e,
+					   .buf = kv_buf_alloc(65536) };
+	}
+	return s;
+}
+
+static void sched_start_reader(struct sched_reader *rd, pthread_t *th)
+{
+	assert_int_equal(pthread_create(th, NULL, sched_reader_main, rd), 0);
+	while (atomic_load(&rd->rounds) < 2)
+		usleep(1000);
+	atomic_store(&rd->sampling, true);
+}
+
+static void sched_stop_reader(struct sched_reader *rd, pthread_t th)
+{
+	atomic_store(&rd->sampling, false);
+	atomic_store(&rd->stop, true);
+	pthread_join(th, NULL);
+	assert_int_equal(atomic_load(&rd->errors), 0);
+	for (unsigned i = 0; i < SCHED_READS; i++)
+		free(rd->r[i].buf);
+}
+
+static void test_sched_read_first(void **state)
+{
+	struct sched_reader rd;
+	struct kv_sched_stats st;
+	struct kv_store *s;
+	struct tstore t;
+	pthread_t th;
+	unsigned rounds;
+	void *buf = kv_buf_alloc(16384);
+
+	s = sched_open(&t, "sched", SCHED_ENV, &rd);
+	kv_store_sched_stats(s, &st);
+	assert_false(st.fifo);
+	assert_int_equal(st.write_ops_share, SCHED_SHARE);
+	assert_int_equal(st.write_bytes_share, 64 * 1024);
+	assert_int_equal(st.idle_us, 500000);
+
+	/* writes complete while the read stream never stops */
+	sched_start_reader(&rd, &th);
+	for (unsigned b = 0; b < 3; b++)
+		sched_write_batch(s, buf);
+	rounds = atomic_load(&rd.rounds);
+	kv_store_sched_stats(s, &st);
+	assert_true(st.writes_issued >= 3 * SCHED_WRITES);
+	assert_true(st.writes_peak_reading >= 1);
+	assert_true(st.writes_peak_reading <= SCHED_SHARE);
+	assert_true(st.writes_peak <= SCHED_SHARE);
+	assert_true(st.write_throttled_events > 0);
+	assert_true(atomic_load(&rd.max_writes) <= SCHED_SHARE);
+	assert_true(st.reads_issued >= 2 * SCHED_READS);
+	sched_stop_reader(&rd, th);
+	assert_true(atomic_load(&rd.rounds) >= rounds);
+
+	/* reads idle (the gap has passed): writes take the whole depth */
+	usleep(550000);
+	kv_store_sched_stats(s, &st);
+	assert_int_equal(st.reads_inflight, 0);
+	sched_write_batch(s, buf);
+	kv_store_sched_stats(s, &st);
+	assert_true(st.writes_peak > SCHED_SHARE);
+	assert_true(st.writes_peak_reading <= SCHED_SHARE);
+	assert_int_equal(st.writes_inflight, 0);
+	assert_int_equal(st.write_bytes_inflight, 0);
+	free(buf);
+	kv_store_close(s);
+}
+
+/* Reads idle, writes in flight stay within the byte bound (write-max-kb),
+ * however many are queued. */
+static void test_sched_depth_bound(void **state)
+{
+	struct sched_reader rd;
+	struct kv_sched_stats st;
+	struct kv_store *s;
+	struct tstore t;
+	void *buf = kv_buf_alloc(16384);
+
+	s = sched_open(&t, "sched-bound", "write-max-kb=64", &rd);
+	for (unsigned i = 0; i < SCHED_READS; i++)
+		free(rd.r[i].buf);
+	sched_write_batch(s, buf);
+	kv_store_sched_stats(s, &st);
+	assert_int_equal(st.write_bytes_max, 64 * 1024);
+	assert_int_equal(st.writes_peak, 4);       /* 4 x 16 KiB */
+	assert_int_equal(st.write_throttled_events, 0);
+	free(buf);
+	kv_store_close(s);
+}
+
+/* KVFS_SCHED=fifo: nothing is held, so writes exceed the share under reads
+ * (this is what the test above would see without the scheduler). */
+static void test_sched_fifo(void **state)
+{
+	struct sched_reader rd;
+	struct kv_sched_stats st;
+	struct kv_store *s;
+	struct tstore t;
+	pthread_t th;
+	void *buf = kv_buf_alloc(16384);
+
+	s = sched_open(&t, "sched-fifo", "fifo," SCHED_ENV, &rd);
+	sched_start_reader(&rd, &th);
+	sched_write_batch(s, buf);
+	kv_store_sched_stats(s, &st);
+	sched_stop_reader(&rd, th);
+	assert_true(st.fifo);
+	assert_true(st.writes_peak_reading > SCHED_SHARE);
+	assert_int_equal(st.write_throttled_events, 0);
+	free(buf);
+	kv_store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -450,6 +647,9 @@ int main(void)
 		cmocka_unit_test(test_read_many),
 		cmocka_unit_test(test_stripe_full),
 		cmocka_unit_test(test_concurrent_io),
+		cmocka_unit_test(test_sched_read_first),
+		cmocka_unit_test(test_sched_depth_bound),
+		cmocka_unit_test(test_sched_fifo),
 	};
 
 	return cmocka_run_group_tests_name("store_io", tests, group_setup,
