@@ -275,13 +275,25 @@ static void remember_failed(struct kvfs_commit *c, uint64_t ino)
 
 /* Take up to max ops off the queue, keeping their order and never splitting
  * an atomic pair (the delete of a page a rename replaces, and the move). */
-static struct op *take_batch(struct kvfs_commit *c, unsigned max)
+static uint64_t op_bytes(const struct op *o)
+{
+	return o->payload ? o->payload->cap : 0;
+}
+
+/* Also at most max_bytes of payloads (unless one atomic change is larger):
+ * a page's dirty charge comes back only when its batch is durable, so
+ * smaller batches give the write-back budget back steadily. */
+static struct op *take_batch(struct kvfs_commit *c, unsigned max,
+			     uint64_t max_bytes)
 {
 	struct op *first = c->head, *last = first;
+	uint64_t bytes = op_bytes(first);
 	unsigned n = 1;
 
-	while (last->next && (n < max || last->with_next)) {
+	while (last->next && ((n < max && bytes + op_bytes(last->next) <= max_bytes) ||
+			      last->with_next)) {
 		last = last->next;
+		bytes += op_bytes(last);
 		n++;
 	}
 	c->head = last->next;
@@ -623,6 +635,15 @@ static void fail_waiters(struct kvfs_commit *c, struct op *batch)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* A quarter of the write-back budget per transaction: writers waiting on
+ * the budget get it back in steps, not all at once. */
+static uint64_t commit_bytes_max(const struct kvfs *fs)
+{
+	uint64_t b = fs->dirty.budget / 4;
+
+	return b ? b : 1;
+}
+
 static void *committer(void *arg)
 {
 	struct kvfs *fs = arg;
@@ -642,7 +663,7 @@ static void *committer(void *arg)
 			pthread_mutex_unlock(&c->lock);
 			break;
 		}
-		batch = take_batch(c, fs->opts.commit_batch);
+		batch = take_batch(c, fs->opts.commit_batch, commit_bytes_max(fs));
 		pthread_mutex_unlock(&c->lock);
 
 		make_payloads_durable(fs, batch);

@@ -30,8 +30,35 @@ static const char *const root_xattrs[] = { XA_PREFIX "stats", NULL };
 #define LD(x) ((unsigned long long)(x))
 #define ST(f) LD(atomic_load(&fs->st.f))
 
+static int counters_format(struct kvfs *fs, char *out, size_t len);
+
+/* The store's read-priority scheduler, appended to the stats. */
+static int sched_format(struct kvfs *fs, char *out, size_t len)
+{
+	struct kv_sched_stats ss;
+
+	kv_store_sched_stats(fs->store, &ss);
+	return snprintf(out, len,
+		"sched_fifo %d\nsched_reads_inflight %u\nsched_writes_inflight %u\n"
+		"sched_writes_peak_while_reading %u\nsched_write_share %u\n"
+		"sched_reads_issued %llu\nsched_writes_issued %llu\n"
+		"sched_writes_held_back %llu\n",
+		ss.fifo ? 1 : 0, ss.reads_inflight, ss.writes_inflight,
+		ss.writes_peak_reading, ss.write_ops_share, LD(ss.reads_issued),
+		LD(ss.writes_issued), LD(ss.write_throttled_events));
+}
+
 /* "key value" lines: what the daemon did since mount, and its write-back. */
 static int stats_format(struct kvfs *fs, char *out, size_t len)
+{
+	int n = counters_format(fs, out, len);
+
+	if (n < 0 || (size_t)n >= len)
+		return n;
+	return n + sched_format(fs, out + n, len - (size_t)n);
+}
+
+static int counters_format(struct kvfs *fs, char *out, size_t len)
 {
 	struct kvfs_dirty *d = &fs->dirty;
 	uint64_t filling, draining, peak, waits, overruns;
