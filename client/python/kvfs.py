@@ -192,7 +192,23 @@ def _need_numpy():
         raise ImportError("kvfs: this call needs numpy (apt-get install python3-numpy)")
 
 
-class Client:
+class _Closing:
+    """with-statement support and close() at garbage collection."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Client(_Closing):
     """One model directory of a mounted kvfs: Client("/mnt/kvfs/model").
     Raises OSError ENOTTY if it is not one. Usable from any thread."""
 
@@ -251,18 +267,6 @@ class Client:
                 return
             h, self._h = self._h, None
         _lib.kvfs_client_close(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def read_layer(self, layer, names, page_bytes, dtype="uint8",
                    region=None, offset=0):
@@ -409,7 +413,7 @@ class Client:
         return self._scratch
 
 
-class Region:
+class Region(_Closing):
     """Shared memory registered with the daemon. Make one with
     Region.create(client, size) or Region.from_fd(client, fd, size=0);
     close it with close() (or a with block), or drop every reference."""
@@ -509,20 +513,8 @@ class Region:
             _check(rc)
         self.client._release_if_unused()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Batch:
+class Batch(_Closing):
     """One fast-path call's descriptors, in a control area of a region.
     Not thread-safe: one thread at a time (libkvfs.h)."""
 
@@ -665,14 +657,3 @@ class Batch:
         _lib.kvfs_batch_free(h)
         self._inflight = False
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

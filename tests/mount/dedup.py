@@ -3,6 +3,9 @@ import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(__file__))
+from pagetool import write_page  # noqa: E402
+
 PAGE = 65536
 
 
@@ -16,13 +19,7 @@ def xattr(path, name):
 
 
 def write(path, data, fsync=True):
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_page(path, data, fsync)
 
 
 def settle(d):

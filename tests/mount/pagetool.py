@@ -24,17 +24,22 @@ def page_size(i, size):
     return size if size else 1 + (i * 7919) % 300000
 
 
+def write_page(path, data, fsync):
+    """Create a new page with data; fsync makes it durable before close."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write(d, prefix, count, size, fsync):
     for i in range(count):
         name = f"{prefix}{i:06d}"
         data = content(name, page_size(i, size))
-        fd = os.open(os.path.join(d, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        try:
-            os.write(fd, data)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_page(os.path.join(d, name), data, fsync)
 
 
 def verify(d, prefix, count, size, missing_ok):
