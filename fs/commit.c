@@ -602,8 +602,11 @@ static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 		if (o->has_write) {
 			if (o->io.res < 0)
 				failed = o->seq;
-			else
+			else {
 				atomic_fetch_add(&fs->st.bytes_written, o->node.size);
+				atomic_fetch_add(&fs->st.ssd_bytes_written,
+						 kv_extent_footprint(&o->node.ext));
+			}
 		}
 		if (o->shares) {
 			atomic_fetch_add(&fs->st.pages_deduped, 1);

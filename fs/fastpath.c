@@ -496,6 +496,20 @@ static void log_refusal(fuse_req_t req, unsigned cmd, int rc)
 	       (int)ctx->pid, (unsigned)ctx->uid, kv_strerror(rc));
 }
 
+static void record_latency(struct kvfs *fs, unsigned cmd, int64_t ns)
+{
+	struct kvfs_hist *h = NULL;
+
+	if (cmd == KVFS_IOC_READ)
+		h = &fs->st.lat_read;
+	else if (cmd == KVFS_IOC_WRITE)
+		h = &fs->st.lat_write;
+	else if (cmd == KVFS_IOC_LOOKUP)
+		h = &fs->st.lat_lookup;
+	if (h)
+		kvfs_hist_record(h, ns > 0 ? (uint64_t)ns : 0);
+}
+
 void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		   struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		   size_t in_bufsz, size_t out_bufsz)
@@ -506,6 +520,7 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		struct kvfs_region_arg r;
 		struct kvfs_batch_arg b;
 	} u;
+	int64_t t0;
 	size_t sz;
 	int rc;
 
@@ -529,6 +544,7 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	if (in_bufsz != sz)
 		return kvfs_reply_err(req, -EINVAL);
 	memcpy(&u, in_buf, sz);
+	t0 = kvfs_now_ns();
 	if (cmd == KVFS_IOC_READ)
 		rc = do_read(fs, req, ino, &u.b);
 	else if (cmd == KVFS_IOC_LOOKUP)
@@ -537,6 +553,7 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		rc = kvfs_fast_write(fs, req, ino, &u.b);
 	else
 		rc = do_region(fs, req, cmd, &u.r);
+	record_latency(fs, cmd, kvfs_now_ns() - t0);
 	if (rc < 0) {
 		log_refusal(req, cmd, rc);
 		return kvfs_reply_err(req, rc);

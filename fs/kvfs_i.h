@@ -78,6 +78,18 @@ struct kvfs_pins {
 	struct kvfs_deferred *dhead, *dtail;  /* frees waiting for them */
 };
 
+/* Latency histogram: bucket i counts calls that took < 2^i microseconds
+ * (the last bucket: everything slower). Lock-free, fs/hist.c. */
+#define KVFS_HIST_BUCKETS 24
+struct kvfs_hist {
+	atomic_uint_fast64_t bucket[KVFS_HIST_BUCKETS];
+	atomic_uint_fast64_t count;
+	atomic_uint_fast64_t sum_ns;
+};
+void kvfs_hist_record(struct kvfs_hist *h, uint64_t ns);
+/* Upper bound of bucket i in seconds (+Inf for the last: returns 0). */
+double kvfs_hist_bound(unsigned i);
+
 struct kvfs_stats {
 	atomic_uint_fast64_t pages_sealed;
 	atomic_uint_fast64_t pages_lost;        /* write/sync failed after close */
@@ -95,6 +107,13 @@ struct kvfs_stats {
 	atomic_uint_fast64_t pages_deduped;     /* sealed pages that share an extent */
 	atomic_uint_fast64_t bytes_deduped;     /* payload bytes not written again */
 	atomic_uint_fast64_t dedup_mismatches;  /* same hash and length, other bytes */
+	atomic_uint_fast64_t bytes_accepted_fuse; /* payload sealed from FUSE writes */
+	atomic_uint_fast64_t bytes_accepted_fast; /* payload published by fast-path writes */
+	atomic_uint_fast64_t ssd_bytes_written;   /* extent footprints written (padding too) */
+	struct kvfs_hist lat_read;      /* fast-path READ calls */
+	struct kvfs_hist lat_write;     /* fast-path WRITE calls */
+	struct kvfs_hist lat_lookup;    /* fast-path LOOKUP calls */
+	struct kvfs_hist lat_prefetch;  /* fast-path PREFETCH calls (queueing only) */
 };
 
 /* Write-back memory: payloads in RAM that are not durable yet (fs/dirty.c). */
@@ -264,6 +283,37 @@ void kvfs_pin_end(struct kvfs *fs, struct kvfs_pin *pin);
  * may have resolved it is running. Returns kv_extent_free's result, or 0
  * when deferred (-ENOMEM: not deferred; the space leaks until remount). */
 int kvfs_extent_release(struct kvfs *fs, const struct kv_extent *e);
+
+/* ---- RAM tier (fs/ramtier.c) ---- */
+struct kvfs_ram_stats {
+	uint64_t budget;              /* bytes; 0: the tier is off */
+	uint64_t pages, bytes;        /* resident payloads and their bytes */
+	uint64_t protected_pages;     /* ... of them shared or pinned (evicted last) */
+	uint64_t hits, misses;        /* lookups by both read paths */
+	uint64_t promotions;          /* payloads read from the SSD and kept */
+	uint64_t kept_written;        /* payloads kept when their write became durable */
+	uint64_t prefetched;          /* payloads loaded by PREFETCH */
+	uint64_t prefetch_used;       /* ... of them read at least once afterwards */
+	uint64_t prefetch_dropped;    /* PREFETCH pages not loaded (queue full, error) */
+	uint64_t evictions;           /* payloads dropped for the budget */
+};
+void kvfs_ram_stats(struct kvfs *fs, struct kvfs_ram_stats *out);
+
+/* ---- capacity (fs/capacity.c) ---- */
+struct kvfs_cap_stats {
+	uint64_t capacity;            /* physical byte budget; 0: none */
+	uint64_t high, low;           /* eviction watermarks, bytes */
+	bool authoritative;           /* ENOSPC instead of eviction */
+	uint64_t used;                /* physical bytes held by extents */
+	uint64_t reserved;            /* held for pages being written */
+	uint64_t evictions;           /* pages evicted */
+	uint64_t evicted_shared;      /* ... of them shared or pinned */
+	uint64_t evicted_bytes;       /* physical bytes those evictions freed */
+	uint64_t eviction_runs;
+	uint64_t space_waits;         /* writers that waited for eviction */
+	uint64_t enospc;              /* writes refused for space */
+};
+void kvfs_cap_stats(struct kvfs *fs, struct kvfs_cap_stats *out);
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);

@@ -167,6 +167,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 		l->dirty_sealed = true;
 	}
 	atomic_fetch_add(&fs->st.pages_sealed, 1);
+	atomic_fetch_add(&fs->st.bytes_accepted_fuse, n.size);
 	pthread_cond_broadcast(&fs->seal_cv);
 	return 0;
 }
@@ -298,6 +299,7 @@ static int publish_commit(struct kvfs *fs, struct kvfs_live *l,
 	l->dirty_sealed = true;
 	kvfs_dirty_sealed(fs, charged);
 	atomic_fetch_add(&fs->st.pages_sealed, 1);
+	atomic_fetch_add(&fs->st.bytes_accepted_fast, n->size);
 	return 0;
 }
 
