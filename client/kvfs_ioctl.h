@@ -27,9 +27,18 @@
  *      written by io_uring O_DIRECT and published through the manifest;
  *      KVFS_WRITE_DURABLE makes it return only once every page is durable.
  *
- * Compatibility: KVFS_IOC_WRITE is a new command number within ABI
- * version 1. A daemon that predates it answers ENOTTY (as for any unknown
- * command) and has stored nothing.
+ *      KVFS_IOC_PREFETCH names pages (handle, or layer + name; dst_off and
+ *      dst_len 0) the engine will read soon, e.g. the next layers while it
+ *      computes this one: it returns at once, and the daemon loads them
+ *      into its RAM tier (-o ram_cache) in the background, so the READ
+ *      that follows is served from memory (out_flags KVFS_DESC_CACHED).
+ *      Status 0 means queued or already in RAM (then KVFS_DESC_CACHED or
+ *      KVFS_DESC_RAM is set); done counts them. Pages that do not fit in
+ *      the tier's budget are not loaded (counted, never an error): a
+ *      prefetch is a hint.
+ * Compatibility: KVFS_IOC_WRITE and KVFS_IOC_PREFETCH are new command
+ * numbers within ABI version 1. A daemon that predates one answers ENOTTY
+ * (as for any unknown command) and has done nothing.
  *
  * Whole-call errors (ioctl returns -1 and sets errno):
  *   ENOTTY   not a model directory of kvfs, or unknown command
@@ -132,6 +141,7 @@ struct kvfs_page_desc {
 /* out_flags */
 #define KVFS_DESC_RAM     (1u << 0)   /* served from RAM (not yet on disk) */
 #define KVFS_DESC_BOUNCED (1u << 1)   /* destination not O_DIRECT-usable: copied */
+#define KVFS_DESC_CACHED  (1u << 2)   /* served from the daemon's RAM tier */
 
 /* KVFS_IOC_WRITE flags (kvfs_batch_arg.flags; READ and LOOKUP take 0) */
 #define KVFS_WRITE_DURABLE (1u << 0)  /* return once every page is durable
@@ -166,16 +176,42 @@ struct kvfs_batch_arg {
 #define KVFS_IOC_READ              _IOWR(KVFS_IOC_MAGIC, 3, struct kvfs_batch_arg)
 #define KVFS_IOC_LOOKUP            _IOWR(KVFS_IOC_MAGIC, 4, struct kvfs_batch_arg)
 #define KVFS_IOC_WRITE             _IOWR(KVFS_IOC_MAGIC, 5, struct kvfs_batch_arg)
+#define KVFS_IOC_PREFETCH          _IOWR(KVFS_IOC_MAGIC, 6, struct kvfs_batch_arg)
+#define KVFS_IOC_GC                _IOWR(KVFS_IOC_MAGIC, 7, struct kvfs_gc_arg)
+
+/*
+ * KVFS_IOC_GC, issued on the MOUNT ROOT (open(MOUNT, O_RDONLY |
+ * O_DIRECTORY)) by root only (EPERM otherwise): evict pages nobody holds
+ * open, least recently used first, shared and pinned pages last, as cache
+ * mode does when the store is full. Returns once their space is free.
+ * `kvfs gc MOUNT` issues it. Whole-call errors: EPROTO (abi), EINVAL
+ * (flags, reserved, neither or both of KVFS_GC_OLDER / KVFS_GC_TARGET),
+ * EPERM, ENOTTY (not the root of a kvfs mount).
+ */
+#define KVFS_GC_OLDER  (1u << 0)   /* every page last read before older_than_ns */
+#define KVFS_GC_TARGET (1u << 1)   /* until physical usage <= target_bytes */
+struct kvfs_gc_arg {
+	uint32_t abi;           /* KVFS_ABI_VERSION */
+	uint32_t flags;         /* one of KVFS_GC_* */
+	int64_t older_than_ns;  /* in: CLOCK_REALTIME nanoseconds */
+	uint64_t target_bytes;  /* in */
+	uint64_t pages;         /* out: pages evicted */
+	uint64_t used_before;   /* out: physical bytes before */
+	uint64_t used_after;    /* out: ... and after */
+	uint64_t reserved[2];   /* 0 */
+};
 
 /* The layout is part of the ABI: any change is a new KVFS_ABI_VERSION. */
 #ifdef __cplusplus
 static_assert(sizeof(struct kvfs_region_arg) == 48, "kvfs_region_arg size");
 static_assert(sizeof(struct kvfs_page_desc) == 64, "kvfs_page_desc size");
 static_assert(sizeof(struct kvfs_batch_arg) == 64, "kvfs_batch_arg size");
+static_assert(sizeof(struct kvfs_gc_arg) == 64, "kvfs_gc_arg size");
 #else
 _Static_assert(sizeof(struct kvfs_region_arg) == 48, "kvfs_region_arg size");
 _Static_assert(sizeof(struct kvfs_page_desc) == 64, "kvfs_page_desc size");
 _Static_assert(sizeof(struct kvfs_batch_arg) == 64, "kvfs_batch_arg size");
+_Static_assert(sizeof(struct kvfs_gc_arg) == 64, "kvfs_gc_arg size");
 #endif
 
 #endif

@@ -570,6 +570,11 @@ int kvfs_batch_lookup(struct kvfs_batch *b, unsigned group,
 	return batch_call(b, KVFS_IOC_LOOKUP, group, 0, res);
 }
 
+int kvfs_batch_prefetch(struct kvfs_batch *b, struct kvfs_batch_result *res)
+{
+	return batch_call(b, KVFS_IOC_PREFETCH, 0, 0, res);
+}
+
 /* Flags the daemon would refuse for the whole call are refused here, with
  * the caller's context. */
 static int write_flags_ok(unsigned flags)

@@ -109,6 +109,12 @@ int kvfs_batch_read(struct kvfs_batch *b, struct kvfs_batch_result *res);
  * (0 or 1: each descriptor is a block). Fills handles and sizes. */
 int kvfs_batch_lookup(struct kvfs_batch *b, unsigned group,
 		      struct kvfs_batch_result *res);
+/* Warm the daemon's RAM tier with every page of the batch (add pages with
+ * dst 0, 0, by name or handle) and return at once: the daemon loads them
+ * in the background, so a READ soon after is served from memory. A hint:
+ * res->done counts pages queued or already in RAM; a page the tier cannot
+ * hold is skipped, not failed. -ENOTTY from a daemon that predates it. */
+int kvfs_batch_prefetch(struct kvfs_batch *b, struct kvfs_batch_result *res);
 /*
  * Store every page of the batch as a new page (KVFS_IOC_WRITE): descriptor
  * i's source range is its bytes. flags: KVFS_WRITE_DURABLE returns once

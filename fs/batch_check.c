@@ -66,6 +66,14 @@ static int32_t check_read(const struct kvfs_page_desc *d, uint64_t region_len)
 	return 0;
 }
 
+/* A prefetch names a page (handle or name) and nothing else. */
+static int32_t check_prefetch(const struct kvfs_page_desc *d, uint64_t region_len)
+{
+	if (d->dst_off || d->dst_len)
+		return -EINVAL;
+	return d->handle == 0 ? check_name(d, region_len) : 0;
+}
+
 /*
  * A write's source is only read by the daemon, so overlaps with other
  * sources or names are harmless. One over the descriptor array is refused
@@ -103,6 +111,8 @@ static int32_t check_one(const struct kvfs_batch_arg *a,
 		return check_read(d, region_len);
 	case KVFS_BATCH_WRITE:
 		return check_write(d, region_len, a);
+	case KVFS_BATCH_PREFETCH:
+		return check_prefetch(d, region_len);
 	default:
 		return check_name(d, region_len);
 	}

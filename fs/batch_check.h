@@ -18,6 +18,7 @@ enum kvfs_batch_kind {
 	KVFS_BATCH_LOOKUP,
 	KVFS_BATCH_READ,
 	KVFS_BATCH_WRITE,
+	KVFS_BATCH_PREFETCH,
 };
 
 /*

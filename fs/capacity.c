@@ -1,14 +1,543 @@
-/* Capacity and eviction (in progress). */
+/*
+ * Capacity: the store's physical byte budget (mkfs --capacity, or
+ * -o capacity) is never exceeded; the store's allocator refuses past it.
+ *
+ * Cache mode (the default) keeps writes flowing: once usage (extents plus
+ * space held for pages being written) passes the high watermark, the
+ * evictor thread removes least recently used pages that nobody holds open
+ * (shared and pinned pages last) until usage is below the low watermark.
+ * A writer that needs more room than is left waits for it, and gets
+ * ENOSPC only when nothing is left to evict. Authoritative mode never
+ * evicts: a full store refuses writes with ENOSPC.
+ *
+ * An eviction is an unlink the daemon makes on its own: the page leaves
+ * the namespace and the kernel's name cache, its row is deleted through
+ * the committer like any other, and its extent is freed once the delete
+ * is durable and no reader or fast-path batch holds it. Access times
+ * order the victims; they live in the index and reach the manifest
+ * lazily (kvfs_atime_flush, from the committer every ATIME_FLUSH_SECS and
+ * at unmount), so LRU order survives a restart without a write per read.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fastpath.h"
 #include "kvfs_i.h"
+#include "kvfs_ioctl.h"
+
+#define EVICT_BATCH 256            /* pages forgotten per ns_lock hold */
+#define SPACE_WAIT_NS (30ll * 1000000000)  /* longest a writer waits for room */
+#define RUN_WAIT_MS 100            /* then it looks again */
+
+struct kvfs_cap {
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv;        /* the evictor has work (or stop) */
+	pthread_cond_t room_cv;        /* an eviction run ended */
+	pthread_t thread;
+	bool running, stop, wanted;
+	uint64_t runs_done;
+	bool last_run_stuck;           /* the last run found nothing to evict */
+	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
+	struct kvfs_cap_stats st;
+};
+
+/* ---- usage ---- */
+
+static uint64_t usage_now(struct kvfs *fs, uint64_t *used)
+{
+	struct kv_store_usage u;
+	uint64_t reserved;
+
+	kv_store_usage(fs->store, &u);
+	pthread_mutex_lock(&fs->ns_lock);
+	reserved = fs->reserved_bytes;
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (used)
+		*used = u.used;
+	return u.used + reserved;
+}
+
+static bool evicting(const struct kvfs *fs)
+{
+	return fs->cap && fs->cap->st.capacity && !fs->cap->st.authoritative;
+}
+
+/* ---- choosing victims ---- */
+
+struct victim {
+	uint64_t ino;
+	int64_t atime_ns;
+	bool protect;
+};
+
+struct victims {
+	struct kvfs *fs;
+	struct victim *v;
+	size_t n, cap;
+};
+
+static int collect_one(void *arg, const struct kv_page_brief *p)
+{
+	struct victims *vs = arg;
+	struct victim *nv;
+
+	if (p->state != KV_PAGE_DURABLE)
+		return 0;     /* still in write-back: not ours to drop */
+	if (vs->n == vs->cap) {
+		size_t nc = vs->cap ? vs->cap * 2 : 1024;
+
+		nv = realloc(vs->v, nc * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		vs->v = nv;
+		vs->cap = nc;
+	}
+	vs->v[vs->n++] = (struct victim){ .ino = p->ino, .atime_ns = p->atime_ns,
+					  .protect = (p->mode & S_ISVTX) != 0 };
+	return 0;
+}
+
+static int victim_cmp(const void *pa, const void *pb)
+{
+	const struct victim *a = pa, *b = pb;
+
+	if (a->protect != b->protect)
+		return a->protect ? 1 : -1;
+	if (a->atime_ns != b->atime_ns)
+		return a->atime_ns < b->atime_ns ? -1 : 1;
+	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+/* Every durable page, least recently used first, protected ones last.
+ * Sharing is looked up per page: the walk runs under the index's lock. */
+static int collect_victims(struct kvfs *fs, struct victims *vs)
+{
+	struct kv_extent_rec er;
+	struct kv_node_info n;
+	int rc;
+
+	memset(vs, 0, sizeof(*vs));
+	vs->fs = fs;
+	rc = kv_index_page_walk(fs->idx, collect_one, vs);
+	if (rc < 0) {
+		free(vs->v);
+		vs->v = NULL;
+		return rc;
+	}
+	for (size_t i = 0; i < vs->n; i++)
+		if (!vs->v[i].protect && kv_index_get(fs->idx, vs->v[i].ino, &n) == 0 &&
+		    kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount > 1)
+			vs->v[i].protect = true;
+	qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
+	return 0;
+}
+
+/* ---- evicting ---- */
+
+struct evicted {
+	uint64_t parent;
+	char name[KV_NAME_MAX + 1];
+};
+
+/* May page n go? Only durable pages nobody has open (ns_lock held). */
+static bool evictable(struct kvfs *fs, const struct kv_node_info *n)
+{
+	struct kvfs_live *l;
+
+	if (n->kind != KV_KIND_PAGE || n->state != KV_PAGE_DURABLE)
+		return false;
+	l = kvfs_live_find(fs, n->ino);
+	return !l || (!l->opens && !l->writing && !l->ram);
+}
+
+/* Forget one victim (ns_lock held); the bytes its extent will free. */
+static uint64_t evict_one(struct kvfs *fs, const struct victim *v,
+			  struct evicted *out, bool *done)
+{
+	struct kv_extent_rec er;
+	struct kv_node_info n;
+	uint64_t freed = 0;
+
+	*done = false;
+	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !evictable(fs, &n))
+		return 0;
+	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
+		freed = kv_extent_footprint(&n.ext);
+	if (kvfs_page_forget(fs, &n, false) < 0)
+		return 0;
+	*done = true;
+	out->parent = n.parent;
+	memcpy(out->name, n.name, sizeof(out->name));
+	kv_log(KV_LOG_DEBUG, "evicted page %s (inode %" PRIu64 ", layer dir %" PRIu64
+	       ", %" PRIu64 " bytes, %s, last read %" PRId64 " s ago)", n.name, n.ino,
+	       n.parent, n.size, v->protect ? "shared or pinned" : "unshared",
+	       (kvfs_now_ns() - n.attr.atime_ns) / 1000000000);
+	return freed;
+}
+
+/* Evict from vs (starting at *next) until about `want` bytes will be
+ * freed; wait for the deletes to commit so the space is really back.
+ * False if no page went (all held open, say). */
+static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
+		       uint64_t want, int64_t older_than_ns)
+{
+	struct evicted *gone = malloc(EVICT_BATCH * sizeof(*gone));
+	struct kvfs_cap *c = fs->cap;
+	uint64_t freed = 0, nshared = 0, mark;
+	size_t ngone = 0;
+	bool done;
+
+	if (!gone)
+		return false;
+	mark = kvfs_commit_mark(fs);
+	pthread_mutex_lock(&fs->ns_lock);
+	while (*next < vs->n && ngone < EVICT_BATCH && freed < want) {
+		const struct victim *v = &vs->v[(*next)++];
+
+		if (older_than_ns && v->atime_ns >= older_than_ns)
+			continue;
+		freed += evict_one(fs, v, &gone[ngone], &done);
+		if (done) {
+			ngone++;
+			nshared += v->protect;
+		}
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	pthread_mutex_lock(&c->lock);
+	c->st.evictions += ngone;
+	c->st.evicted_shared += nshared;
+	c->st.evicted_bytes += freed;
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = 0; i < ngone; i++)
+		fp_forget_name(gone[i].parent, gone[i].name);
+	free(gone);
+	if (ngone)
+		kvfs_commit_wait_all(fs, mark);
+	return ngone > 0;
+}
+
+int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
+	       uint64_t *pages_out)
+{
+	struct kvfs_cap *c = fs->cap;
+	struct victims vs;
+	uint64_t before, now_use, pages0;
+	size_t next = 0;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	pages0 = c->st.evictions;
+	pthread_mutex_unlock(&c->lock);
+	rc = collect_victims(fs, &vs);
+	if (rc < 0)
+		return rc;
+	now_use = usage_now(fs, NULL);
+	before = now_use;
+	while (next < vs.n && (older_than_ns || now_use > target)) {
+		if (evict_some(fs, &vs, &next, older_than_ns ? UINT64_MAX : now_use - target,
+			       older_than_ns))
+			now_use = usage_now(fs, NULL);
+	}
+	free(vs.v);
+	pthread_mutex_lock(&c->lock);
+	c->st.eviction_runs++;
+	if (pages_out)
+		*pages_out = c->st.evictions - pages0;
+	pthread_mutex_unlock(&c->lock);
+	kv_log(KV_LOG_DEBUG, "eviction run: usage %" PRIu64 " -> %" PRIu64
+	       " bytes (target %" PRIu64 ")", before, now_use, target);
+	return 0;
+}
+
+int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
+{
+	uint32_t mode = a->flags & (KVFS_GC_OLDER | KVFS_GC_TARGET);
+	uint64_t pages = 0;
+	int rc;
+
+	if (a->abi != KVFS_ABI_VERSION)
+		return -EPROTO;
+	if ((a->flags & ~mode) || a->reserved[0] || a->reserved[1] ||
+	    (mode != KVFS_GC_OLDER && mode != KVFS_GC_TARGET) ||
+	    (mode == KVFS_GC_OLDER && a->older_than_ns <= 0))
+		return -EINVAL;
+	usage_now(fs, &a->used_before);
+	rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
+			mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &pages);
+	usage_now(fs, &a->used_after);
+	a->pages = pages;
+	kv_log(KV_LOG_INFO, "gc: %" PRIu64 " pages evicted, %" PRIu64 " -> %" PRIu64
+	       " bytes used", pages, a->used_before, a->used_after);
+	return rc;
+}
+
+static void *evictor(void *arg)
+{
+	struct kvfs *fs = arg;
+	struct kvfs_cap *c = fs->cap;
+	uint64_t before, after;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->wanted && !c->stop)
+			pthread_cond_wait(&c->work_cv, &c->lock);
+		if (c->stop)
+			break;
+		c->wanted = false;
+		pthread_mutex_unlock(&c->lock);
+		before = usage_now(fs, NULL);
+		if (before > c->st.low)
+			kvfs_evict(fs, c->st.low, 0, NULL);
+		after = usage_now(fs, NULL);
+		pthread_mutex_lock(&c->lock);
+		c->last_run_stuck = after >= before && after > c->st.low;
+		c->runs_done++;
+		pthread_cond_broadcast(&c->room_cv);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---- admission ---- */
+
+/* Pages still in write-back become evictable once durable: while any
+ * are draining, a run that found nothing to evict is not the end. */
+static bool writeback_pending(struct kvfs *fs)
+{
+	bool pending;
+
+	pthread_mutex_lock(&fs->dirty.lock);
+	pending = fs->dirty.draining > 0;
+	pthread_mutex_unlock(&fs->dirty.lock);
+	return pending;
+}
+
+/* Kick the evictor and wait for the end of its next run, RUN_WAIT_MS at
+ * most (cap.lock held). */
+static void wait_for_run(struct kvfs_cap *c)
+{
+	uint64_t seen = c->runs_done;
+	struct timespec ts;
+
+	c->wanted = true;
+	pthread_cond_signal(&c->work_cv);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += RUN_WAIT_MS * 1000000l;
+	ts.tv_sec += ts.tv_nsec / 1000000000l;
+	ts.tv_nsec %= 1000000000l;
+	while (c->runs_done == seen && !c->stop)
+		if (pthread_cond_timedwait(&c->room_cv, &c->lock, &ts) == ETIMEDOUT)
+			break;
+}
+
+int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
+{
+	struct kvfs_cap *c = fs->cap;
+	int64_t deadline = kvfs_now_ns() + SPACE_WAIT_NS;
+	uint64_t use;
+	bool waited = false;
+
+	if (!evicting(fs))
+		return 0;
+	for (;;) {
+		use = usage_now(fs, NULL);
+		if (use + bytes <= c->st.high)
+			return 0;
+		pthread_mutex_lock(&c->lock);
+		if (use + bytes <= c->st.capacity) {
+			/* Fits: eviction runs behind the writer. */
+			c->wanted = true;
+			pthread_cond_signal(&c->work_cv);
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
+		if (!waited)
+			c->st.space_waits++;
+		waited = true;
+		wait_for_run(c);
+		bool stuck = c->last_run_stuck || c->stop;
+		pthread_mutex_unlock(&c->lock);
+		if ((stuck && !writeback_pending(fs)) || kvfs_now_ns() > deadline)
+			return -ENOSPC;
+	}
+}
+
+int kvfs_space_wait_run(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+	bool stuck;
+
+	if (!evicting(fs))
+		return -ENOSPC;
+	pthread_mutex_lock(&c->lock);
+	wait_for_run(c);
+	stuck = c->last_run_stuck || c->stop;
+	pthread_mutex_unlock(&c->lock);
+	return stuck && !writeback_pending(fs) ? -ENOSPC : 0;
+}
+
+void kvfs_space_refused(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->st.enospc++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- lazy access times ---- */
+
+struct touched {
+	int64_t since;
+	uint64_t *ino;
+	int64_t *atime;
+	size_t n, cap;
+};
+
+static int collect_touched(void *arg, const struct kv_page_brief *p)
+{
+	struct touched *t = arg;
+
+	if (p->state != KV_PAGE_DURABLE || p->atime_ns < t->since)
+		return 0;
+	if (t->n == t->cap) {
+		size_t nc = t->cap ? t->cap * 2 : 256;
+		uint64_t *ni = realloc(t->ino, nc * sizeof(*ni));
+
+		if (!ni)
+			return -ENOMEM;
+		t->ino = ni;
+		int64_t *na = realloc(t->atime, nc * sizeof(*na));
+		if (!na)
+			return -ENOMEM;
+		t->atime = na;
+		t->cap = nc;
+	}
+	t->ino[t->n] = p->ino;
+	t->atime[t->n++] = p->atime_ns;
+	return 0;
+}
+
+static int write_touched(struct kvfs *fs, const struct touched *t)
+{
+	int rc = kv_manifest_begin(fs->man);
+
+	for (size_t i = 0; rc == 0 && i < t->n; i++)
+		rc = kv_manifest_touch_page(fs->man, t->ino[i], t->atime[i]);
+	if (rc == 0)
+		rc = kv_manifest_commit(fs->man);
+	else
+		kv_manifest_rollback(fs->man);
+	return rc;
+}
+
+void kvfs_atime_flush(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+	struct touched t = { 0 };
+	int64_t start = kvfs_now_ns();
+	int rc;
+
+	if (!c)
+		return;
+	t.since = c->atime_flushed_ns;
+	rc = kv_index_page_walk(fs->idx, collect_touched, &t);
+	if (rc == 0 && t.n)
+		rc = write_touched(fs, &t);
+	if (rc == 0)
+		c->atime_flushed_ns = start;
+	else
+		kv_log(KV_LOG_WARN, "access times of %zu pages not saved (%s); "
+		       "retrying later", t.n, kv_strerror(rc));
+	free(t.ino);
+	free(t.atime);
+}
+
+/* ---- setup ---- */
+
+static int cap_limits(struct kvfs *fs, struct kvfs_cap *c)
+{
+	const struct kvfs_opts *o = &fs->opts;
+
+	if (o->evict_low >= o->evict_high || o->evict_high > 100) {
+		kv_log(KV_LOG_ERR, "evict_low (%u%%) must be below evict_high (%u%%), "
+		       "at most 100%%", o->evict_low, o->evict_high);
+		return -EINVAL;
+	}
+	c->st.capacity = fs->meta.capacity;
+	c->st.high = c->st.capacity / 100 * o->evict_high;
+	c->st.low = c->st.capacity / 100 * o->evict_low;
+	c->st.authoritative = o->authoritative;
+	return 0;
+}
+
+int kvfs_cap_start(struct kvfs *fs)
+{
+	struct kvfs_cap *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->work_cv, NULL);
+	pthread_cond_init(&c->room_cv, NULL);
+	c->atime_flushed_ns = kvfs_now_ns();   /* the manifest has all before */
+	fs->cap = c;
+	rc = cap_limits(fs, c);
+	if (rc == 0 && evicting(fs)) {
+		rc = -pthread_create(&c->thread, NULL, evictor, fs);
+		c->running = rc == 0;
+	}
+	return rc;
+}
+
+void kvfs_cap_stop(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+
+	if (!c)
+		return;
+	if (c->running) {
+		pthread_mutex_lock(&c->lock);
+		c->stop = true;
+		pthread_cond_broadcast(&c->work_cv);
+		pthread_cond_broadcast(&c->room_cv);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(c->thread, NULL);
+		c->running = false;
+	}
+}
+
+void kvfs_cap_free(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+
+	if (!c)
+		return;
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->work_cv);
+	pthread_cond_destroy(&c->room_cv);
+	free(c);
+	fs->cap = NULL;
+}
 
 void kvfs_cap_stats(struct kvfs *fs, struct kvfs_cap_stats *out)
 {
-	struct kv_store_usage u;
+	struct kvfs_cap *c = fs->cap;
+	uint64_t used;
 
 	memset(out, 0, sizeof(*out));
-	kv_store_usage(fs->store, &u);
-	out->capacity = fs->meta.capacity;
-	out->used = u.used;
-	out->authoritative = true;
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	*out = c->st;
+	pthread_mutex_unlock(&c->lock);
+	out->reserved = usage_now(fs, &used) - used;
+	out->used = used;
 }

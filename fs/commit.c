@@ -31,10 +31,12 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvfs_i.h"
 
+#define ATIME_FLUSH_SECS 30  /* access times reach the manifest this often */
 #define STOP_RETRIES 5   /* transaction attempts at unmount before giving up */
 
 struct op {
@@ -530,6 +532,11 @@ static void page_now_durable(struct kvfs *fs, struct op *o)
 	}
 	l = kvfs_live_find(fs, o->node.ino);
 	if (l) {
+		/* Just written, likely read soon (a shared prefix's next
+		 * request): the payload moves to the RAM tier, no copy. */
+		if (o->has_write && l->ram && !l->unlinked)
+			kvfs_ram_put(fs, o->node.extent_id, l->ram, false,
+				     KVFS_RAM_WRITTEN);
 		kvfs_data_put(l->ram);
 		l->ram = NULL;
 		kvfs_dirty_give_live(fs, l);
@@ -647,6 +654,16 @@ static uint64_t commit_bytes_max(const struct kvfs *fs)
 	return b ? b : 1;
 }
 
+/* Wait for work, at most ATIME_FLUSH_SECS (commit.lock held). */
+static int idle_wait(struct kvfs_commit *c)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ATIME_FLUSH_SECS;
+	return pthread_cond_timedwait(&c->work_cv, &c->lock, &ts);
+}
+
 static void *committer(void *arg)
 {
 	struct kvfs *fs = arg;
@@ -661,10 +678,15 @@ static void *committer(void *arg)
 		/* An atomic pair is queued under ns_lock in two steps: never
 		 * take the first half without the second. */
 		while ((!c->head || c->pair_open) && !c->stop)
-			pthread_cond_wait(&c->work_cv, &c->lock);
+			if (idle_wait(c) == ETIMEDOUT && !c->head)
+				break;
 		if (!c->head) {
 			pthread_mutex_unlock(&c->lock);
-			break;
+			/* Idle: the access times readers left in the index. */
+			kvfs_atime_flush(fs);
+			if (c->stop)
+				break;
+			continue;
 		}
 		batch = take_batch(c, fs->opts.commit_batch, commit_bytes_max(fs));
 		pthread_mutex_unlock(&c->lock);

@@ -34,6 +34,9 @@ void kvfs_opts_default(struct kvfs_opts *o)
 	o->commit_batch = KVFS_COMMIT_BATCH_DEFAULT;
 	o->dirty_budget = KVFS_DIRTY_BUDGET_DEFAULT;
 	o->dedup = true;
+	o->ram_cache = KVFS_RAM_CACHE_DEFAULT;
+	o->evict_high = KVFS_EVICT_HIGH_DEFAULT;
+	o->evict_low = KVFS_EVICT_LOW_DEFAULT;
 }
 
 int kvfs_parse_size(const char *s, uint64_t *out)
@@ -409,6 +412,8 @@ static int recover_space(struct kvfs *fs)
 	return 0;
 }
 
+static void fs_free(struct kvfs *fs);
+
 static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 {
 	struct kvfs *fs = calloc(1, sizeof(*fs));
@@ -433,6 +438,10 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	pthread_cond_init(&fs->seal_cv, NULL);
 	kvfs_pins_init(&fs->pins);
 	kvfs_dirty_init(fs, fs->opts.dirty_budget);
+	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0) {
+		fs_free(fs);
+		return -ENOMEM;
+	}
 	*out = fs;
 	return 0;
 }
@@ -441,6 +450,7 @@ static void fs_free(struct kvfs *fs)
 {
 	size_t i;
 
+	kvfs_prefetch_stop(fs);   /* before the store: it reads */
 	kvfs_regions_stop(fs->regions);
 	if (fs->store)
 		kvfs_pins_fini(fs);
@@ -464,6 +474,8 @@ static void fs_free(struct kvfs *fs)
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
 	kvfs_dirty_fini(fs);
+	kvfs_ram_fini(fs);
+	kvfs_cap_free(fs);
 	if (fs->lock_fd >= 0)
 		close(fs->lock_fd);   /* drops the flock */
 	free(fs->live);
@@ -502,6 +514,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 		       (unsigned long long)fs->meta.segment_size);
 		fs->opts.max_page = fs->meta.segment_size;
 	}
+	if (fs->opts.capacity)
+		fs->meta.capacity = fs->opts.capacity;   /* -o capacity: this mount's budget */
 	rc = open_store(dir, &fs->meta, false, fs->opts.no_direct, &fs->store);
 	if (rc < 0)
 		goto fail;
@@ -517,12 +531,21 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		goto fail;
 	rc = kvfs_commit_start(fs);
+	if (rc == 0)
+		rc = kvfs_cap_start(fs);
+	if (rc == 0)
+		rc = kvfs_prefetch_start(fs);
 	if (rc < 0)
 		goto fail;
 	*out = fs;
 	return 0;
 fail:
 	kv_log(KV_LOG_ERR, "cannot open store %s: %s", dir, kv_strerror(rc));
+	if (rc == KV_ERR_CORRUPT)
+		kv_log(KV_LOG_ERR, "run `kvfs fsck %s` to see what is damaged, and "
+		       "`kvfs fsck --repair %s` to drop what cannot be trusted", dir, dir);
+	kvfs_cap_stop(fs);
+	kvfs_commit_stop(fs);
 	fs_free(fs);
 	return rc;
 }
@@ -531,6 +554,7 @@ void kvfs_close(struct kvfs *fs)
 {
 	if (!fs)
 		return;
+	kvfs_cap_stop(fs);      /* the evictor queues deletes: stop it first */
 	kvfs_commit_stop(fs);
 	fs_free(fs);
 }

@@ -68,6 +68,12 @@ static void mount_usage(FILE *f)
 		"  -o dirty=SIZE      RAM for pages sealed but not yet durable; writers\n"
 		"                     wait when it is full (default 256M)\n"
 		"  -o nodedup         never share extents between identical pages\n"
+		"  -o ram_cache=SIZE  RAM tier for hot pages (default 512M, 0 = off)\n"
+		"  -o capacity=SIZE   physical byte budget (default: the one set at mkfs)\n"
+		"  -o authoritative   a full store refuses writes (ENOSPC) instead of\n"
+		"                     evicting least recently used pages\n"
+		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
+		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
 		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
 		"  other -o options go to FUSE (allow_other, ro, ...)\n");
 }
@@ -87,6 +93,10 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		c->opts.dedup = false;
 		return 1;
 	}
+	if (!strcmp(opt, "authoritative")) {
+		c->opts.authoritative = true;
+		return 1;
+	}
 	if (!v)
 		return 0;
 	v++;
@@ -100,6 +110,22 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		if (kvfs_parse_size(v, &size) < 0 || size < KV_ALIGN)
 			return -EINVAL;
 		c->opts.dirty_budget = size;
+		return 1;
+	}
+	if (!strncmp(opt, "ram_cache=", 10))
+		return kvfs_parse_size(v, &c->opts.ram_cache) < 0 ? -EINVAL : 1;
+	if (!strncmp(opt, "capacity=", 9)) {
+		if (kvfs_parse_size(v, &size) < 0 || size < (1ull << 20))
+			return -EINVAL;
+		c->opts.capacity = size;
+		return 1;
+	}
+	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10)) {
+		unsigned long pct = strtoul(v, &end, 10);
+
+		if (*end || pct < 1 || pct > 100)
+			return -EINVAL;
+		*(opt[6] == 'h' ? &c->opts.evict_high : &c->opts.evict_low) = (unsigned)pct;
 		return 1;
 	}
 	if (!strncmp(opt, "entry_timeout=", 14)) {

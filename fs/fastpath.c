@@ -195,8 +195,12 @@ static int32_t resolve_handle(struct fp_resolver *rv, uint64_t handle,
 	return (*le)->search ? 0 : -EACCES;
 }
 
-/* Find descriptor i's page as open(2) (read) or stat(2) (lookup) would. */
-static int32_t resolve(struct fp_resolver *rv, uint32_t i, bool is_read,
+/* What a descriptor is resolved for. */
+enum fp_use { FP_USE_LOOKUP, FP_USE_READ, FP_USE_PREFETCH };
+
+/* Find descriptor i's page as open(2) (read, prefetch) or stat(2)
+ * (lookup) would. */
+static int32_t resolve(struct fp_resolver *rv, uint32_t i, enum fp_use use,
 		       struct kv_node_info *n)
 {
 	const struct kvfs_page_desc *d = &rv->b->d[i];
@@ -205,17 +209,17 @@ static int32_t resolve(struct fp_resolver *rv, uint32_t i, bool is_read,
 
 	if (!rv->dirs_ok)
 		return -EACCES;
-	if (is_read && d->handle)
+	if (use != FP_USE_LOOKUP && d->handle)
 		rc = resolve_handle(rv, d->handle, &le, n);
 	else
 		rc = resolve_name(rv, d, &le, n);
 	if (rc < 0)
 		return rc;
-	if (is_read && !fp_may(rv, &n->attr, 4))
+	if (use != FP_USE_LOOKUP && !fp_may(rv, &n->attr, 4))
 		return -EACCES;
 	if (n->state == KV_PAGE_WRITING)
 		return -EBUSY;
-	if (is_read && d->dst_len < n->size)
+	if (use == FP_USE_READ && d->dst_len < n->size)
 		return -ENOBUFS;
 	return 0;
 }
@@ -322,7 +326,7 @@ static int do_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		rc = fp_resolver_init(&rv, &b, req, model);
 	for (uint32_t i = 0; rc == 0 && i < a->count; i++) {
 		if (b.status[i] == 0)
-			b.status[i] = resolve(&rv, i, false, &n);
+			b.status[i] = resolve(&rv, i, FP_USE_LOOKUP, &n);
 		if (b.status[i] == 0 && !fp_handle_of(fs, n.ino))
 			b.status[i] = -EOVERFLOW;    /* 2^40 inodes in one mount */
 		b.d[i].handle = b.status[i] ? 0 : fp_handle_of(fs, n.ino);
@@ -346,33 +350,41 @@ static int do_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
 	return rc;
 }
 
-/* Decide where each page comes from: disk, or the RAM copy of a page
- * sealed but not yet durable (its extent may still be unwritten). */
+/* Decide where each page comes from: the RAM copy of a page sealed but
+ * not yet durable (its extent may still be unwritten), the RAM tier, or
+ * the disk. */
 static void plan_page(struct kvfs *fs, const struct kv_node_info *n,
 		      struct fp_page *p)
 {
 	struct kvfs_live *l;
-	struct kv_node_info now;
+	struct kv_node_info now = *n;
 
 	p->src = FP_DISK;
 	p->ino = n->ino;
 	p->size = n->size;
-	p->ext = n->ext;
-	memcpy(p->hash, n->hash, KV_HASH_LEN);
-	if (n->state == KV_PAGE_DURABLE)
-		return;
-	pthread_mutex_lock(&fs->ns_lock);
-	l = kvfs_live_find(fs, n->ino);
-	if (l && l->ram) {
-		p->src = FP_RAM;
-		p->ram = kvfs_data_get(l->ram);
-	} else if (kv_index_get(fs->idx, n->ino, &now) == 0 &&
-		   now.state == KV_PAGE_DURABLE) {
-		p->ext = now.ext;
-	} else {
-		p->src = FP_FAIL;   /* gone meanwhile */
+	if (n->state != KV_PAGE_DURABLE) {
+		pthread_mutex_lock(&fs->ns_lock);
+		l = kvfs_live_find(fs, n->ino);
+		if (l && l->ram) {
+			p->src = FP_RAM;
+			p->ram = kvfs_data_get(l->ram);
+		} else if (kv_index_get(fs->idx, n->ino, &now) < 0 ||
+			   now.state != KV_PAGE_DURABLE) {
+			p->src = FP_FAIL;   /* gone meanwhile */
+		}
+		pthread_mutex_unlock(&fs->ns_lock);
+		if (p->src != FP_DISK)
+			return;
 	}
-	pthread_mutex_unlock(&fs->ns_lock);
+	p->ext = now.ext;
+	p->extent_id = now.extent_id;
+	memcpy(p->hash, now.hash, KV_HASH_LEN);
+	kvfs_page_touch(fs, &now);
+	p->ram = kvfs_ram_get(fs, now.extent_id);
+	if (p->ram)
+		p->src = FP_CACHE;
+	else
+		p->protect = kvfs_page_protected(fs, &now);
 }
 
 static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
@@ -400,7 +412,7 @@ static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		for (uint32_t i = 0; i < a->count; i++) {
 			n.kind = KV_KIND_ROOT;
 			if (b.status[i] == 0)
-				b.status[i] = resolve(&rv, i, true, &n);
+				b.status[i] = resolve(&rv, i, FP_USE_READ, &n);
 			if (b.status[i] == -ENOBUFS && n.kind == KV_KIND_PAGE)
 				b.d[i].bytes = n.size;    /* tell the engine what fits */
 			if (b.status[i])
@@ -426,6 +438,73 @@ static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		atomic_fetch_add(&fs->st.bytes_read_fast, a->bytes);
 	}
 	free(pages);
+	fp_resolver_free(&rv);
+	fp_batch_free(&b);
+	return rc;
+}
+
+/* Queue one resolved page for the RAM tier; out_flags says if it is in
+ * RAM already. A page that does not fit is counted, not failed. */
+static void prefetch_page(struct kvfs *fs, const struct kv_node_info *n,
+			  uint32_t *out_flags)
+{
+	struct kvfs_prefetch_page pg = { .extent_id = n->extent_id,
+					 .ext = n->ext, .size = n->size };
+	struct kvfs_live *l;
+	bool in_ram = false;
+
+	if (n->state != KV_PAGE_DURABLE) {
+		pthread_mutex_lock(&fs->ns_lock);
+		l = kvfs_live_find(fs, n->ino);
+		in_ram = l && l->ram;
+		pthread_mutex_unlock(&fs->ns_lock);
+		if (in_ram)
+			*out_flags |= KVFS_DESC_RAM;
+		/* else: its commit finished meanwhile; the index has its extent */
+	}
+	if (in_ram)
+		return;
+	kvfs_page_touch(fs, n);
+	if (kvfs_ram_has(fs, n->extent_id)) {
+		*out_flags |= KVFS_DESC_CACHED;
+		return;
+	}
+	memcpy(pg.hash, n->hash, KV_HASH_LEN);
+	pg.protect = kvfs_page_protected(fs, n);
+	if (!kvfs_prefetch_queue(fs, &pg))
+		kvfs_ram_prefetch_dropped(fs, 1);
+}
+
+static int do_prefetch(struct kvfs *fs, fuse_req_t req, uint64_t model,
+		       struct kvfs_batch_arg *a)
+{
+	struct fp_batch b;
+	struct fp_resolver rv = { 0 };
+	struct kv_node_info n;
+	int rc;
+
+	rc = fp_batch_begin(&b, fs, req, a, KVFS_BATCH_PREFETCH);
+	if (rc == 0)
+		rc = fp_resolver_init(&rv, &b, req, model);
+	for (uint32_t i = 0; rc == 0 && i < a->count; i++) {
+		if (b.status[i] == 0)
+			b.status[i] = resolve(&rv, i, FP_USE_PREFETCH, &n);
+		if (b.status[i])
+			continue;
+		/* Re-read under the index: the page may have become durable
+		 * since it was resolved. */
+		if (n.state != KV_PAGE_DURABLE)
+			kv_index_get(fs->idx, n.ino, &n);
+		prefetch_page(fs, &n, &b.out_flags[i]);
+		b.d[i].bytes = n.size;
+		b.a.bytes += n.size;
+	}
+	if (rc == 0)
+		rc = fp_batch_finish(&b, false);
+	if (rc == 0) {
+		b.a.done = b.a.count - b.a.failed;
+		*a = b.a;
+	}
 	fp_resolver_free(&rv);
 	fp_batch_free(&b);
 	return rc;
@@ -481,6 +560,8 @@ static const char *cmd_name(unsigned cmd)
 	case KVFS_IOC_READ: return "READ";
 	case KVFS_IOC_LOOKUP: return "LOOKUP";
 	case KVFS_IOC_WRITE: return "WRITE";
+	case KVFS_IOC_PREFETCH: return "PREFETCH";
+	case KVFS_IOC_GC: return "GC";
 	}
 	return "unknown";
 }
@@ -496,6 +577,28 @@ static void log_refusal(fuse_req_t req, unsigned cmd, int rc)
 	       (int)ctx->pid, (unsigned)ctx->uid, kv_strerror(rc));
 }
 
+/* KVFS_IOC_GC on the mount root: root only, it removes others' pages. */
+static void do_gc(struct kvfs *fs, fuse_req_t req, const void *in_buf,
+		  size_t in_bufsz, size_t out_bufsz)
+{
+	struct kvfs_gc_arg a;
+	int rc;
+
+	if (in_bufsz != sizeof(a))
+		return (void)kvfs_reply_err(req, -EINVAL);
+	if (fuse_req_ctx(req)->uid != 0) {
+		log_refusal(req, KVFS_IOC_GC, -EPERM);
+		return (void)kvfs_reply_err(req, -EPERM);
+	}
+	memcpy(&a, in_buf, sizeof(a));
+	rc = kvfs_gc(fs, &a);
+	if (rc < 0) {
+		log_refusal(req, KVFS_IOC_GC, rc);
+		return (void)kvfs_reply_err(req, rc);
+	}
+	fuse_reply_ioctl(req, 0, &a, out_bufsz < sizeof(a) ? out_bufsz : sizeof(a));
+}
+
 static void record_latency(struct kvfs *fs, unsigned cmd, int64_t ns)
 {
 	struct kvfs_hist *h = NULL;
@@ -506,6 +609,8 @@ static void record_latency(struct kvfs *fs, unsigned cmd, int64_t ns)
 		h = &fs->st.lat_write;
 	else if (cmd == KVFS_IOC_LOOKUP)
 		h = &fs->st.lat_lookup;
+	else if (cmd == KVFS_IOC_PREFETCH)
+		h = &fs->st.lat_prefetch;
 	if (h)
 		kvfs_hist_record(h, ns > 0 ? (uint64_t)ns : 0);
 }
@@ -525,6 +630,8 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	int rc;
 
 	(void)arg; (void)fi; (void)flags;
+	if (ino == KV_ROOT_INO && cmd == KVFS_IOC_GC)
+		return do_gc(fs, req, in_buf, in_bufsz, out_bufsz);
 	/* Only model directories speak this ABI; the size is part of cmd. */
 	if (kv_index_get(fs->idx, ino, &n) < 0 || n.kind != KV_KIND_MODEL)
 		return kvfs_reply_err(req, -ENOTTY);
@@ -536,6 +643,7 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	case KVFS_IOC_READ:
 	case KVFS_IOC_LOOKUP:
 	case KVFS_IOC_WRITE:
+	case KVFS_IOC_PREFETCH:
 		sz = sizeof(u.b);
 		break;
 	default:
@@ -551,6 +659,8 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		rc = do_lookup(fs, req, ino, &u.b);
 	else if (cmd == KVFS_IOC_WRITE)
 		rc = kvfs_fast_write(fs, req, ino, &u.b);
+	else if (cmd == KVFS_IOC_PREFETCH)
+		rc = do_prefetch(fs, req, ino, &u.b);
 	else
 		rc = do_region(fs, req, cmd, &u.r);
 	record_latency(fs, cmd, kvfs_now_ns() - t0);

@@ -13,7 +13,12 @@
 #include "region.h"
 
 /* How a resolved page is served. */
-enum fp_source { FP_FAIL, FP_DISK, FP_RAM };
+enum fp_source {
+	FP_FAIL,
+	FP_DISK,
+	FP_RAM,      /* the write-back copy: sealed, not yet durable */
+	FP_CACHE,    /* the RAM tier's copy of a durable page */
+};
 
 struct fp_page {
 	uint32_t idx;              /* descriptor index */
@@ -22,7 +27,9 @@ struct fp_page {
 	uint64_t size;
 	struct kv_extent ext;
 	uint8_t hash[KV_HASH_LEN];
-	struct kvfs_data *ram;     /* FP_RAM: a reference */
+	uint64_t extent_id;
+	bool protect;              /* shared or pinned (for the RAM tier) */
+	struct kvfs_data *ram;     /* FP_RAM, FP_CACHE: a reference */
 };
 
 struct fp_batch {

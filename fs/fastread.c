@@ -159,15 +159,53 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 	return -EIO;
 }
 
+/*
+ * Keep a verified page in the RAM tier. A bounced page's buffer is handed
+ * over as it is; a page read straight into the region is copied out (the
+ * engine owns that memory and may change it the moment the call returns).
+ */
+static void promote(struct chunk *c, unsigned k)
+{
+	struct fp_batch *b = c->b;
+	struct fp_page *p = c->pg[k];
+	uint64_t fp = kv_extent_footprint(&p->ext);
+	struct kvfs_data *d;
+
+	if (!b->fs->opts.ram_cache)
+		return;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return;
+	if (c->bounce[k]) {
+		d->bytes = c->bounce[k];
+		c->bounce[k] = NULL;
+	} else {
+		d->bytes = kv_buf_alloc(fp);
+		if (!d->bytes ||
+		    kvfs_region_load(b->r, b->d[p->idx].dst_off, d->bytes, p->size) < 0) {
+			free(d->bytes);
+			free(d);
+			return;
+		}
+	}
+	d->size = p->size;
+	d->cap = fp;
+	atomic_init(&d->refs, 1);
+	kvfs_ram_put(b->fs, p->extent_id, d, p->protect, KVFS_RAM_READ);
+	kvfs_data_put(d);
+}
+
 /* Runs as each read completes, while later ones are still on the device. */
 static void verify(struct chunk *c, unsigned k)
 {
 	int32_t rc = finish_page(c->b, c, k);
 
-	if (rc < 0)
+	if (rc < 0) {
 		fail_page(c->b, c->pg[k], rc);
-	else
+	} else {
 		atomic_fetch_add(&c->bytes, c->pg[k]->size);
+		promote(c, k);
+	}
 	free(c->bounce[k]);
 	c->bounce[k] = NULL;
 }
@@ -257,14 +295,15 @@ static void chunk_read(struct chunk *c, const struct kv_fixed_buf *fb)
 	c->b->a.bytes += atomic_load(&c->bytes);
 }
 
-/* Pages still in RAM (sealed, commit pending) are copied from there. */
+/* Pages in RAM (sealed with the commit pending, or in the RAM tier) are
+ * copied from there. */
 static void copy_ram_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		struct fp_page *p = &pages[i];
 		int rc;
 
-		if (p->src != FP_RAM)
+		if (p->src != FP_RAM && p->src != FP_CACHE)
 			continue;
 		rc = kvfs_region_store(b->r, b->d[p->idx].dst_off, p->ram->bytes, p->size);
 		kvfs_data_put(p->ram);
@@ -273,7 +312,7 @@ static void copy_ram_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n
 			b->status[p->idx] = rc;
 			continue;
 		}
-		b->out_flags[p->idx] |= KVFS_DESC_RAM;
+		b->out_flags[p->idx] |= p->src == FP_RAM ? KVFS_DESC_RAM : KVFS_DESC_CACHED;
 		b->a.bytes += p->size;
 		atomic_fetch_add(&b->fs->st.bytes_read_ram, p->size);
 	}

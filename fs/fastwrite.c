@@ -325,8 +325,10 @@ static void write_pages(struct wbatch *w)
 				bytes += p->charged;
 			}
 		}
-		/* Staging may wait for the committer (budget); publishing
-		 * does not, so the chunk's rows can be held for one commit. */
+		/* Staging may wait for the committer (budget), and so may
+		 * room from the evictor; publishing does not, so the chunk's
+		 * rows can be held for one commit. */
+		kvfs_space_wait(fs, bytes);
 		kvfs_commit_group_begin(fs);
 		for (uint32_t k = first; k < end; k++)
 			if (w->pages[k].data)

@@ -19,12 +19,21 @@ struct kvfs_opts {
 	uint64_t dirty_budget;    /* bytes of not-yet-durable payloads in RAM */
 	bool no_direct;           /* buffered segment I/O (tmpfs stripes) */
 	bool dedup;               /* share extents of identical payloads */
+	uint64_t ram_cache;       /* RAM tier budget, bytes; 0: no RAM tier */
+	uint64_t capacity;        /* physical byte budget; 0: the store's (mkfs) */
+	bool authoritative;       /* a full store refuses writes (ENOSPC) instead
+	                           * of evicting least recently used pages */
+	unsigned evict_high;      /* % of capacity that starts eviction */
+	unsigned evict_low;       /* % of capacity eviction brings usage down to */
 };
 
 #define KVFS_MAX_PAGE_DEFAULT (64ull << 20)
 #define KVFS_ENTRY_TIMEOUT_DEFAULT 3600.0
 #define KVFS_COMMIT_BATCH_DEFAULT 4096u
 #define KVFS_DIRTY_BUDGET_DEFAULT (256ull << 20)
+#define KVFS_RAM_CACHE_DEFAULT (512ull << 20)
+#define KVFS_EVICT_HIGH_DEFAULT 95u
+#define KVFS_EVICT_LOW_DEFAULT 90u
 
 void kvfs_opts_default(struct kvfs_opts *o);
 
@@ -42,6 +51,12 @@ int kvfs_mkfs(const char *store_dir, const struct kvfs_mkfs_opts *o);
 int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);
 /* Commit everything pending, stop threads, close. */
 void kvfs_close(struct kvfs *fs);
+
+/* `kvfs gc` on an open store (offline) or through the daemon (KVFS_IOC_GC):
+ * check the request (exactly one of KVFS_GC_OLDER / KVFS_GC_TARGET, see
+ * kvfs_ioctl.h), evict, fill the outputs. 0, -EINVAL, -EPROTO. */
+struct kvfs_gc_arg;
+int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a);
 
 /* Parse "65536", "64K", "1G", "1.5T" (binary units). -EINVAL if malformed. */
 int kvfs_parse_size(const char *s, uint64_t *out);

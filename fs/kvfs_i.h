@@ -63,6 +63,9 @@ struct kvfs_live {
 };
 
 struct kvfs_commit;
+struct kvfs_ram;
+struct kvfs_prefetch;
+struct kvfs_cap;
 struct kvfs_regions;
 
 /* Extent pins of fast-path batches (fs/pin.c). */
@@ -148,6 +151,9 @@ struct kvfs {
 	struct kvfs_pins pins;
 	struct kvfs_regions *regions;  /* fast-path shared memory */
 	struct kvfs_dirty dirty;
+	struct kvfs_ram *ram;          /* RAM tier (fs/ramtier.c) */
+	struct kvfs_prefetch *prefetch; /* its loader thread (fs/prefetch.c) */
+	struct kvfs_cap *cap;          /* capacity and eviction (fs/capacity.c) */
 
 	struct kvfs_stats st;
 };
@@ -192,8 +198,15 @@ int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 		    bool *exact);
 /* Give back the space a page being written held (ns_lock held). */
 void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
-/* Read a sealed page's whole payload, verified (RAM copy or disk). */
+/* Read a sealed page's whole payload, verified (write-back copy, RAM tier
+ * or disk; a disk read is kept in the RAM tier). */
 int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);
+/* Shared by several pages or pinned: kept longest by the RAM tier and
+ * evicted last for capacity. */
+bool kvfs_page_protected(struct kvfs *fs, const struct kv_node_info *n);
+/* A page was read: note its access time for LRU eviction (cheap; the
+ * manifest learns it lazily, fs/capacity.c). */
+void kvfs_page_touch(struct kvfs *fs, const struct kv_node_info *n);
 
 /*
  * Publish a page whose payload the daemon owns (the fast-path write): a new
@@ -298,6 +311,35 @@ struct kvfs_ram_stats {
 	uint64_t evictions;           /* payloads dropped for the budget */
 };
 void kvfs_ram_stats(struct kvfs *fs, struct kvfs_ram_stats *out);
+/* How a payload came to the tier (for the counters). */
+enum kvfs_ram_origin { KVFS_RAM_READ, KVFS_RAM_WRITTEN, KVFS_RAM_PREFETCH };
+int kvfs_ram_init(struct kvfs *fs, uint64_t budget);
+void kvfs_ram_fini(struct kvfs *fs);
+/* The payload of extent id if resident (a reference; counts a hit or a
+ * miss), else NULL. Only verified payloads are ever put. */
+struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id);
+bool kvfs_ram_has(struct kvfs *fs, uint64_t id);   /* no counting */
+/* Keep payload d (verified, immutable from now on) of extent id; takes its
+ * own reference. protect: shared or pinned, evicted last. */
+void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
+		  bool protect, enum kvfs_ram_origin origin);
+/* Extent id is gone: drop its payload. */
+void kvfs_ram_drop(struct kvfs *fs, uint64_t id);
+void kvfs_ram_prefetch_dropped(struct kvfs *fs, uint64_t pages);
+
+/* ---- RAM tier loader (fs/prefetch.c) ---- */
+struct kvfs_prefetch_page {
+	uint64_t extent_id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+	uint64_t size;
+	bool protect;
+};
+int kvfs_prefetch_start(struct kvfs *fs);
+void kvfs_prefetch_stop(struct kvfs *fs);
+/* Queue a durable page for loading into the RAM tier; false if it was not
+ * queued (no tier, or the queue already holds the tier's budget). */
+bool kvfs_prefetch_queue(struct kvfs *fs, const struct kvfs_prefetch_page *pg);
 
 /* ---- capacity (fs/capacity.c) ---- */
 struct kvfs_cap_stats {
@@ -314,6 +356,38 @@ struct kvfs_cap_stats {
 	uint64_t enospc;              /* writes refused for space */
 };
 void kvfs_cap_stats(struct kvfs *fs, struct kvfs_cap_stats *out);
+/* Set up the budget from the store's meta and the mount options, and start
+ * the evictor in cache mode. -EINVAL for watermarks that make no sense. */
+int kvfs_cap_start(struct kvfs *fs);
+void kvfs_cap_stop(struct kvfs *fs);    /* before the committer stops */
+void kvfs_cap_free(struct kvfs *fs);    /* after it stopped */
+/*
+ * A writer is about to need `bytes` more. In cache mode past the high
+ * watermark, wake the evictor; if the bytes would not fit under the
+ * capacity, wait for it to make room. -ENOSPC if they still do not fit
+ * and nothing is left to evict (every page held open, none draining), or
+ * after 30 s; 0 otherwise (then a check under ns_lock still decides: the
+ * room may be taken meanwhile, so callers retry). Never call with ns_lock
+ * held.
+ */
+int kvfs_space_wait(struct kvfs *fs, uint64_t bytes);
+/* A check under ns_lock found no room after kvfs_space_wait said there
+ * was: wait for one more eviction run. 0: worth another try; -ENOSPC: not
+ * cache mode, or nothing is left to evict. */
+int kvfs_space_wait_run(struct kvfs *fs);
+void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space */
+/*
+ * Evict durable pages nobody holds open, least recently used first
+ * (shared and pinned last): until usage is at most target bytes, or, with
+ * older_than_ns, every such page last read before that time (target is
+ * then ignored). *pages (may be NULL) gets how many went. Waits until their
+ * space is free. Never call with ns_lock held.
+ */
+int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
+	       uint64_t *pages);
+/* Write access times that changed since the last flush to the manifest
+ * (the committer's thread only: it owns the manifest connection). */
+void kvfs_atime_flush(struct kvfs *fs);
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);

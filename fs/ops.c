@@ -10,8 +10,19 @@
 #include <string.h>
 #include <stdio.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
+#include "metrics.h"
 #include "ops.h"
+
+/*
+ * Is MOUNT/.kvfs listed by readdir of the root? No: like ZFS's .zfs
+ * (snapdir=hidden) and Lustre's .lustre it is reached by name only, so
+ * find, du, rsync, cp -a and engines that take every root entry for a
+ * model never see it (`find MOUNT -type f` counts pages). Set true to list
+ * it (then `ls -a MOUNT` shows it and find descends into it).
+ */
+static const bool kvfs_ctl_listed = false;
 
 void kvfs_reply_err(fuse_req_t req, int rc)
 {
@@ -56,6 +67,8 @@ void kvfs_fill_stat(struct kvfs *fs, const struct kv_node_info *n, struct stat *
 	} else {
 		st->st_mode = S_IFDIR | (n->attr.mode & 07777);
 		st->st_nlink = 2 + (n->kind == KV_KIND_LAYER ? 0 : n->nchildren);
+		if (n->kind == KV_KIND_ROOT && kvfs_ctl_listed)
+			st->st_nlink++;    /* .kvfs */
 		st->st_size = 4096;
 		st->st_blocks = 8;
 		st->st_blksize = 4096;
@@ -83,6 +96,175 @@ void kvfs_fill_entry(struct kvfs *fs, const struct kv_node_info *n,
 	kvfs_fill_stat(fs, n, &e->attr);
 }
 
+
+/* ---- the control directory: MOUNT/.kvfs ---- */
+
+/*
+ * Read-only files made by the daemon, like /proc: each open() formats a
+ * fresh snapshot into its handle and reads serve that snapshot, so one
+ * reader sees consistent numbers however many read() calls it takes.
+ * direct_io keeps the kernel from caching the bytes or trusting st_size
+ * (0, as in /proc). Nothing here touches the index.
+ */
+struct ctl_file {
+	const char *name;
+	uint64_t ino;
+	int (*format)(const struct kvfs_metrics *m, char **out, size_t *len);
+};
+
+static const struct ctl_file ctl_files[] = {
+	{ "stats", KVFS_INO_STATS, kvfs_metrics_json },
+	{ "metrics", KVFS_INO_METRICS, kvfs_metrics_prom },
+};
+#define NCTL_FILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
+
+/* What opening a control file holds: the bytes of its snapshot. */
+struct ctl_fh {
+	char *buf;
+	size_t len;
+};
+
+static const struct ctl_file *ctl_file_by_ino(uint64_t ino)
+{
+	size_t i;
+
+	for (i = 0; i < NCTL_FILES; i++)
+		if (ctl_files[i].ino == ino)
+			return &ctl_files[i];
+	return NULL;
+}
+
+/* Is name, in directory parent, the control directory itself? */
+static bool is_ctl_name(fuse_ino_t parent, const char *name)
+{
+	return parent == FUSE_ROOT_ID && !strcmp(name, KVFS_CTL_NAME);
+}
+
+/* A name nothing may create or move to: .kvfs and anything under it. */
+static bool ctl_reserved(fuse_ino_t parent, const char *name)
+{
+	return kvfs_ino_virtual(parent) ||
+	       (parent == FUSE_ROOT_ID && !strncmp(name, KVFS_CTL_NAME, 5));
+}
+
+static int ctl_stat(uint64_t ino, struct stat *st)
+{
+	int64_t now = kvfs_now_ns();
+
+	if (ino != KVFS_INO_CTL && !ctl_file_by_ino(ino))
+		return -ENOENT;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	ts_from_ns(&st->st_atim, now);
+	ts_from_ns(&st->st_mtim, now);
+	ts_from_ns(&st->st_ctim, now);
+	/* No blocks: du and df must count only pages. */
+	if (ino == KVFS_INO_CTL) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		st->st_blksize = 4096;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_blksize = 1 << 20;
+	}
+	return 0;
+}
+
+static int ctl_entry(uint64_t ino, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ino;
+	e->generation = 1;
+	/* The numbers change all the time: never cache the attributes. */
+	e->attr_timeout = 0.0;
+	e->entry_timeout = 1.0;
+	return ctl_stat(ino, &e->attr);
+}
+
+/* Lookup in the control directory, or of it in the root. */
+static void ctl_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	uint64_t ino = 0;
+	size_t i;
+
+	if (parent == FUSE_ROOT_ID)
+		ino = KVFS_INO_CTL;
+	else if (parent == KVFS_INO_CTL)
+		for (i = 0; i < NCTL_FILES; i++)
+			if (!strcmp(name, ctl_files[i].name))
+				ino = ctl_files[i].ino;
+	if (!ino)
+		return kvfs_reply_err(req, parent == KVFS_INO_CTL ? -ENOENT : -ENOTDIR);
+	ctl_entry(ino, &e);
+	fuse_reply_entry(req, &e);
+}
+
+static int ctl_snapshot(struct kvfs *fs, const struct ctl_file *f, struct ctl_fh *h)
+{
+	struct kvfs_metrics *m = malloc(sizeof(*m));
+	int rc;
+
+	if (!m)
+		return -ENOMEM;
+	kvfs_metrics_snapshot(fs, m);
+	rc = f->format(m, &h->buf, &h->len);
+	free(m);
+	return rc;
+}
+
+static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	const struct ctl_file *f = ctl_file_by_ino(ino);
+	struct ctl_fh *h;
+	int rc;
+
+	if (!f)
+		return kvfs_reply_err(req, -EISDIR);
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
+		return kvfs_reply_err(req, -EACCES);
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return kvfs_reply_err(req, -ENOMEM);
+	rc = ctl_snapshot(req_fs(req), f, h);
+	if (rc < 0) {
+		free(h);
+		return kvfs_reply_err(req, rc);
+	}
+	fi->fh = (uintptr_t)h;
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	if (fuse_reply_open(req, fi) != 0) {    /* interrupted: no RELEASE */
+		free(h->buf);
+		free(h);
+	}
+}
+
+static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct ctl_fh *h = (struct ctl_fh *)(uintptr_t)fi->fh;
+
+	if (off < 0 || (uint64_t)off >= h->len)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	if (h->len - (size_t)off < size)
+		size = h->len - (size_t)off;
+	fuse_reply_buf(req, h->buf + off, size);
+}
+
+static void ctl_release(fuse_req_t req, struct fuse_file_info *fi)
+{
+	struct ctl_fh *h = (struct ctl_fh *)(uintptr_t)fi->fh;
+
+	if (h) {
+		free(h->buf);
+		free(h);
+	}
+	fuse_reply_err(req, 0);
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
@@ -108,6 +290,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kv_node_info n;
 	int rc = kvfs_check_name(name);
 
+	if (rc == 0 && (is_ctl_name(parent, name) || kvfs_ino_virtual(parent)))
+		return ctl_lookup(req, parent, name);
 	if (rc == 0)
 		rc = kv_index_lookup(fs->idx, parent, name, &n);
 	if (rc < 0)
@@ -121,9 +305,16 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct kvfs *fs = req_fs(req);
 	struct kv_node_info n;
 	struct stat st;
-	int rc = kvfs_node_get(fs, ino, &n);
+	int rc;
 
 	(void)fi;
+	if (kvfs_ino_virtual(ino)) {
+		rc = ctl_stat(ino, &st);
+		if (rc < 0)
+			return kvfs_reply_err(req, rc);
+		return (void)fuse_reply_attr(req, &st, 0.0);
+	}
+	rc = kvfs_node_get(fs, ino, &n);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	kvfs_fill_stat(fs, &n, &st);
@@ -203,6 +394,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 	int rc;
 
 	(void)fi;
+	if (kvfs_ino_virtual(ino))
+		return kvfs_reply_err(req, -EPERM);
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_setattr(fs, ino, a, valid, &n);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -293,6 +486,8 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kv_node_info n;
 	int rc = kvfs_check_name(name);
 
+	if (rc == 0 && ctl_reserved(parent, name))
+		rc = -EPERM;
 	if (rc == 0) {
 		pthread_mutex_lock(&fs->ns_lock);
 		rc = do_mkdir(fs, req, parent, name, mode, &n);
@@ -324,6 +519,8 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kvfs *fs = req_fs(req);
 	int rc;
 
+	if (ctl_reserved(parent, name))
+		return kvfs_reply_err(req, -EPERM);
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_rmdir(fs, parent, name);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -347,6 +544,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kvfs *fs = req_fs(req);
 	int rc;
 
+	if (ctl_reserved(parent, name))
+		return kvfs_reply_err(req, -EPERM);
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_unlink(fs, parent, name);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -451,6 +650,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	if (flags & ~RENAME_NOREPLACE)
 		return kvfs_reply_err(req, -EINVAL);   /* RENAME_EXCHANGE, WHITEOUT */
+	if (rc == 0 && (ctl_reserved(parent, name) || ctl_reserved(newparent, newname)))
+		rc = -EPERM;
 	if (rc == 0) {
 		pthread_mutex_lock(&fs->ns_lock);
 		rc = do_rename(fs, parent, name, newparent, newname,
@@ -462,7 +663,24 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 /* ---- readdir ---- */
 
+/* A directory entry the index does not hold (the control directory). */
+struct vent {
+	const char *name;
+	uint64_t ino;
+	enum kv_kind kind;
+};
+
+static const struct vent root_vents[] = {
+	{ KVFS_CTL_NAME, KVFS_INO_CTL, KV_KIND_MODEL },
+};
+static const struct vent ctl_vents[] = {
+	{ "stats", KVFS_INO_STATS, KV_KIND_PAGE },
+	{ "metrics", KVFS_INO_METRICS, KV_KIND_PAGE },
+};
+
 struct dirh {
+	const struct vent *virt;    /* listed first, after "." and ".." */
+	size_t nvirt;
 	struct kv_dirent *ents;
 	size_t n;
 };
@@ -471,12 +689,23 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct kvfs *fs = req_fs(req);
 	struct dirh *h = calloc(1, sizeof(*h));
-	int rc;
+	int rc = 0;
 
 	if (!h)
 		return kvfs_reply_err(req, -ENOMEM);
-	/* A snapshot keeps offsets stable while pages come and go. */
-	rc = kv_index_readdir(fs->idx, ino, &h->ents, &h->n);
+	if (ino == KVFS_INO_CTL) {
+		h->virt = ctl_vents;
+		h->nvirt = sizeof(ctl_vents) / sizeof(ctl_vents[0]);
+	} else if (kvfs_ino_virtual(ino)) {
+		rc = -ENOTDIR;
+	} else {
+		if (ino == FUSE_ROOT_ID && kvfs_ctl_listed) {
+			h->virt = root_vents;
+			h->nvirt = sizeof(root_vents) / sizeof(root_vents[0]);
+		}
+		/* A snapshot keeps offsets stable while pages come and go. */
+		rc = kv_index_readdir(fs->idx, ino, &h->ents, &h->n);
+	}
 	if (rc < 0) {
 		free(h);
 		return kvfs_reply_err(req, rc);
@@ -496,13 +725,33 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
-/* Offsets: 1 = after ".", 2 = after "..", 2 + i + 1 = after entry i. */
+/* The entry readdirplus returns for ino: 0, or skip it (gone since opendir). */
+static int plus_entry(struct kvfs *fs, const char *name, uint64_t ino,
+		      struct fuse_entry_param *e)
+{
+	struct kv_node_info n;
+
+	memset(e, 0, sizeof(*e));
+	if (!strcmp(name, ".") || !strcmp(name, "..")) {
+		e->attr.st_ino = ino;
+		e->attr.st_mode = S_IFDIR;
+		return 0;
+	}
+	if (kvfs_ino_virtual(ino))
+		return ctl_entry(ino, e);
+	if (kv_index_get(fs->idx, ino, &n) < 0)
+		return -ENOENT;
+	kvfs_fill_entry(fs, &n, e);
+	return 0;
+}
+
+/* Offsets: 1 = after ".", 2 = after "..", then one per virtual entry, then
+ * one per index entry. */
 static size_t add_dirent(fuse_req_t req, struct kvfs *fs, char *p, size_t room,
 			 const char *name, uint64_t ino, enum kv_kind kind,
 			 off_t next, bool plus)
 {
 	struct fuse_entry_param e;
-	struct kv_node_info n;
 
 	if (!plus) {
 		struct stat st = { .st_ino = ino,
@@ -510,16 +759,30 @@ static size_t add_dirent(fuse_req_t req, struct kvfs *fs, char *p, size_t room,
 
 		return fuse_add_direntry(req, p, room, name, &st, next);
 	}
-	memset(&e, 0, sizeof(e));
-	if (strcmp(name, ".") && strcmp(name, "..")) {
-		if (kv_index_get(fs->idx, ino, &n) < 0)
-			return 0;     /* gone since opendir: skip it */
-		kvfs_fill_entry(fs, &n, &e);
-	} else {
-		e.attr.st_ino = ino;
-		e.attr.st_mode = S_IFDIR;
-	}
+	if (plus_entry(fs, name, ino, &e) < 0)
+		return 0;
 	return fuse_add_direntry_plus(req, p, room, name, &e, next);
+}
+
+static void dirh_entry(const struct dirh *h, fuse_ino_t ino, off_t off,
+		       const char **name, uint64_t *eino, enum kv_kind *kind)
+{
+	size_t i = (size_t)off;
+
+	if (i < 2) {
+		*name = i == 0 ? "." : "..";
+		*eino = ino;
+		*kind = KV_KIND_MODEL;
+	} else if (i - 2 < h->nvirt) {
+		*name = h->virt[i - 2].name;
+		*eino = h->virt[i - 2].ino;
+		*kind = h->virt[i - 2].kind;
+	} else {
+		i -= 2 + h->nvirt;
+		*name = h->ents[i].name;
+		*eino = h->ents[i].ino;
+		*kind = h->ents[i].kind;
+	}
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -529,14 +792,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct dirh *h = (struct dirh *)(uintptr_t)fi->fh;
 	char *buf = malloc(size), *p = buf;
 	size_t room = size, len;
+	off_t end = (off_t)(h->n + h->nvirt + 2);
 
 	if (!buf)
 		return kvfs_reply_err(req, -ENOMEM);
-	for (; off < (off_t)h->n + 2; off++) {
-		const char *name = off == 0 ? "." : off == 1 ? ".." : h->ents[off - 2].name;
-		uint64_t eino = off < 2 ? ino : h->ents[off - 2].ino;
-		enum kv_kind kind = off < 2 ? KV_KIND_MODEL : h->ents[off - 2].kind;
+	for (; off < end; off++) {
+		const char *name;
+		uint64_t eino;
+		enum kv_kind kind;
 
+		dirh_entry(h, ino, off, &name, &eino, &kind);
 		len = add_dirent(req, fs, p, room, name, eino, kind, off + 1, plus);
 		if (len > room)
 			break;
@@ -619,6 +884,71 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	kvfs_reply_err(req, -EPERM);
 }
 
+/* ---- file operations: the control files, or the pages (fs/ops_file.c) ---- */
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	if (ctl_reserved(parent, name))
+		return kvfs_reply_err(req, -EPERM);
+	kvfs_op_create(req, parent, name, mode, fi);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))
+		return ctl_open(req, ino, fi);
+	kvfs_op_open(req, ino, fi);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))
+		return ctl_read(req, size, off, fi);
+	kvfs_op_read(req, ino, size, off, fi);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+		     off_t off, struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))    /* opened read-only: cannot happen */
+		return kvfs_reply_err(req, -EBADF);
+	kvfs_op_write(req, ino, buf, size, off, fi);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))
+		return kvfs_reply_err(req, 0);
+	kvfs_op_flush(req, ino, fi);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))
+		return ctl_release(req, fi);
+	kvfs_op_release(req, ino, fi);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))
+		return kvfs_reply_err(req, 0);
+	kvfs_op_fsync(req, ino, datasync, fi);
+}
+
+/* The fast path speaks only on model directories; never on .kvfs. */
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	if (kvfs_ino_virtual(ino))
+		return kvfs_reply_err(req, -ENOTTY);
+	kvfs_op_ioctl(req, ino, cmd, arg, fi, flags, in_buf, in_bufsz, out_bufsz);
+}
+
 const struct fuse_lowlevel_ops kvfs_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
@@ -637,16 +967,16 @@ const struct fuse_lowlevel_ops kvfs_ops = {
 	.releasedir = op_releasedir,
 	.fsyncdir = op_fsyncdir,
 	.statfs = op_statfs,
-	.create = kvfs_op_create,
-	.open = kvfs_op_open,
-	.read = kvfs_op_read,
-	.write = kvfs_op_write,
-	.flush = kvfs_op_flush,
-	.release = kvfs_op_release,
-	.fsync = kvfs_op_fsync,
+	.create = op_create,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
 	.getxattr = kvfs_op_getxattr,
 	.listxattr = kvfs_op_listxattr,
 	.setxattr = kvfs_op_setxattr,
 	.removexattr = kvfs_op_removexattr,
-	.ioctl = kvfs_op_ioctl,
+	.ioctl = op_ioctl,
 };

@@ -13,6 +13,21 @@
 
 extern const struct fuse_lowlevel_ops kvfs_ops;
 
+/*
+ * The control directory MOUNT/.kvfs and its read-only files (fs/ops.c):
+ * inode numbers at the top of the range, which the index's counter never
+ * reaches, so they cannot collide with a page and are never looked up in
+ * the index.
+ */
+#define KVFS_CTL_NAME ".kvfs"
+#define KVFS_INO_CTL (UINT64_MAX - 15)
+#define KVFS_INO_STATS (KVFS_INO_CTL + 1)
+#define KVFS_INO_METRICS (KVFS_INO_CTL + 2)
+static inline bool kvfs_ino_virtual(uint64_t ino)
+{
+	return ino >= KVFS_INO_CTL;
+}
+
 static inline struct kvfs *req_fs(fuse_req_t req)
 {
 	return fuse_req_userdata(req);

@@ -176,6 +176,9 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags)
 	if (!l)
 		return -ENOMEM;
 	l->opens++;
+	/* Reads may be served from the kernel's cache and never reach us:
+	 * an open is the access the eviction order sees. */
+	kvfs_page_touch(fs, &n);
 	return 0;
 }
 
@@ -258,9 +261,13 @@ void kvfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 /* ---- write ---- */
 
+#define SPACE_RETRIES 300   /* eviction runs a write waits through (~30 s) */
+
 /* Refuse growth the store could not hold once sealed (ENOSPC now beats a
- * page lost after close). */
-static int check_space(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size)
+ * page lost after close). quiet: the caller will wait and retry, so this
+ * is not a refusal yet (no log line, not counted). */
+static int check_space(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
+		       bool quiet)
 {
 	uint64_t need = (new_size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
 	struct kv_store_usage u;
@@ -271,6 +278,9 @@ static int check_space(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size)
 	grow = need - l->reserved;
 	kv_store_usage(fs->store, &u);
 	if (u.avail < fs->reserved_bytes + grow) {
+		if (quiet)
+			return -ENOSPC;
+		kvfs_space_refused(fs);
 		kv_log(KV_LOG_ERR, "store full: %llu bytes available, %llu pending, page needs %llu more",
 		       (unsigned long long)u.avail, (unsigned long long)fs->reserved_bytes,
 		       (unsigned long long)grow);
@@ -283,7 +293,8 @@ static int check_space(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size)
 
 /* Validate a write (ns_lock held) and return the writer's buffer. */
 static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
-			struct kvfs_data **out, struct kv_node_info *n)
+			bool may_retry, struct kvfs_data **out,
+			struct kv_node_info *n)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, fh->ino);
 	uint64_t limit;
@@ -309,7 +320,9 @@ static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
 		rc = -EFBIG;
 	}
 	if (rc == 0)
-		rc = check_space(fs, l, end);
+		rc = check_space(fs, l, end, may_retry);
+	if (rc == -ENOSPC && may_retry)
+		return -EAGAIN;     /* the evictor may make room: not refused yet */
 	/* Grow under the lock: the writer's own reads copy from this buffer. */
 	if (rc == 0)
 		rc = kvfs_data_reserve(l->wbuf, end);
@@ -359,16 +372,25 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	struct kvfs_data *d = NULL;
 	struct kv_node_info n;
 	uint64_t charge;
-	int rc;
+	int rc, space;
 
 	(void)ino;
 	charge = dirty_charge_for(fs, fh->ino, end);
 	kvfs_dirty_take(fs, charge);      /* may block: write-back is full */
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = write_target(fs, fh, end, &d, &n);
-	if (rc == 0)
-		dirty_charge_add(fs, fh->ino, charge);
-	pthread_mutex_unlock(&fs->ns_lock);
+	/* May block while the evictor makes room (cache mode); others may
+	 * take that room first, so the check under the lock can send us back
+	 * to wait, until the evictor has nothing left to give. */
+	for (int tries = 0;; tries++) {
+		space = tries ? kvfs_space_wait_run(fs) : kvfs_space_wait(fs, charge);
+		pthread_mutex_lock(&fs->ns_lock);
+		rc = write_target(fs, fh, end, space == 0 && tries < SPACE_RETRIES,
+				  &d, &n);
+		if (rc == 0)
+			dirty_charge_add(fs, fh->ino, charge);
+		pthread_mutex_unlock(&fs->ns_lock);
+		if (rc != -EAGAIN)
+			break;
+	}
 	if (rc < 0) {
 		kvfs_dirty_give(fs, charge, false);
 		return kvfs_reply_err(req, rc);
@@ -410,7 +432,7 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 		return rc;
 	if (size > limit)
 		return -EFBIG;
-	rc = check_space(fs, l, size);
+	rc = check_space(fs, l, size, false);
 	if (rc == 0)
 		rc = kvfs_data_reserve(l->wbuf, size);
 	if (rc < 0)

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvfs_i.h"
 #include "kvname.h"
@@ -100,6 +101,8 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 		return 0;
 	}
 	rc = kv_extent_alloc(fs->store, d->size, &n->ext);
+	if (rc == -ENOSPC)
+		kvfs_space_refused(fs);
 	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "page %s: no space for %llu bytes: %s", n->name,
 		       (unsigned long long)d->size, kv_strerror(rc));
@@ -197,8 +200,66 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	if (rc < 0)
 		kv_log(KV_LOG_ERR, "page %s: extent %llu missing from the index",
 		       n->name, (unsigned long long)n->extent_id);
+	else if (count == 0)
+		kvfs_ram_drop(fs, n->extent_id);
 	kvfs_commit_del_page(fs, n, rc == 0 && count == 0, rc == 0 && count > 0,
 			     with_next);
+	return 0;
+}
+
+bool kvfs_page_protected(struct kvfs *fs, const struct kv_node_info *n)
+{
+	struct kv_extent_rec er;
+
+	if (n->attr.mode & S_ISVTX)
+		return true;    /* pinned */
+	return kv_index_extent_get(fs->idx, n->extent_id, &er) == 0 &&
+	       er.refcount > 1;
+}
+
+/* Access times order eviction; one store per second per page is plenty
+ * and keeps readers of a hot page from bouncing its cache line. */
+#define TOUCH_GRANULE_NS 1000000000ll
+
+void kvfs_page_touch(struct kvfs *fs, const struct kv_node_info *n)
+{
+	struct kv_node_info upd;
+	int64_t now = kvfs_now_ns();
+
+	if (now - n->attr.atime_ns < TOUCH_GRANULE_NS)
+		return;
+	upd.attr.atime_ns = now;
+	kv_index_update(fs->idx, n->ino, &upd, KV_UPD_ATIME);
+}
+
+/* Read a durable page from the SSD, verified, and keep it in the RAM tier. */
+static int load_from_disk(struct kvfs *fs, const struct kv_node_info *n,
+			  struct kvfs_data **out)
+{
+	struct kvfs_data *d;
+	void *buf;
+	int rc;
+
+	rc = kv_store_read_verified(fs->store, &n->ext, n->hash, &buf);
+	if (rc == KV_ERR_CHECKSUM)
+		atomic_fetch_add(&fs->st.checksum_failures, 1);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "page %s (inode %llu): read failed: %s",
+		       n->name, (unsigned long long)n->ino, kv_strerror(rc));
+		return rc;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		free(buf);
+		return -ENOMEM;
+	}
+	d->bytes = buf;
+	d->size = n->size;
+	d->cap = kv_extent_footprint(&n->ext);
+	atomic_init(&d->refs, 1);
+	atomic_fetch_add(&fs->st.bytes_read_disk, n->size);
+	kvfs_ram_put(fs, n->extent_id, d, kvfs_page_protected(fs, n), KVFS_RAM_READ);
+	*out = d;
 	return 0;
 }
 
@@ -206,8 +267,6 @@ int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
 {
 	struct kv_node_info n;
 	struct kvfs_live *l;
-	struct kvfs_data *d;
-	void *buf;
 	int rc;
 
 	/* Decide RAM or disk under ns_lock: sealing sets the RAM copy and the
@@ -232,26 +291,13 @@ int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
 		return rc;
 	if (n.state == KV_PAGE_WRITING)
 		return -EBUSY;
-	rc = kv_store_read_verified(fs->store, &n.ext, n.hash, &buf);
-	if (rc == KV_ERR_CHECKSUM)
-		atomic_fetch_add(&fs->st.checksum_failures, 1);
-	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "page %s (inode %llu): read failed: %s",
-		       n.name, (unsigned long long)ino, kv_strerror(rc));
-		return rc;
+	kvfs_page_touch(fs, &n);
+	*out = kvfs_ram_get(fs, n.extent_id);
+	if (*out) {
+		atomic_fetch_add(&fs->st.bytes_read_ram, n.size);
+		return 0;
 	}
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		free(buf);
-		return -ENOMEM;
-	}
-	d->bytes = buf;
-	d->size = n.size;
-	d->cap = kv_extent_footprint(&n.ext);
-	atomic_init(&d->refs, 1);
-	atomic_fetch_add(&fs->st.bytes_read_disk, n.size);
-	*out = d;
-	return 0;
+	return load_from_disk(fs, &n, out);
 }
 
 /* ---- publishing a page the daemon already holds (fast-path write) ---- */

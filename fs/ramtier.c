@@ -1,9 +1,308 @@
-/* The RAM tier (in progress). */
+/*
+ * The RAM tier: hot page payloads kept in daemon memory under a byte
+ * budget (-o ram_cache=SIZE), consulted by both read paths before the SSD.
+ *
+ * Entries are keyed by extent id, not by page: pages that share an extent
+ * (dedup) share one entry, and an id is never reused within a mount, so an
+ * entry can never describe other bytes than its id's. Payloads are the
+ * daemon's refcounted kvfs_data, verified against their checksum before
+ * they get here; a FUSE hit hands the very buffer to the file handle, no
+ * copy.
+ *
+ * Two LRU lists: ordinary payloads, and protected ones (shared by several
+ * pages, or pinned), which are evicted only when no ordinary payload is
+ * left (CASCADE keeps shared prefixes resident the same way). One mutex:
+ * every operation is a hash probe and a few pointer moves.
+ */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+
 #include "kvfs_i.h"
+
+struct ram_ent {
+	uint64_t id;
+	struct kvfs_data *d;
+	uint64_t bytes;            /* charged to the budget: d->cap */
+	bool protect;
+	bool prefetched;           /* loaded by PREFETCH and not read since */
+	struct ram_ent *prev, *next;   /* its class's LRU, most recent first */
+	struct ram_ent *hnext;
+};
+
+struct lru {
+	struct ram_ent *head, *tail;
+};
+
+struct kvfs_ram {
+	pthread_mutex_t lock;
+	uint64_t budget, bytes;
+	struct ram_ent **tab;
+	size_t mask, n, nprotect;
+	struct lru lru[2];             /* [0] ordinary, [1] protected */
+	struct kvfs_ram_stats st;
+};
+
+#define MIN_BUCKETS 1024
+
+int kvfs_ram_init(struct kvfs *fs, uint64_t budget)
+{
+	struct kvfs_ram *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	r->tab = calloc(MIN_BUCKETS, sizeof(*r->tab));
+	if (!r->tab) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->mask = MIN_BUCKETS - 1;
+	r->budget = budget;
+	pthread_mutex_init(&r->lock, NULL);
+	fs->ram = r;
+	return 0;
+}
+
+void kvfs_ram_fini(struct kvfs *fs)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct ram_ent *e, *next;
+
+	if (!r)
+		return;
+	for (int c = 0; c < 2; c++)
+		for (e = r->lru[c].head; e; e = next) {
+			next = e->next;
+			kvfs_data_put(e->d);
+			free(e);
+		}
+	pthread_mutex_destroy(&r->lock);
+	free(r->tab);
+	free(r);
+	fs->ram = NULL;
+}
+
+static size_t slot_of(const struct kvfs_ram *r, uint64_t id)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & r->mask;
+}
+
+static struct ram_ent **find_slot(struct kvfs_ram *r, uint64_t id)
+{
+	struct ram_ent **pp = &r->tab[slot_of(r, id)];
+
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->hnext;
+	return pp;
+}
+
+/* Double the table when it is fuller than one entry per bucket. */
+static void maybe_grow(struct kvfs_ram *r)
+{
+	size_t nb = (r->mask + 1) * 2;
+	struct ram_ent **t, *e, *next;
+	size_t old = r->mask + 1;
+
+	if (r->n <= old)
+		return;
+	t = calloc(nb, sizeof(*t));
+	if (!t)
+		return;    /* longer chains, still correct */
+	struct ram_ent **ot = r->tab;
+	r->tab = t;
+	r->mask = nb - 1;
+	for (size_t i = 0; i < old; i++)
+		for (e = ot[i]; e; e = next) {
+			next = e->hnext;
+			e->hnext = r->tab[slot_of(r, e->id)];
+			r->tab[slot_of(r, e->id)] = e;
+		}
+	free(ot);
+}
+
+static void lru_unlink(struct kvfs_ram *r, struct ram_ent *e)
+{
+	struct lru *l = &r->lru[e->protect];
+
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		l->head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		l->tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void lru_push(struct kvfs_ram *r, struct ram_ent *e)
+{
+	struct lru *l = &r->lru[e->protect];
+
+	e->prev = NULL;
+	e->next = l->head;
+	if (l->head)
+		l->head->prev = e;
+	else
+		l->tail = e;
+	l->head = e;
+}
+
+/* Unhash and unlink e; the caller puts its payload (outside the lock is
+ * not needed: kvfs_data_put only frees memory). */
+static void remove_ent(struct kvfs_ram *r, struct ram_ent *e)
+{
+	struct ram_ent **pp = find_slot(r, e->id);
+
+	if (*pp == e)
+		*pp = e->hnext;
+	lru_unlink(r, e);
+	r->n--;
+	r->nprotect -= e->protect;
+	r->bytes -= e->bytes;
+	kvfs_data_put(e->d);
+	free(e);
+}
+
+/* Evict least recently used payloads, ordinary ones first, until need
+ * more bytes fit. */
+static void make_room(struct kvfs_ram *r, uint64_t need)
+{
+	while (r->bytes + need > r->budget) {
+		struct ram_ent *e = r->lru[0].tail ? r->lru[0].tail : r->lru[1].tail;
+
+		if (!e)
+			return;
+		remove_ent(r, e);
+		r->st.evictions++;
+	}
+}
+
+struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct kvfs_data *d = NULL;
+	struct ram_ent *e;
+
+	if (!r || !r->budget)
+		return NULL;
+	pthread_mutex_lock(&r->lock);
+	e = *find_slot(r, id);
+	if (e) {
+		lru_unlink(r, e);
+		lru_push(r, e);
+		d = kvfs_data_get(e->d);
+		r->st.hits++;
+		if (e->prefetched) {
+			e->prefetched = false;
+			r->st.prefetch_used++;
+		}
+	} else {
+		r->st.misses++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return d;
+}
+
+bool kvfs_ram_has(struct kvfs *fs, uint64_t id)
+{
+	struct kvfs_ram *r = fs->ram;
+	bool has;
+
+	if (!r || !r->budget)
+		return false;
+	pthread_mutex_lock(&r->lock);
+	has = *find_slot(r, id) != NULL;
+	pthread_mutex_unlock(&r->lock);
+	return has;
+}
+
+static void count_origin(struct kvfs_ram *r, enum kvfs_ram_origin origin)
+{
+	if (origin == KVFS_RAM_READ)
+		r->st.promotions++;
+	else if (origin == KVFS_RAM_WRITTEN)
+		r->st.kept_written++;
+	else
+		r->st.prefetched++;
+}
+
+void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
+		  bool protect, enum kvfs_ram_origin origin)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct ram_ent *e, **pp;
+
+	/* One payload may take at most half the budget: a tier that holds a
+	 * single page thrashes on every other read. */
+	if (!r || !r->budget || d->cap > r->budget / 2)
+		return;
+	pthread_mutex_lock(&r->lock);
+	pp = find_slot(r, id);
+	if (*pp) {              /* raced with another reader: keep the first */
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	make_room(r, d->cap);
+	pp = find_slot(r, id);   /* eviction may have moved chains */
+	e->id = id;
+	e->d = kvfs_data_get(d);
+	e->bytes = d->cap;
+	e->protect = protect;
+	e->prefetched = origin == KVFS_RAM_PREFETCH;
+	e->hnext = *pp;
+	*pp = e;
+	lru_push(r, e);
+	r->n++;
+	r->nprotect += protect;
+	r->bytes += e->bytes;
+	count_origin(r, origin);
+	maybe_grow(r);
+	pthread_mutex_unlock(&r->lock);
+}
+
+void kvfs_ram_drop(struct kvfs *fs, uint64_t id)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct ram_ent *e;
+
+	if (!r || !r->budget)
+		return;
+	pthread_mutex_lock(&r->lock);
+	e = *find_slot(r, id);
+	if (e)
+		remove_ent(r, e);
+	pthread_mutex_unlock(&r->lock);
+}
+
+void kvfs_ram_prefetch_dropped(struct kvfs *fs, uint64_t pages)
+{
+	struct kvfs_ram *r = fs->ram;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->st.prefetch_dropped += pages;
+	pthread_mutex_unlock(&r->lock);
+}
 
 void kvfs_ram_stats(struct kvfs *fs, struct kvfs_ram_stats *out)
 {
-	(void)fs;
+	struct kvfs_ram *r = fs->ram;
+
 	memset(out, 0, sizeof(*out));
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	*out = r->st;
+	out->budget = r->budget;
+	out->pages = r->n;
+	out->bytes = r->bytes;
+	out->protected_pages = r->nprotect;
+	pthread_mutex_unlock(&r->lock);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ops.h"
 
 #define XA_PREFIX "user.kvfs."
@@ -27,64 +28,13 @@ static const char *const model_xattrs[] = {
 static const char *const layer_xattrs[] = { XA_PREFIX "layer", NULL };
 static const char *const root_xattrs[] = { XA_PREFIX "stats", NULL };
 
-#define LD(x) ((unsigned long long)(x))
-#define ST(f) LD(atomic_load(&fs->st.f))
-
-static int counters_format(struct kvfs *fs, char *out, size_t len);
-
-/* The store's read-priority scheduler, appended to the stats. */
-static int sched_format(struct kvfs *fs, char *out, size_t len)
-{
-	struct kv_sched_stats ss;
-
-	kv_store_sched_stats(fs->store, &ss);
-	return snprintf(out, len,
-		"sched_fifo %d\nsched_reads_inflight %u\nsched_writes_inflight %u\n"
-		"sched_writes_peak_while_reading %u\nsched_write_share %u\n"
-		"sched_reads_issued %llu\nsched_writes_issued %llu\n"
-		"sched_writes_held_back %llu\n",
-		ss.fifo ? 1 : 0, ss.reads_inflight, ss.writes_inflight,
-		ss.writes_peak_reading, ss.write_ops_share, LD(ss.reads_issued),
-		LD(ss.writes_issued), LD(ss.write_throttled_events));
-}
-
-/* "key value" lines: what the daemon did since mount, and its write-back. */
+/* The daemon's counters: the same snapshot as MOUNT/.kvfs (fs/metrics.c). */
 static int stats_format(struct kvfs *fs, char *out, size_t len)
 {
-	int n = counters_format(fs, out, len);
+	struct kvfs_metrics m;
 
-	if (n < 0 || (size_t)n >= len)
-		return n;
-	return n + sched_format(fs, out + n, len - (size_t)n);
-}
-
-static int counters_format(struct kvfs *fs, char *out, size_t len)
-{
-	struct kvfs_dirty *d = &fs->dirty;
-	uint64_t filling, draining, peak, waits, overruns;
-
-	pthread_mutex_lock(&d->lock);
-	filling = d->filling;
-	draining = d->draining;
-	peak = d->peak;
-	waits = d->waits;
-	overruns = d->overruns;
-	pthread_mutex_unlock(&d->lock);
-	return snprintf(out, len,
-		"pages_sealed %llu\npages_lost %llu\ncommits %llu\nbytes_written %llu\n"
-		"bytes_read_disk %llu\nbytes_read_ram %llu\nchecksum_failures %llu\n"
-		"fast_batches %llu\nfast_pages %llu\nbytes_read_fast %llu\n"
-		"fast_bounced %llu\nfast_write_batches %llu\nfast_pages_written %llu\n"
-		"pages_deduplicated %llu\nbytes_saved_by_dedup %llu\ndedup_mismatches %llu\n"
-		"dirty_budget %llu\ndirty_bytes %llu\ndirty_filling %llu\n"
-		"dirty_draining %llu\ndirty_peak %llu\ndirty_waits %llu\ndirty_overruns %llu\n",
-		ST(pages_sealed), ST(pages_lost), ST(commits), ST(bytes_written),
-		ST(bytes_read_disk), ST(bytes_read_ram), ST(checksum_failures),
-		ST(fast_batches), ST(fast_pages), ST(bytes_read_fast), ST(fast_bounced),
-		ST(fast_write_batches), ST(fast_pages_written), ST(pages_deduped),
-		ST(bytes_deduped), ST(dedup_mismatches), LD(d->budget),
-		LD(filling + draining), LD(filling), LD(draining), LD(peak), LD(waits),
-		LD(overruns));
+	kvfs_metrics_snapshot(fs, &m);
+	return kvfs_metrics_lines(&m, out, len);
 }
 
 int kvfs_geometry_format(const struct kv_geometry *g, char *out, size_t len)
@@ -253,8 +203,11 @@ void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t s
 	struct kvfs *fs = req_fs(req);
 	struct kv_node_info n;
 	char v[4096 + 64];
-	int rc = kvfs_node_get(fs, ino, &n);
+	int rc;
 
+	if (kvfs_ino_virtual(ino))     /* the control directory has none */
+		return kvfs_reply_err(req, -ENODATA);
+	rc = kvfs_node_get(fs, ino, &n);
 	if (rc == 0)
 		rc = xattr_value(fs, &n, name, v, sizeof(v));
 	if (rc >= (int)sizeof(v))
@@ -271,8 +224,11 @@ void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct kv_node_info n;
 	char list[512], v[4096 + 64];
 	size_t len = 0;
-	int rc = kvfs_node_get(fs, ino, &n);
+	int rc;
 
+	if (kvfs_ino_virtual(ino))
+		return reply_value(req, list, 0, size);
+	rc = kvfs_node_get(fs, ino, &n);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	if (n.kind == KV_KIND_PAGE)
@@ -354,6 +310,8 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	int rc;
 
 	(void)flags;
+	if (kvfs_ino_virtual(ino))
+		return kvfs_reply_err(req, -EPERM);
 	if (strcmp(name, XA_GEOMETRY))
 		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
 				      ? -ENOTSUP : -EPERM);
@@ -375,6 +333,8 @@ void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	struct kv_geometry none = { 0 };
 	int rc;
 
+	if (kvfs_ino_virtual(ino))
+		return kvfs_reply_err(req, -EPERM);
 	if (strcmp(name, XA_GEOMETRY))
 		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
 				      ? -ENODATA : -EPERM);

@@ -743,3 +743,28 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 	pthread_rwlock_unlock(&x->lock);
 }
 
+
+int kv_index_page_walk(struct kv_index *x,
+		       int (*fn)(void *arg, const struct kv_page_brief *p),
+		       void *arg)
+{
+	struct kv_page_brief b;
+	struct node *n;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&x->lock);
+	for (size_t i = 0; i <= x->by_ino.mask && rc == 0; i++) {
+		n = x->by_ino.slot[i];
+		if (!n || n->kind != KV_KIND_PAGE)
+			continue;
+		b = (struct kv_page_brief){
+			.ino = n->ino, .parent = n->parent->ino,
+			.extent_id = n->u.p.extent_id, .size = n->u.p.size,
+			.atime_ns = __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED),
+			.mode = n->mode, .state = (enum kv_page_state)n->state,
+		};
+		rc = fn(arg, &b);
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}

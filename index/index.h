@@ -180,6 +180,26 @@ int kv_index_extent_walk(struct kv_index *x,
 			 int (*fn)(void *arg, const struct kv_extent_rec *r),
 			 void *arg);
 
+/* What kv_index_page_walk shows of a page. */
+struct kv_page_brief {
+	uint64_t ino;
+	uint64_t parent;
+	uint64_t extent_id;
+	uint64_t size;
+	int64_t atime_ns;
+	uint32_t mode;            /* permission bits (S_ISVTX: pinned) */
+	enum kv_page_state state;
+};
+/*
+ * Visit every page, in no particular order (eviction picks its victims,
+ * lazy atime persistence finds what changed). Stops on non-zero and
+ * returns it. fn runs under the index's read lock: it must not call back
+ * into the index.
+ */
+int kv_index_page_walk(struct kv_index *x,
+		       int (*fn)(void *arg, const struct kv_page_brief *p),
+		       void *arg);
+
 /*
  * Fill an empty index from the manifest: models, layers, extents, pages
  * (pages come up KV_PAGE_DURABLE). A row that refers to a missing parent or

@@ -135,6 +135,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* Never to 0: the row goes with its last page (del_extent). */
 	[ST_REF_EXTENT] = "UPDATE extents SET refcount = refcount + ?2 "
 		"WHERE id = ?1 AND refcount + ?2 BETWEEN 1 AND 4294967295",
+	/* Only forward: a late flush never undoes a newer row's time. */
+	[ST_TOUCH_PAGE] = "UPDATE pages SET atime_ns = ?2 WHERE ino = ?1 AND atime_ns < ?2",
 };
 
 /* ---- errors ---- */
@@ -810,4 +812,18 @@ int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta)
 		rc = -ENOENT;
 	}
 	return rc;
+}
+
+int kv_manifest_touch_page(struct kv_manifest *m, uint64_t ino, int64_t atime_ns)
+{
+	sqlite3_stmt *st = m->st[ST_TOUCH_PAGE];
+	int rc;
+
+	if ((rc = txn_alive(m)))
+		return rc;
+	if (!id_ok(ino))
+		return bad_arg(m, "access time of page %" PRIu64, ino);
+	sqlite3_bind_int64(st, 1, (int64_t)ino);
+	sqlite3_bind_int64(st, 2, atime_ns);
+	return run(m, ST_TOUCH_PAGE, false, "access time of page %" PRIu64, ino);
 }

@@ -149,6 +149,10 @@ int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino);
  * dedup). -ENOENT if there is no such extent or the count would leave
  * 1..UINT32_MAX: the last reference goes with kv_manifest_del_extent. */
 int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta);
+/* Record a page's access time, if later than the stored one (within a
+ * transaction). A page without a row (deleted, or not yet committed) is
+ * left alone: that is not an error. */
+int kv_manifest_touch_page(struct kv_manifest *m, uint64_t ino, int64_t atime_ns);
 
 /*
  * Visit every row: all models, then all layers, then all extents, then all
@@ -177,6 +181,42 @@ int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
  * error if the check could not run. Reads everything: for fsck, not mount.
  */
 int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen);
+
+/*
+ * Offline checking for `kvfs fsck` (check.c). Unlike kv_manifest_load these
+ * never stop at a bad row: they hand out raw values, which may be out of
+ * range, and the caller judges and reports every problem.
+ */
+typedef void kv_check_report_fn(void *arg, const char *line);
+/* PRAGMA integrity_check, foreign_key_check (except pages naming a missing
+ * extent: the caller reports those as dangling rows) and the schema version
+ * rows. Each problem is one report() line; returns how many, or -errno. */
+int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
+
+struct kv_check_extent {
+	uint64_t id;
+	int64_t stripe, segment, offset, length, refcount;  /* raw column values */
+	bool ints_ok;        /* every integer column holds an integer */
+	bool hash_ok;        /* hash is a KV_HASH_LEN-byte blob (then in hash) */
+	uint8_t hash[KV_HASH_LEN];
+};
+struct kv_check_page {
+	uint64_t ino;
+	uint64_t extent_id;
+	int64_t size;
+	const char *path;    /* "model/layer/name", "?" for a missing parent;
+	                      * valid during the callback only */
+};
+/* Every extent row by id, every page row by ino; fn's non-zero stops the
+ * walk and is returned. */
+int kv_manifest_walk_extents(struct kv_manifest *m,
+			     int (*fn)(void *arg, const struct kv_check_extent *e),
+			     void *arg);
+int kv_manifest_walk_pages(struct kv_manifest *m,
+			   int (*fn)(void *arg, const struct kv_check_page *p),
+			   void *arg);
+/* Repair: set extent id's refcount to count (>= 1). -ENOENT if no such row. */
+int kv_manifest_set_refcount(struct kv_manifest *m, uint64_t id, uint32_t count);
 
 /* Bytes of one element for a dtype name (case-insensitive: f16 fp16 bf16 2,
  * f32 fp32 4, f64 fp64 8, f8 fp8 fp8_e4m3 fp8_e5m2 i8 int8 u8 1), 0 if unknown. */

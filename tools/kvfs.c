@@ -26,11 +26,18 @@ static void usage(FILE *f)
 		"                                 serve a store as a filesystem\n"
 		"  model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
 		"  model list MOUNT               models, their geometry and page counts\n"
+		"  model drop MOUNT/NAME [--yes]  remove a model and all its pages\n"
+		"  stat MOUNT [--json]            tiers, capacity, evictions, dedup, write-back, latency\n"
+		"                                 (from MOUNT/.kvfs; docs/metrics.md)\n"
 		"  bench [--dir DIR] [--sizes 16K,64K,256K,1M] [--pages N | --bytes TOTAL] [--quick] ...\n"
 		"                                 own store and daemon; cold reads four ways: fast path,\n"
 		"                                 FUSE, raw io_uring on the extents, one file per page\n"
 		"  bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
 		"                                 write, then cold-read N page files under DIR\n"
+		"  fsck STORE [--verify-data] [--repair | -n] [--json]\n"
+		"                                 check (and repair) a store that is not mounted\n"
+		"  gc STORE|MOUNT (--older-than DUR | --target-size SIZE)\n"
+		"                                 evict least recently used pages nobody holds open\n"
 		"  version\n"
 		"\n"
 		"Run `kvfs COMMAND --help` for a command's options. Docs: docs/usage.md\n",
@@ -110,8 +117,14 @@ int main(int argc, char **argv)
 		return kvfs_mount_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "model"))
 		return kvfs_cmd_model(argc - 1, argv + 1);
+	if (!strcmp(cmd, "stat"))
+		return kvfs_cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(cmd, "gc"))
+		return kvfs_cmd_gc(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench"))
 		return kvfs_cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(cmd, "fsck"))
+		return kvfs_cmd_fsck(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench-files"))
 		return kvfs_cmd_bench_files(argc - 1, argv + 1);
 	fprintf(stderr, "kvfs: unknown command \"%s\"\n\n", cmd);

@@ -45,7 +45,7 @@ except ImportError:  # views as memoryviews still work without numpy
     np = None
 
 __all__ = ["Client", "Region", "Batch", "Result", "PageError", "PageDesc",
-           "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED",
+           "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED", "DESC_CACHED",
            "WRITE_DURABLE", "WRITE_REPLACE"]
 
 ABI_VERSION = 1
@@ -53,6 +53,7 @@ NAME_MAX = 255
 BATCH_MAX = 1 << 20
 DESC_RAM = 1 << 0       # served from RAM (not yet on disk)
 DESC_BOUNCED = 1 << 1   # destination not O_DIRECT-usable: copied
+DESC_CACHED = 1 << 2    # served from the daemon's RAM tier
 WRITE_DURABLE = 1 << 0  # write: return once every page is durable
 WRITE_REPLACE = 1 << 1  # write: replace pages of the same name (else EEXIST)
 _ALIGN = 4096           # O_DIRECT-friendly destination alignment
@@ -156,6 +157,7 @@ _proto("kvfs_batch_set_dst", _int, _vp, ctypes.c_uint, _u64, _u64)
 _proto("kvfs_batch_read", _int, _vp, _pres)
 _proto("kvfs_batch_lookup", _int, _vp, ctypes.c_uint, _pres)
 _proto("kvfs_batch_write", _int, _vp, ctypes.c_uint, _pres)
+_proto("kvfs_batch_prefetch", _int, _vp, _pres)
 _proto("kvfs_batch_submit", _int, _vp)
 _proto("kvfs_batch_submit_write", _int, _vp, ctypes.c_uint)
 _proto("kvfs_batch_wait", _int, _vp, _pres)
@@ -338,6 +340,21 @@ class Client(_Closing):
                 sizes = d["bytes"].reshape(n, nl).copy()
                 del d
         return res.done, handles, sizes
+
+    def prefetch_layer(self, layer, names):
+        """Warm the daemon's RAM tier with these pages of one layer (say,
+        the next layer while this one computes); returns at once with a
+        Result (done = pages queued or already in RAM)."""
+        names = list(names)
+        if not names:
+            raise ValueError("need at least one name")
+        with self._lock:
+            self._handle()
+            r = self._scratch_region(Batch.ctl_bytes(len(names)))
+            with r.batch(0, len(names)) as b:
+                for name in names:
+                    b.add(layer, name)
+                return b.prefetch()
 
     def write_pages(self, pages, durable=False, replace=False, region=None,
                     offset=0):
@@ -579,6 +596,14 @@ class Batch(_Closing):
         hit length in blocks); fills handles and sizes."""
         r = _Result()
         _check(_lib.kvfs_batch_lookup(self._handle(), group, ctypes.byref(r)))
+        return Result(r.done, r.failed, r.bytes)
+
+    def prefetch(self):
+        """Ask the daemon to load every page of the batch (added with no
+        destination) into its RAM tier in the background; returns at once.
+        Returns a Result (done = pages queued or already in RAM)."""
+        r = _Result()
+        _check(_lib.kvfs_batch_prefetch(self._handle(), ctypes.byref(r)))
         return Result(r.done, r.failed, r.bytes)
 
     def write(self, durable=False, replace=False):

@@ -4,7 +4,7 @@
 
 mkfs
 chmod 755 "$T"   # uid 65534 takes part in the ownership checks
-KVFS_LOG=debug mount_kvfs -o allow_other
+KVFS_LOG=debug mount_kvfs -o allow_other,ram_cache=0   # the disk path: O_DIRECT and bounces
 M=$MNT/m
 mkdir "$M" "$M/0" "$M/1" "$MNT/other" "$MNT/other/0" || fail "mkdir"
 for i in $(seq 0 9); do

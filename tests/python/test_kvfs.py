@@ -88,13 +88,16 @@ class Mount:
         self.daemon = None
         os.mkdir(self.mnt)
 
-    def start(self):
+    def start(self, opts=None):
+        """mkfs (the first time) and mount; opts: a -o option string."""
         # Killed by a test runner's timeout: leave no mount or daemon behind.
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        subprocess.run([self.kvfs, "mkfs", self.store], check=True,
-                       stdout=subprocess.DEVNULL)
+        if not os.path.exists(self.store):
+            subprocess.run([self.kvfs, "mkfs", self.store], check=True,
+                           stdout=subprocess.DEVNULL)
         with open(self.log, "ab") as log:
-            self.daemon = subprocess.Popen([self.kvfs, "mount", self.store, self.mnt, "-f"],
+            self.daemon = subprocess.Popen([self.kvfs, "mount", self.store, self.mnt, "-f"] +
+                                           (["-o", opts] if opts else []),
                                            stderr=log, stdout=log)
         for _ in range(100):
             if is_mounted(self.mnt):
@@ -152,7 +155,7 @@ class FastPathTest(unittest.TestCase):
     def setUpClass(cls):
         cls.mount = Mount()
         try:
-            cls.mount.start()
+            cls.mount.start("ram_cache=0")   # the device path; test_ramtier.py has the tier
             cls.model = os.path.join(cls.mount.mnt, "m")
             cls.pages = cls.make_model(cls.model)
             cls.client = kvfs.Client(cls.model)

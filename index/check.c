@@ -1,0 +1,246 @@
+/*
+ * kvfs manifest, offline check side (for `kvfs fsck`, never the daemon).
+ *
+ * kv_manifest_load stops at the first bad row: right for a mount, which must
+ * refuse, but fsck wants to see every problem and repair what it can. So the
+ * walks here hand out raw values (possibly out of range, a hash of the wrong
+ * length, a page whose layer is gone) and leave judging them to the caller;
+ * only SQLite-level problems (integrity_check, foreign_key_check, meta
+ * identity) are judged here, because they need the database handle. The
+ * repair helper sets a refcount to an absolute value, which the committer
+ * never needs (it only moves counts by a delta that can never reach 0).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "manifest_i.h"
+
+#define INTEGRITY_MAX_LINES 100   /* integrity_check stops after this many */
+
+static void reportf(kv_check_report_fn *report, void *arg, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void reportf(kv_check_report_fn *report, void *arg, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	report(arg, line);
+}
+
+/* Step through sql's rows calling fn for each; fn's non-zero ends the walk. */
+static int each_row(struct kv_manifest *m, const char *sql,
+		    int (*fn)(sqlite3_stmt *st, void *a), void *a)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	rc = sqlite3_prepare_v2(m->db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing \"%s\"", sql);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		rc = fn(st, a);
+		if (rc)
+			goto out;
+	}
+	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "reading \"%s\"", sql);
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+struct db_check {
+	kv_check_report_fn *report;
+	void *arg;
+	int problems;
+};
+
+static int integrity_row(sqlite3_stmt *st, void *a)
+{
+	struct db_check *c = a;
+	const char *s = mf_col_str(st, 0);
+
+	if (strcmp(s, "ok") == 0)
+		return 0;
+	reportf(c->report, c->arg, "manifest: integrity_check: %s", s);
+	c->problems++;
+	return 0;
+}
+
+/*
+ * Pages naming a missing extent are left out: the caller reports them as
+ * dangling rows (with the page's path) and can repair them; every other
+ * missing parent (a layer's model, a page's layer) is reported here.
+ */
+static int fk_row(sqlite3_stmt *st, void *a)
+{
+	struct db_check *c = a;
+	const char *table = mf_col_str(st, 0), *parent = mf_col_str(st, 2);
+
+	if (strcmp(table, "pages") == 0 && strcmp(parent, "extents") == 0)
+		return 0;
+	reportf(c->report, c->arg, "manifest: table %s, row %lld: refers to a %s row that "
+		"does not exist (foreign key)", table, sqlite3_column_int64(st, 1), parent);
+	c->problems++;
+	return 0;
+}
+
+/* format, schema_version and user_version: what open accepted, spelled out. */
+static int check_versions(struct kv_manifest *m, struct db_check *c)
+{
+	sqlite3_stmt *st;
+	int64_t ver = -1, uver = -1;
+	int rc;
+
+	rc = mf_query_row(m->db, m->path, "SELECT value FROM meta WHERE key = 'schema_version'",
+			  NULL, &st);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		if (sqlite3_column_type(st, 0) == SQLITE_INTEGER)
+			ver = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	rc = mf_query_row(m->db, m->path, "PRAGMA user_version", NULL, &st);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		uver = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	if (ver != KV_SCHEMA_VERSION || uver != KV_SCHEMA_VERSION) {
+		reportf(c->report, c->arg, "manifest: meta schema_version %" PRId64 " and "
+			"user_version %" PRId64 " should both be %d", ver, uver,
+			KV_SCHEMA_VERSION);
+		c->problems++;
+	}
+	return 0;
+}
+
+int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
+{
+	struct db_check c = { .report = report, .arg = arg };
+	int rc;
+
+	rc = each_row(m, "PRAGMA integrity_check(" STR(INTEGRITY_MAX_LINES) ")",
+		      integrity_row, &c);
+	if (rc)
+		return rc;
+	rc = each_row(m, "PRAGMA foreign_key_check", fk_row, &c);
+	if (rc)
+		return rc;
+	rc = check_versions(m, &c);
+	return rc ? rc : c.problems;
+}
+
+/* ---- raw walks ---- */
+
+struct walk {
+	int (*extent)(void *arg, const struct kv_check_extent *e);
+	int (*page)(void *arg, const struct kv_check_page *p);
+	void *arg;
+};
+
+static int extent_row(sqlite3_stmt *st, void *a)
+{
+	struct walk *w = a;
+	struct kv_check_extent e;
+
+	memset(&e, 0, sizeof(e));
+	e.id = sqlite3_column_int64(st, 0);
+	e.stripe = sqlite3_column_int64(st, 1);
+	e.segment = sqlite3_column_int64(st, 2);
+	e.offset = sqlite3_column_int64(st, 3);
+	e.length = sqlite3_column_int64(st, 4);
+	e.refcount = sqlite3_column_int64(st, 6);
+	/* A text or real in an integer column reads as some number: say so. */
+	e.ints_ok = true;
+	for (int col = 0; col <= 6; col++)
+		if (col != 5 && sqlite3_column_type(st, col) != SQLITE_INTEGER)
+			e.ints_ok = false;
+	e.hash_ok = sqlite3_column_type(st, 5) == SQLITE_BLOB &&
+		    sqlite3_column_bytes(st, 5) == KV_HASH_LEN;
+	if (e.hash_ok)
+		memcpy(e.hash, sqlite3_column_blob(st, 5), KV_HASH_LEN);
+	return w->extent(w->arg, &e);
+}
+
+int kv_manifest_walk_extents(struct kv_manifest *m,
+			     int (*fn)(void *arg, const struct kv_check_extent *e),
+			     void *arg)
+{
+	struct walk w = { .extent = fn, .arg = arg };
+
+	return each_row(m, "SELECT id, stripe, segment, \"offset\", length, hash, refcount "
+			"FROM extents ORDER BY id", extent_row, &w);
+}
+
+static int page_row(sqlite3_stmt *st, void *a)
+{
+	struct walk *w = a;
+	struct kv_check_page p;
+	char path[3 * (KV_NAME_MAX + 1) + 8];
+
+	memset(&p, 0, sizeof(p));
+	p.ino = sqlite3_column_int64(st, 0);
+	p.extent_id = sqlite3_column_int64(st, 1);
+	p.size = sqlite3_column_int64(st, 2);
+	/* Missing parents print as "?": the path is for a human to recognise
+	 * the page, the foreign key check reports the missing row itself. */
+	snprintf(path, sizeof(path), "%s/%s/%s",
+		 sqlite3_column_type(st, 5) == SQLITE_NULL ? "?" : mf_col_str(st, 5),
+		 sqlite3_column_type(st, 4) == SQLITE_NULL ? "?" : mf_col_str(st, 4),
+		 mf_col_str(st, 3));
+	p.path = path;
+	return w->page(w->arg, &p);
+}
+
+int kv_manifest_walk_pages(struct kv_manifest *m,
+			   int (*fn)(void *arg, const struct kv_check_page *p),
+			   void *arg)
+{
+	struct walk w = { .page = fn, .arg = arg };
+
+	return each_row(m, "SELECT p.ino, p.extent_id, p.size, p.name, l.name, mo.name "
+			"FROM pages AS p LEFT JOIN layers AS l ON l.ino = p.layer_ino "
+			"LEFT JOIN models AS mo ON mo.ino = l.model_ino ORDER BY p.ino",
+			page_row, &w);
+}
+
+/* ---- repair ---- */
+
+int kv_manifest_set_refcount(struct kv_manifest *m, uint64_t id, uint32_t count)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	if (count == 0 || id == 0 || id > INT64_MAX) {
+		kv_log(KV_LOG_ERR, "manifest %s: refcount %" PRIu32 " for extent %" PRIu64
+		       " is invalid (an extent no page uses is deleted instead)",
+		       m->path, count, id);
+		return -EINVAL;
+	}
+	rc = sqlite3_prepare_v2(m->db, "UPDATE extents SET refcount = ?2 WHERE id = ?1",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing a refcount update");
+	sqlite3_bind_int64(st, 1, (int64_t)id);
+	sqlite3_bind_int64(st, 2, count);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		rc = mf_db_fail(m->db, m->path, rc, "setting the refcount of extent %" PRIu64, id);
+	else if (sqlite3_changes(m->db) == 0)
+		rc = -ENOENT;
+	else
+		rc = 0;
+	sqlite3_finalize(st);
+	return rc;
+}
