@@ -30,11 +30,12 @@
 #include "kvfs_ioctl.h"
 
 #define EVICT_BATCH 256            /* pages forgotten per ns_lock hold */
+#define EVICT_SCAN 4096            /* victims looked at per ns_lock hold */
 #define SPACE_WAIT_NS (30ll * 1000000000)  /* longest a writer waits for room */
 #define RUN_WAIT_MS 100            /* then it looks again */
 
 struct kvfs_cap {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;          /* inside ns_lock, never around it */
 	pthread_cond_t work_cv;        /* the evictor has work (or stop) */
 	pthread_cond_t room_cv;        /* an eviction run ended */
 	pthread_t thread;
@@ -70,12 +71,13 @@ static bool evicting(const struct kvfs *fs)
 
 struct victim {
 	uint64_t ino;
+	uint64_t extent_id;
 	int64_t atime_ns;
 	bool protect;
 };
 
 struct victims {
-	struct kvfs *fs;
+	int64_t older_than_ns;        /* 0: any age */
 	struct victim *v;
 	size_t n, cap;
 };
@@ -87,6 +89,8 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 
 	if (p->state != KV_PAGE_DURABLE)
 		return 0;     /* still in write-back: not ours to drop */
+	if (vs->older_than_ns && p->atime_ns >= vs->older_than_ns)
+		return 0;
 	if (vs->n == vs->cap) {
 		size_t nc = vs->cap ? vs->cap * 2 : 1024;
 
@@ -96,7 +100,8 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 		vs->v = nv;
 		vs->cap = nc;
 	}
-	vs->v[vs->n++] = (struct victim){ .ino = p->ino, .atime_ns = p->atime_ns,
+	vs->v[vs->n++] = (struct victim){ .ino = p->ino, .extent_id = p->extent_id,
+					  .atime_ns = p->atime_ns,
 					  .protect = (p->mode & S_ISVTX) != 0 };
 	return 0;
 }
@@ -112,16 +117,17 @@ static int victim_cmp(const void *pa, const void *pb)
 	return a->ino < b->ino ? -1 : a->ino > b->ino;
 }
 
-/* Every durable page, least recently used first, protected ones last.
- * Sharing is looked up per page: the walk runs under the index's lock. */
-static int collect_victims(struct kvfs *fs, struct victims *vs)
+/* Durable pages (last read before older_than_ns, if set), least recently
+ * used first, shared or pinned ones last. Sharing is looked up after the
+ * walk: the walk runs under the index's lock. */
+static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
+			   struct victims *vs)
 {
 	struct kv_extent_rec er;
-	struct kv_node_info n;
 	int rc;
 
 	memset(vs, 0, sizeof(*vs));
-	vs->fs = fs;
+	vs->older_than_ns = older_than_ns;
 	rc = kv_index_page_walk(fs->idx, collect_one, vs);
 	if (rc < 0) {
 		free(vs->v);
@@ -129,8 +135,9 @@ static int collect_victims(struct kvfs *fs, struct victims *vs)
 		return rc;
 	}
 	for (size_t i = 0; i < vs->n; i++)
-		if (!vs->v[i].protect && kv_index_get(fs->idx, vs->v[i].ino, &n) == 0 &&
-		    kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount > 1)
+		if (!vs->v[i].protect &&
+		    kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0 &&
+		    er.refcount > 1)
 			vs->v[i].protect = true;
 	qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
 	return 0;
@@ -139,85 +146,110 @@ static int collect_victims(struct kvfs *fs, struct victims *vs)
 /* ---- evicting ---- */
 
 struct evicted {
-	uint64_t parent;
+	uint64_t parent, ino, size;
+	int64_t atime_ns;
+	bool protect;
 	char name[KV_NAME_MAX + 1];
 };
 
-/* May page n go? Only durable pages nobody has open (ns_lock held). */
-static bool evictable(struct kvfs *fs, const struct kv_node_info *n)
+/* May page n go? Only durable pages nobody has open (ns_lock held). A page
+ * read since the victims were chosen is no longer "older than". */
+static bool evictable(struct kvfs *fs, const struct kv_node_info *n,
+		      int64_t older_than_ns)
 {
 	struct kvfs_live *l;
 
 	if (n->kind != KV_KIND_PAGE || n->state != KV_PAGE_DURABLE)
 		return false;
+	if (older_than_ns && n->attr.atime_ns >= older_than_ns)
+		return false;
 	l = kvfs_live_find(fs, n->ino);
 	return !l || (!l->opens && !l->writing && !l->ram);
 }
 
-/* Forget one victim (ns_lock held); the bytes its extent will free. */
-static uint64_t evict_one(struct kvfs *fs, const struct victim *v,
-			  struct evicted *out, bool *done)
+/* Forget one victim (ns_lock held); adds the bytes its extent will free. */
+static bool evict_one(struct kvfs *fs, const struct victim *v,
+		      int64_t older_than_ns, struct evicted *out, uint64_t *freed)
 {
 	struct kv_extent_rec er;
 	struct kv_node_info n;
-	uint64_t freed = 0;
 
-	*done = false;
-	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !evictable(fs, &n))
-		return 0;
+	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !evictable(fs, &n, older_than_ns))
+		return false;
 	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
-		freed = kv_extent_footprint(&n.ext);
+		*freed += kv_extent_footprint(&n.ext);
 	if (kvfs_page_forget(fs, &n, false) < 0)
-		return 0;
-	*done = true;
-	out->parent = n.parent;
+		return false;
+	*out = (struct evicted){ .parent = n.parent, .ino = n.ino, .size = n.size,
+				 .atime_ns = n.attr.atime_ns, .protect = v->protect };
 	memcpy(out->name, n.name, sizeof(out->name));
-	kv_log(KV_LOG_DEBUG, "evicted page %s (inode %" PRIu64 ", layer dir %" PRIu64
-	       ", %" PRIu64 " bytes, %s, last read %" PRId64 " s ago)", n.name, n.ino,
-	       n.parent, n.size, v->protect ? "shared or pinned" : "unshared",
-	       (kvfs_now_ns() - n.attr.atime_ns) / 1000000000);
-	return freed;
+	return true;
 }
 
-/* Evict from vs (starting at *next) until about `want` bytes will be
- * freed; wait for the deletes to commit so the space is really back.
- * False if no page went (all held open, say). */
+/* After ns_lock: tell the kernel, and the debug log. */
+static void report_evicted(const struct evicted *gone, size_t n)
+{
+	int64_t now = kvfs_now_ns();
+
+	for (size_t i = 0; i < n; i++) {
+		fp_forget_name(gone[i].parent, gone[i].name);
+		kv_log(KV_LOG_DEBUG, "evicted page %s (inode %" PRIu64 ", layer dir %" PRIu64
+		       ", %" PRIu64 " bytes, %s, last read %" PRId64 " s ago)", gone[i].name,
+		       gone[i].ino, gone[i].parent, gone[i].size,
+		       gone[i].protect ? "shared or pinned" : "unshared",
+		       (now - gone[i].atime_ns) / 1000000000);
+	}
+}
+
+/*
+ * Evict from vs (from *next on) until about want bytes will be freed, at
+ * most EVICT_BATCH pages and EVICT_SCAN victims looked at per ns_lock
+ * hold; wait for the deletes to commit, so the space is really back (or
+ * deferred behind a fast-path batch still reading it). *freed gets the
+ * bytes the evicted extents free. False if no page went.
+ */
 static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
-		       uint64_t want, int64_t older_than_ns)
+		       uint64_t want, uint64_t *freed)
 {
 	struct evicted *gone = malloc(EVICT_BATCH * sizeof(*gone));
 	struct kvfs_cap *c = fs->cap;
-	uint64_t freed = 0, nshared = 0, mark;
-	size_t ngone = 0;
-	bool done;
+	uint64_t nshared = 0, mark;
+	size_t ngone = 0, scanned = 0;
 
+	*freed = 0;
 	if (!gone)
 		return false;
 	mark = kvfs_commit_mark(fs);
 	pthread_mutex_lock(&fs->ns_lock);
-	while (*next < vs->n && ngone < EVICT_BATCH && freed < want) {
+	while (*next < vs->n && ngone < EVICT_BATCH && scanned++ < EVICT_SCAN &&
+	       *freed < want) {
 		const struct victim *v = &vs->v[(*next)++];
 
-		if (older_than_ns && v->atime_ns >= older_than_ns)
-			continue;
-		freed += evict_one(fs, v, &gone[ngone], &done);
-		if (done) {
-			ngone++;
-			nshared += v->protect;
-		}
+		if (evict_one(fs, v, vs->older_than_ns, &gone[ngone], freed))
+			nshared += gone[ngone++].protect;
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
 	pthread_mutex_lock(&c->lock);
 	c->st.evictions += ngone;
 	c->st.evicted_shared += nshared;
-	c->st.evicted_bytes += freed;
+	c->st.evicted_bytes += *freed;
 	pthread_mutex_unlock(&c->lock);
-	for (size_t i = 0; i < ngone; i++)
-		fp_forget_name(gone[i].parent, gone[i].name);
+	report_evicted(gone, ngone);
 	free(gone);
 	if (ngone)
 		kvfs_commit_wait_all(fs, mark);
 	return ngone > 0;
+}
+
+/* Stop early at unmount: the rest is the next mount's work. */
+static bool cap_stopping(struct kvfs_cap *c)
+{
+	bool stop;
+
+	pthread_mutex_lock(&c->lock);
+	stop = c->stop;
+	pthread_mutex_unlock(&c->lock);
+	return stop;
 }
 
 int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
@@ -225,31 +257,35 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 {
 	struct kvfs_cap *c = fs->cap;
 	struct victims vs;
-	uint64_t before, now_use, pages0;
+	uint64_t before, want, freed, pages = 0, ev0;
 	size_t next = 0;
 	int rc;
 
-	pthread_mutex_lock(&c->lock);
-	pages0 = c->st.evictions;
-	pthread_mutex_unlock(&c->lock);
-	rc = collect_victims(fs, &vs);
+	rc = collect_victims(fs, older_than_ns, &vs);
 	if (rc < 0)
 		return rc;
-	now_use = usage_now(fs, NULL);
-	before = now_use;
-	while (next < vs.n && (older_than_ns || now_use > target)) {
-		if (evict_some(fs, &vs, &next, older_than_ns ? UINT64_MAX : now_use - target,
-			       older_than_ns))
-			now_use = usage_now(fs, NULL);
+	before = usage_now(fs, NULL);
+	/* Frees may be deferred behind running fast-path batches: count
+	 * what was handed over instead of measuring usage again, or a busy
+	 * reader would make each batch evict the same amount once more. */
+	want = older_than_ns ? UINT64_MAX : before > target ? before - target : 0;
+	pthread_mutex_lock(&c->lock);
+	ev0 = c->st.evictions;
+	pthread_mutex_unlock(&c->lock);
+	while (next < vs.n && want && !cap_stopping(c)) {
+		if (evict_some(fs, &vs, &next, want, &freed))
+			want -= freed < want ? freed : want;
 	}
 	free(vs.v);
 	pthread_mutex_lock(&c->lock);
 	c->st.eviction_runs++;
-	if (pages_out)
-		*pages_out = c->st.evictions - pages0;
+	pages = c->st.evictions - ev0;
 	pthread_mutex_unlock(&c->lock);
-	kv_log(KV_LOG_DEBUG, "eviction run: usage %" PRIu64 " -> %" PRIu64
-	       " bytes (target %" PRIu64 ")", before, now_use, target);
+	if (pages_out)
+		*pages_out = pages;
+	kv_log(KV_LOG_DEBUG, "eviction run: %" PRIu64 " pages, usage %" PRIu64 " -> %"
+	       PRIu64 " bytes (target %" PRIu64 ")", pages, before,
+	       usage_now(fs, NULL), target);
 	return 0;
 }
 
@@ -279,7 +315,8 @@ static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
-	uint64_t before, after;
+	uint64_t pages;
+	bool above;
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
@@ -289,12 +326,14 @@ static void *evictor(void *arg)
 			break;
 		c->wanted = false;
 		pthread_mutex_unlock(&c->lock);
-		before = usage_now(fs, NULL);
-		if (before > c->st.low)
-			kvfs_evict(fs, c->st.low, 0, NULL);
-		after = usage_now(fs, NULL);
+		pages = 0;
+		if (usage_now(fs, NULL) > c->st.low)
+			kvfs_evict(fs, c->st.low, 0, &pages);
+		above = usage_now(fs, NULL) > c->st.low;   /* takes ns_lock: not under c->lock */
 		pthread_mutex_lock(&c->lock);
-		c->last_run_stuck = after >= before && after > c->st.low;
+		/* Stuck: nothing could go, and we are still above the mark.
+		 * (Usage alone would lie: frees wait behind fast-path reads.) */
+		c->last_run_stuck = pages == 0 && above;
 		c->runs_done++;
 		pthread_cond_broadcast(&c->room_cv);
 	}

@@ -72,6 +72,7 @@ struct kvfs_commit {
 	size_t nfailed;
 	bool pair_open;               /* last queued op waits for its partner */
 	unsigned groups;              /* open kvfs_commit_group_begin calls */
+	int64_t atime_flushed_ns;     /* committer thread only */
 	bool stop;
 	bool running;
 };
@@ -654,6 +655,12 @@ static uint64_t commit_bytes_max(const struct kvfs *fs)
 	return b ? b : 1;
 }
 
+static void flush_atimes(struct kvfs *fs)
+{
+	kvfs_atime_flush(fs);
+	fs->commit->atime_flushed_ns = kvfs_now_ns();
+}
+
 /* Wait for work, at most ATIME_FLUSH_SECS (commit.lock held). */
 static int idle_wait(struct kvfs_commit *c)
 {
@@ -683,7 +690,7 @@ static void *committer(void *arg)
 		if (!c->head) {
 			pthread_mutex_unlock(&c->lock);
 			/* Idle: the access times readers left in the index. */
-			kvfs_atime_flush(fs);
+			flush_atimes(fs);
 			if (c->stop)
 				break;
 			continue;
@@ -719,6 +726,9 @@ static void *committer(void *arg)
 		failures = 0;
 		after_commit(fs, batch);
 		finish_batch(fs, batch, dropped);
+		/* Busy for long: flush between batches all the same. */
+		if (kvfs_now_ns() - c->atime_flushed_ns > ATIME_FLUSH_SECS * 1000000000ll)
+			flush_atimes(fs);
 	}
 	return NULL;
 }

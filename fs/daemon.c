@@ -336,6 +336,9 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 	 * needs the session to drop the kernel's cached names. */
 	kvfs_fastpath_set_session(se);
 	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
+	/* The evictor writes name invalidations to the session: stop it
+	 * while the session's fd is still open, not after. */
+	kvfs_cap_stop(fs);
 	kvfs_fastpath_set_session(NULL);
 	fuse_session_unmount(se);
 	kvfs_close(fs);   /* commits everything still queued */

@@ -380,11 +380,10 @@ static void plan_page(struct kvfs *fs, const struct kv_node_info *n,
 	p->extent_id = now.extent_id;
 	memcpy(p->hash, now.hash, KV_HASH_LEN);
 	kvfs_page_touch(fs, &now);
+	p->mode = now.attr.mode;
 	p->ram = kvfs_ram_get(fs, now.extent_id);
 	if (p->ram)
 		p->src = FP_CACHE;
-	else
-		p->protect = kvfs_page_protected(fs, &now);
 }
 
 static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
@@ -470,7 +469,7 @@ static void prefetch_page(struct kvfs *fs, const struct kv_node_info *n,
 		return;
 	}
 	memcpy(pg.hash, n->hash, KV_HASH_LEN);
-	pg.protect = kvfs_page_protected(fs, n);
+	pg.protect = kvfs_extent_protected(fs, n->extent_id, n->attr.mode);
 	if (!kvfs_prefetch_queue(fs, &pg))
 		kvfs_ram_prefetch_dropped(fs, 1);
 }

@@ -28,7 +28,7 @@ struct fp_page {
 	struct kv_extent ext;
 	uint8_t hash[KV_HASH_LEN];
 	uint64_t extent_id;
-	bool protect;              /* shared or pinned (for the RAM tier) */
+	uint32_t mode;             /* S_ISVTX: pinned (for the RAM tier) */
 	struct kvfs_data *ram;     /* FP_RAM, FP_CACHE: a reference */
 };
 

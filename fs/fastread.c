@@ -159,10 +159,23 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 	return -EIO;
 }
 
+/* A buffer for a copy that fills it: only the padding is zeroed. */
+static void *copy_buf(uint64_t fp, uint64_t size)
+{
+	void *p;
+
+	if (posix_memalign(&p, KV_ALIGN, fp))
+		return NULL;
+	memset((uint8_t *)p + size, 0, fp - size);
+	return p;
+}
+
 /*
- * Keep a verified page in the RAM tier. A bounced page's buffer is handed
- * over as it is; a page read straight into the region is copied out (the
- * engine owns that memory and may change it the moment the call returns).
+ * Keep a verified page in the RAM tier, on its second miss (kvfs_ram_admit:
+ * the engine holds this copy already, only a page read again is worth
+ * keeping). A bounced page's buffer is handed over as it is; a page read
+ * straight into the region is copied out (the engine owns that memory and
+ * may change it the moment the call returns).
  */
 static void promote(struct chunk *c, unsigned k)
 {
@@ -171,7 +184,7 @@ static void promote(struct chunk *c, unsigned k)
 	uint64_t fp = kv_extent_footprint(&p->ext);
 	struct kvfs_data *d;
 
-	if (!b->fs->opts.ram_cache)
+	if (!kvfs_ram_admit(b->fs, p->extent_id))
 		return;
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -180,9 +193,15 @@ static void promote(struct chunk *c, unsigned k)
 		d->bytes = c->bounce[k];
 		c->bounce[k] = NULL;
 	} else {
-		d->bytes = kv_buf_alloc(fp);
+		/* The engine can write its region at any time, also between
+		 * the verification and this copy: check the copy itself, or
+		 * every reader of the tier could get the engine's bytes. */
+		uint8_t h[KV_HASH_LEN];
+
+		d->bytes = copy_buf(fp, p->size);
 		if (!d->bytes ||
-		    kvfs_region_load(b->r, b->d[p->idx].dst_off, d->bytes, p->size) < 0) {
+		    kvfs_region_load(b->r, b->d[p->idx].dst_off, d->bytes, p->size) < 0 ||
+		    (kv_hash128(d->bytes, p->size, h), memcmp(h, p->hash, KV_HASH_LEN))) {
 			free(d->bytes);
 			free(d);
 			return;
@@ -191,7 +210,8 @@ static void promote(struct chunk *c, unsigned k)
 	d->size = p->size;
 	d->cap = fp;
 	atomic_init(&d->refs, 1);
-	kvfs_ram_put(b->fs, p->extent_id, d, p->protect, KVFS_RAM_READ);
+	kvfs_ram_put(b->fs, p->extent_id, d,
+		     kvfs_extent_protected(b->fs, p->extent_id, p->mode), KVFS_RAM_READ);
 	kvfs_data_put(d);
 }
 

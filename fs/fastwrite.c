@@ -272,12 +272,25 @@ static void publish(struct wbatch *w, struct wpage *p)
 	kvfs_data_put(p->data);
 	p->data = NULL;
 	p->charged = 0;
-	/* The kernel may hold the name as the replaced page's inode. */
-	if (w->replace)
-		fp_forget_name(p->layer_ino, p->name);
 	w->b.d[p->idx].handle = fp_handle_of(fs, n.ino);
 	w->b.d[p->idx].bytes = p->size;
 	w->published++;
+}
+
+/*
+ * The kernel may still hold a replaced name as the old page's inode. Told
+ * only after the chunk's commit group ended: the invalidation can wait in
+ * the kernel for the layer directory's lock, and whoever holds it (an
+ * fsync of the directory) may be waiting for the committer, which waits
+ * for the group.
+ */
+static void forget_replaced(struct wbatch *w, uint32_t first, uint32_t end)
+{
+	if (!w->replace)
+		return;
+	for (uint32_t k = first; k < end; k++)
+		if (w->b.status[w->pages[k].idx] == 0 && w->b.d[w->pages[k].idx].handle)
+			fp_forget_name(w->pages[k].layer_ino, w->pages[k].name);
 }
 
 /* Bytes one chunk may stage: a share of the budget, at least one page. */
@@ -334,6 +347,7 @@ static void write_pages(struct wbatch *w)
 			if (w->pages[k].data)
 				publish(w, &w->pages[k]);
 		kvfs_commit_group_end(fs);
+		forget_replaced(w, first, end);
 		first = end;
 	}
 }

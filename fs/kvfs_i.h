@@ -201,9 +201,9 @@ void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
 /* Read a sealed page's whole payload, verified (write-back copy, RAM tier
  * or disk; a disk read is kept in the RAM tier). */
 int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);
-/* Shared by several pages or pinned: kept longest by the RAM tier and
- * evicted last for capacity. */
-bool kvfs_page_protected(struct kvfs *fs, const struct kv_node_info *n);
+/* A page on this extent with this mode is shared by several pages or
+ * pinned: kept longest by the RAM tier and evicted last for capacity. */
+bool kvfs_extent_protected(struct kvfs *fs, uint64_t extent_id, uint32_t mode);
 /* A page was read: note its access time for LRU eviction (cheap; the
  * manifest learns it lazily, fs/capacity.c). */
 void kvfs_page_touch(struct kvfs *fs, const struct kv_node_info *n);
@@ -319,6 +319,10 @@ void kvfs_ram_fini(struct kvfs *fs);
  * miss), else NULL. Only verified payloads are ever put. */
 struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id);
 bool kvfs_ram_has(struct kvfs *fs, uint64_t id);   /* no counting */
+/* Worth a copy into the tier? True on extent id's second miss in a while
+ * (ids are remembered lossily): a single pass over pages the engine
+ * already holds copies nothing. */
+bool kvfs_ram_admit(struct kvfs *fs, uint64_t id);
 /* Keep payload d (verified, immutable from now on) of extent id; takes its
  * own reference. protect: shared or pinned, evicted last. */
 void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,

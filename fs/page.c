@@ -207,14 +207,13 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	return 0;
 }
 
-bool kvfs_page_protected(struct kvfs *fs, const struct kv_node_info *n)
+bool kvfs_extent_protected(struct kvfs *fs, uint64_t extent_id, uint32_t mode)
 {
 	struct kv_extent_rec er;
 
-	if (n->attr.mode & S_ISVTX)
+	if (mode & S_ISVTX)
 		return true;    /* pinned */
-	return kv_index_extent_get(fs->idx, n->extent_id, &er) == 0 &&
-	       er.refcount > 1;
+	return kv_index_extent_get(fs->idx, extent_id, &er) == 0 && er.refcount > 1;
 }
 
 /* Access times order eviction; one store per second per page is plenty
@@ -258,7 +257,8 @@ static int load_from_disk(struct kvfs *fs, const struct kv_node_info *n,
 	d->cap = kv_extent_footprint(&n->ext);
 	atomic_init(&d->refs, 1);
 	atomic_fetch_add(&fs->st.bytes_read_disk, n->size);
-	kvfs_ram_put(fs, n->extent_id, d, kvfs_page_protected(fs, n), KVFS_RAM_READ);
+	kvfs_ram_put(fs, n->extent_id, d,
+		     kvfs_extent_protected(fs, n->extent_id, n->attr.mode), KVFS_RAM_READ);
 	*out = d;
 	return 0;
 }

@@ -34,9 +34,12 @@ struct lru {
 	struct ram_ent *head, *tail;
 };
 
+#define GHOSTS 65536               /* extent ids remembered by kvfs_ram_admit */
+
 struct kvfs_ram {
 	pthread_mutex_t lock;
 	uint64_t budget, bytes;
+	_Atomic uint64_t *ghost;       /* ids missed once, direct-mapped, lossy */
 	struct ram_ent **tab;
 	size_t mask, n, nprotect;
 	struct lru lru[2];             /* [0] ordinary, [1] protected */
@@ -58,6 +61,12 @@ int kvfs_ram_init(struct kvfs *fs, uint64_t budget)
 	}
 	r->mask = MIN_BUCKETS - 1;
 	r->budget = budget;
+	r->ghost = budget ? calloc(GHOSTS, sizeof(*r->ghost)) : NULL;
+	if (budget && !r->ghost) {
+		free(r->tab);
+		free(r);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&r->lock, NULL);
 	fs->ram = r;
 	return 0;
@@ -77,6 +86,7 @@ void kvfs_ram_fini(struct kvfs *fs)
 			free(e);
 		}
 	pthread_mutex_destroy(&r->lock);
+	free(r->ghost);
 	free(r->tab);
 	free(r);
 	fs->ram = NULL;
@@ -202,6 +212,20 @@ struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
 	}
 	pthread_mutex_unlock(&r->lock);
 	return d;
+}
+
+bool kvfs_ram_admit(struct kvfs *fs, uint64_t id)
+{
+	struct kvfs_ram *r = fs->ram;
+	_Atomic uint64_t *g;
+
+	if (!r || !r->budget)
+		return false;
+	g = &r->ghost[(id * 0x9E3779B97F4A7C15ull) >> 48];
+	if (atomic_load_explicit(g, memory_order_relaxed) == id)
+		return true;
+	atomic_store_explicit(g, id, memory_order_relaxed);
+	return false;
 }
 
 bool kvfs_ram_has(struct kvfs *fs, uint64_t id)
