@@ -42,6 +42,7 @@ struct kvfs_cap {
 	bool running, stop, wanted;
 	uint64_t runs_done;
 	bool last_run_stuck;           /* the last run found nothing to evict */
+	uint64_t need;                 /* most bytes a waiting writer needs */
 	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
 	struct kvfs_cap_stats st;
 };
@@ -315,7 +316,7 @@ static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
-	uint64_t pages;
+	uint64_t pages, need, target;
 	bool above;
 
 	pthread_mutex_lock(&c->lock);
@@ -325,11 +326,16 @@ static void *evictor(void *arg)
 		if (c->stop)
 			break;
 		c->wanted = false;
+		/* Below the low mark by what waiting writers need: a page
+		 * larger than the slack must find room too. */
+		need = c->need;
+		c->need = 0;
+		target = c->st.low > need ? c->st.low - need : 0;
 		pthread_mutex_unlock(&c->lock);
 		pages = 0;
-		if (usage_now(fs, NULL) > c->st.low)
-			kvfs_evict(fs, c->st.low, 0, &pages);
-		above = usage_now(fs, NULL) > c->st.low;   /* takes ns_lock: not under c->lock */
+		if (usage_now(fs, NULL) > target)
+			kvfs_evict(fs, target, 0, &pages);
+		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
 		pthread_mutex_lock(&c->lock);
 		/* Stuck: nothing could go, and we are still above the mark.
 		 * (Usage alone would lie: frees wait behind fast-path reads.) */
@@ -357,11 +363,13 @@ static bool writeback_pending(struct kvfs *fs)
 
 /* Kick the evictor and wait for the end of its next run, RUN_WAIT_MS at
  * most (cap.lock held). */
-static void wait_for_run(struct kvfs_cap *c)
+static void wait_for_run(struct kvfs_cap *c, uint64_t bytes)
 {
 	uint64_t seen = c->runs_done;
 	struct timespec ts;
 
+	if (bytes > c->need)
+		c->need = bytes;
 	c->wanted = true;
 	pthread_cond_signal(&c->work_cv);
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -397,7 +405,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 		if (!waited)
 			c->st.space_waits++;
 		waited = true;
-		wait_for_run(c);
+		wait_for_run(c, bytes);
 		bool stuck = c->last_run_stuck || c->stop;
 		pthread_mutex_unlock(&c->lock);
 		if ((stuck && !writeback_pending(fs)) || kvfs_now_ns() > deadline)
@@ -405,7 +413,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 	}
 }
 
-int kvfs_space_wait_run(struct kvfs *fs)
+int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes)
 {
 	struct kvfs_cap *c = fs->cap;
 	bool stuck;
@@ -413,7 +421,7 @@ int kvfs_space_wait_run(struct kvfs *fs)
 	if (!evicting(fs))
 		return -ENOSPC;
 	pthread_mutex_lock(&c->lock);
-	wait_for_run(c);
+	wait_for_run(c, bytes);
 	stuck = c->last_run_stuck || c->stop;
 	pthread_mutex_unlock(&c->lock);
 	return stuck && !writeback_pending(fs) ? -ENOSPC : 0;

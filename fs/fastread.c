@@ -224,6 +224,7 @@ static void verify(struct chunk *c, unsigned k)
 		fail_page(c->b, c->pg[k], rc);
 	} else {
 		atomic_fetch_add(&c->bytes, c->pg[k]->size);
+		atomic_fetch_add(&c->b->fs->st.pages_read_disk, 1);
 		promote(c, k);
 	}
 	free(c->bounce[k]);

@@ -113,6 +113,7 @@ struct kvfs_stats {
 	atomic_uint_fast64_t bytes_accepted_fuse; /* payload sealed from FUSE writes */
 	atomic_uint_fast64_t bytes_accepted_fast; /* payload published by fast-path writes */
 	atomic_uint_fast64_t ssd_bytes_written;   /* extent footprints written (padding too) */
+	atomic_uint_fast64_t pages_read_disk;     /* pages served to readers from the device */
 	struct kvfs_hist lat_read;      /* fast-path READ calls */
 	struct kvfs_hist lat_write;     /* fast-path WRITE calls */
 	struct kvfs_hist lat_lookup;    /* fast-path LOOKUP calls */
@@ -327,6 +328,8 @@ bool kvfs_ram_admit(struct kvfs *fs, uint64_t id);
  * own reference. protect: shared or pinned, evicted last. */
 void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 		  bool protect, enum kvfs_ram_origin origin);
+/* Move a resident payload to the protected list or back (pinning). */
+void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect);
 /* Extent id is gone: drop its payload. */
 void kvfs_ram_drop(struct kvfs *fs, uint64_t id);
 void kvfs_ram_prefetch_dropped(struct kvfs *fs, uint64_t pages);
@@ -378,7 +381,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes);
 /* A check under ns_lock found no room after kvfs_space_wait said there
  * was: wait for one more eviction run. 0: worth another try; -ENOSPC: not
  * cache mode, or nothing is left to evict. */
-int kvfs_space_wait_run(struct kvfs *fs);
+int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes);
 void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space */
 /*
  * Evict durable pages nobody holds open, least recently used first

@@ -49,8 +49,8 @@ static void snap_ram(struct kvfs *fs, struct kvfs_metrics *m)
 	set_ratio(m, MV_RAM_PREFETCH_USED_RATIO, r.prefetch_used, r.prefetched);
 	set_u(m, MV_RAM_PREFETCH_DROPPED, r.prefetch_dropped);
 	set_u(m, MV_RAM_EVICTIONS, r.evictions);
-	/* Every lookup that missed RAM was served by the SSD. */
-	set_u(m, MV_SSD_HITS, r.misses);
+	/* Pages served to readers (either path) from the device. */
+	set_u(m, MV_SSD_HITS, atomic_load(&fs->st.pages_read_disk));
 }
 
 static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
@@ -200,7 +200,7 @@ static const struct mdef defs[] = {
 	{ MV_RAM_PROTECTED, "ram", "protected_pages", "kvfs_ram_protected_pages", NULL, G,
 	  "Resident pages that are shared or pinned (evicted last)" },
 	{ MV_RAM_HITS, "ram", "hits", "kvfs_hits_total", "tier=\"ram\"", C,
-	  "Page lookups served by a tier (ssd: lookups that missed RAM)" },
+	  "Pages served to readers by a tier (ssd: read from the device)" },
 	{ MV_SSD_HITS, "ssd", "hits", "kvfs_hits_total", "tier=\"ssd\"", C, NULL },
 	{ MV_RAM_MISSES, "ram", "misses", "kvfs_ram_misses_total", NULL, C,
 	  "Page lookups that missed the RAM tier" },

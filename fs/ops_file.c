@@ -381,7 +381,7 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	 * take that room first, so the check under the lock can send us back
 	 * to wait, until the evictor has nothing left to give. */
 	for (int tries = 0;; tries++) {
-		space = tries ? kvfs_space_wait_run(fs) : kvfs_space_wait(fs, charge);
+		space = tries ? kvfs_space_wait_run(fs, charge) : kvfs_space_wait(fs, charge);
 		pthread_mutex_lock(&fs->ns_lock);
 		rc = write_target(fs, fh, end, space == 0 && tries < SPACE_RETRIES,
 				  &d, &n);

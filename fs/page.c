@@ -257,6 +257,7 @@ static int load_from_disk(struct kvfs *fs, const struct kv_node_info *n,
 	d->cap = kv_extent_footprint(&n->ext);
 	atomic_init(&d->refs, 1);
 	atomic_fetch_add(&fs->st.bytes_read_disk, n->size);
+	atomic_fetch_add(&fs->st.pages_read_disk, 1);
 	kvfs_ram_put(fs, n->extent_id, d,
 		     kvfs_extent_protected(fs, n->extent_id, n->attr.mode), KVFS_RAM_READ);
 	*out = d;

@@ -290,6 +290,27 @@ void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 	pthread_mutex_unlock(&r->lock);
 }
 
+void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct ram_ent *e;
+
+	if (!r || !r->budget)
+		return;
+	pthread_mutex_lock(&r->lock);
+	e = *find_slot(r, id);
+	if (e && e->protect != protect) {
+		lru_unlink(r, e);
+		if (protect)
+			r->nprotect++;
+		else
+			r->nprotect--;
+		e->protect = protect;
+		lru_push(r, e);
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
 void kvfs_ram_drop(struct kvfs *fs, uint64_t id)
 {
 	struct kvfs_ram *r = fs->ram;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "metrics.h"
 #include "ops.h"
@@ -19,7 +20,7 @@
 
 static const char *const page_xattrs[] = {
 	XA_PREFIX "state", XA_PREFIX "checksum", XA_PREFIX "extent",
-	XA_PREFIX "segment", XA_PREFIX "refcount", NULL,
+	XA_PREFIX "segment", XA_PREFIX "refcount", XA_PREFIX "pinned", NULL,
 };
 static const char *const model_xattrs[] = {
 	XA_GEOMETRY, XA_PREFIX "layers", XA_PREFIX "kv_heads", XA_PREFIX "head_dim",
@@ -130,6 +131,8 @@ static int page_xattr(struct kvfs *fs, const struct kv_node_info *n,
 	if (!strcmp(key, "segment"))     /* for tools that read extents raw */
 		return snprintf(out, len, "%s/seg-%08u",
 				kv_store_stripe_path(fs->store, n->ext.stripe), n->ext.segment);
+	if (!strcmp(key, "pinned"))
+		return snprintf(out, len, "%d", (n->attr.mode & S_ISVTX) ? 1 : 0);
 	if (!strcmp(key, "refcount")) {
 		if (kv_index_extent_get(fs->idx, n->extent_id, &er) < 0)
 			return snprintf(out, len, "0");   /* unlinked, still open */
@@ -302,6 +305,64 @@ static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry 
 	return rc;
 }
 
+/*
+ * Pin or unpin a sealed page: evicted last for capacity, kept longest in
+ * the RAM tier. Stored as the sticky bit of the page's mode, which the
+ * manifest keeps anyway (ns_lock held).
+ */
+static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
+{
+	struct kv_node_info n;
+	int rc = kv_index_get(fs->idx, ino, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n.kind != KV_KIND_PAGE)
+		return -EPERM;
+	if (n.state == KV_PAGE_WRITING)
+		return -EBUSY;     /* sealing sets the mode; pin it after close */
+	if (!!(n.attr.mode & S_ISVTX) == pin)
+		return 0;
+	n.attr.mode = pin ? n.attr.mode | S_ISVTX : n.attr.mode & ~(uint32_t)S_ISVTX;
+	n.attr.ctime_ns = kvfs_now_ns();
+	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_ATTR);
+	if (rc < 0)
+		return rc;
+	kvfs_commit_put_page(fs, &n);
+	kvfs_ram_protect(fs, n.extent_id, kvfs_extent_protected(fs, n.extent_id, n.attr.mode));
+	kv_log(KV_LOG_INFO, "page %s (inode %llu) %s", n.name, (unsigned long long)ino,
+	       pin ? "pinned" : "unpinned");
+	return 0;
+}
+
+static int parse_pin(const char *value, size_t size, bool *pin)
+{
+	while (size && (value[size - 1] == '\n' || value[size - 1] == '\0'))
+		size--;
+	if (size != 1 || (value[0] != '0' && value[0] != '1'))
+		return -EINVAL;
+	*pin = value[0] == '1';
+	return 0;
+}
+
+static void setxattr_pinned(fuse_req_t req, fuse_ino_t ino, const char *value,
+			    size_t size)
+{
+	struct kvfs *fs = req_fs(req);
+	bool pin;
+	int rc = parse_pin(value, size, &pin);
+
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "user.kvfs.pinned \"%.*s\" refused: use 1 or 0",
+		       (int)(size > 20 ? 20 : size), value);
+		return kvfs_reply_err(req, rc);
+	}
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = set_pinned(fs, ino, pin);
+	pthread_mutex_unlock(&fs->ns_lock);
+	kvfs_reply_err(req, rc);
+}
+
 void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		      const char *value, size_t size, int flags)
 {
@@ -312,6 +373,8 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	(void)flags;
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -EPERM);
+	if (!strcmp(name, XA_PREFIX "pinned"))
+		return setxattr_pinned(req, ino, value, size);
 	if (strcmp(name, XA_GEOMETRY))
 		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
 				      ? -ENOTSUP : -EPERM);
@@ -335,6 +398,8 @@ void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -EPERM);
+	if (!strcmp(name, XA_PREFIX "pinned"))
+		return setxattr_pinned(req, ino, "0", 1);
 	if (strcmp(name, XA_GEOMETRY))
 		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
 				      ? -ENODATA : -EPERM);

@@ -68,6 +68,17 @@ def step_fill(mnt):
     os.makedirs(os.path.join(mnt, 'm', '0'), exist_ok=True)
     for i in range(60):
         write(mnt, f'a{i:03d}', 'twin' if i in (40, 41) else None)
+    # a030 is never read, but pinned: it goes last, like the shared twins.
+    path = os.path.join(mnt, 'm', '0', 'a030')
+    os.setxattr(path, 'user.kvfs.pinned', b'1')
+    if os.getxattr(path, 'user.kvfs.pinned') != b'1' or not os.stat(path).st_mode & 0o1000:
+        fail('a030 did not become pinned (xattr, sticky bit)')
+    try:
+        os.setxattr(path, 'user.kvfs.pinned', b'yes')
+        fail('a bad pinned value was accepted')
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            fail(f'bad pinned value: {e}, wanted EINVAL')
     time.sleep(1.2)       # access times have a one-second grain
     for i in range(10):
         if not read_ok(mnt, f'a{i:03d}'):
@@ -96,9 +107,9 @@ def step_evict(mnt):
     for i in range(10):
         if not present(mnt, f'a{i:03d}'):
             fail(f'a{i:03d} evicted although read after the other A pages')
-    for n in ('a040', 'a041'):
+    for n in ('a040', 'a041', 'a030'):
         if not present(mnt, n):
-            fail(f'shared page {n} evicted before unshared ones')
+            fail(f'shared or pinned page {n} evicted before unshared ones')
     gone = [i for i in range(10, 60) if not present(mnt, f'a{i:03d}')]
     if not gone:
         fail('no unread A page was evicted')
@@ -121,7 +132,10 @@ def step_after_remount(mnt):
     """Access times survived the restart: new writes evict the unread A
     pages before the ten read in step_fill, although those ten were
     created first (without the saved times they would go first)."""
-    left = [i for i in range(10, 60) if i not in (40, 41) and present(mnt, f'a{i:03d}')]
+    path = os.path.join(mnt, 'm', '0', 'a030')
+    if os.getxattr(path, 'user.kvfs.pinned') != b'1':
+        fail('the pin did not survive a restart')
+    left = [i for i in range(10, 60) if i not in (30, 40, 41) and present(mnt, f'a{i:03d}')]
     if not left:
         fail('no unread A page left to test the order with')
     for i in range(200):

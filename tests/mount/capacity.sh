@@ -50,5 +50,5 @@ mount_kvfs
 [ -z "$(ls "$MNT/m/0")" ] || fail "offline gc --older-than 1s left pages: $(ls "$MNT/m/0" | head -3)"
 [ "$(used)" -eq 0 ] || fail "offline gc left $(used) bytes used"
 umount_kvfs
-no_errors_in_log "store full|no space for|cannot open store|in use by another"
+no_errors_in_log "store full|no space for|cannot open store|in use by another|kvfs.pinned \"yes\" refused"
 echo "PASS: capacity enforced, LRU eviction, authoritative ENOSPC"

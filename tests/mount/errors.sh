@@ -5,7 +5,18 @@
 command -v sqlite3 >/dev/null || skip "sqlite3 is not installed (apt-get install sqlite3)"
 
 mkfs --capacity 1M
+# Cache mode (the default): the older page makes room for the newer one.
 mount_kvfs
+mkdir -p "$MNT/m/00"
+head -c 700000 /dev/urandom > "$T/big"
+cp "$T/big" "$MNT/m/00/old" || fail "first page"
+cp "$T/big" "$MNT/m/00/new" || fail "cache mode refused a page it could make room for"
+[ ! -e "$MNT/m/00/old" ] || fail "the least recently used page was not evicted"
+cmp "$T/big" "$MNT/m/00/new" || fail "the new page reads back wrong"
+rm "$MNT/m/00/new"
+umount_kvfs
+# Authoritative mode: a full store refuses, and loses nothing.
+mount_kvfs -o authoritative
 mkdir -p "$MNT/m/00"
 head -c 700000 /dev/urandom > "$T/big"
 cp "$T/big" "$MNT/m/00/a" || fail "first page"

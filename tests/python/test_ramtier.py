@@ -112,6 +112,8 @@ class RamTier(unittest.TestCase):
             warm.append(dt)
         s2 = self.stats()
         self.assertEqual(s2["ram"]["hits"] - s1["ram"]["hits"], 3 * N)
+        self.assertEqual(s1["ssd"]["hits"] - s0["ssd"]["hits"], 2 * N)
+        self.assertEqual(s2["ssd"]["hits"], s1["ssd"]["hits"])
         # Not one byte more from the device for the warm reads.
         self.assertEqual(s2["sched"]["reads_issued"], s1["sched"]["reads_issued"])
         print("cold READ of %d x %d KiB: %.2f ms; warm (RAM tier): best %.2f ms"
