@@ -140,7 +140,8 @@ static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
 		    kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0 &&
 		    er.refcount > 1)
 			vs->v[i].protect = true;
-	qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
+	if (vs->n)
+		qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
 	return 0;
 }
 

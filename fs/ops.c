@@ -251,7 +251,17 @@ static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_in
 		return (void)fuse_reply_buf(req, NULL, 0);
 	if (h->len - (size_t)off < size)
 		size = h->len - (size_t)off;
-	fuse_reply_buf(req, h->buf + off, size);
+	/* The kernel may complete this read, let the reader close and
+	 * deliver RELEASE (which frees h) before fuse_reply_buf returns:
+	 * reply from a copy of our own. */
+	char *copy = size ? malloc(size) : NULL;
+
+	if (size && !copy)
+		return (void)kvfs_reply_err(req, -ENOMEM);
+	if (size)
+		memcpy(copy, h->buf + off, size);
+	fuse_reply_buf(req, copy, size);
+	free(copy);
 }
 
 static void ctl_release(fuse_req_t req, struct fuse_file_info *fi)

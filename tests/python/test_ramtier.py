@@ -118,7 +118,10 @@ class RamTier(unittest.TestCase):
         self.assertEqual(s2["sched"]["reads_issued"], s1["sched"]["reads_issued"])
         print("cold READ of %d x %d KiB: %.2f ms; warm (RAM tier): best %.2f ms"
               % (N, PAGE // 1024, cold * 1e3, min(warm) * 1e3), file=sys.stderr)
-        self.assertLess(min(warm), cold)
+        # Timing: a memory copy beats the device, except under a
+        # sanitizer, which instruments the copy but not the device.
+        if "san" not in os.environ.get("LD_PRELOAD", ""):
+            self.assertLess(min(warm), cold)
 
     def test_fuse_reads_promote(self):
         self.remount("ram_cache=64M")
