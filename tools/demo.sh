@@ -70,9 +70,11 @@ print(f"batched write of {hit * len(layers)} pages for a second request: "
 PY
 show du -sh "$M"
 show df -h "$MNT"
+show "$KVFS" stat "$MNT"
 cat <<MSG
 
 kvfs is mounted on $MNT (store $STORE, daemon log $STORE/kvfs.log).
 Explore it with ls, cat, stat, getfattr -d, du, df; copy files into a layer
-directory to add pages. Unmount with:  fusermount3 -u $MNT
+directory to add pages. Counters: $KVFS stat $MNT, or cat $MNT/.kvfs/stats
+(JSON) and $MNT/.kvfs/metrics (Prometheus). Unmount with:  fusermount3 -u $MNT
 MSG
