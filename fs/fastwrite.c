@@ -38,6 +38,7 @@
 
 /* A chunk never charges more than this share of the write-back budget, so
  * one batch cannot starve FUSE writers. */
+#define SPACE_RETRIES 300      /* eviction runs a page waits through (~30 s) */
 #define CHUNK_BUDGET_SHARE 2
 /* Per-descriptor log lines per batch; a batch can hold 2^20 descriptors. */
 #define LOG_DESCS_MAX 8
@@ -278,6 +279,32 @@ static void publish(struct wbatch *w, struct wpage *p)
 }
 
 /*
+ * In cache mode a page refused for space lost its room to another writer
+ * between the wait and the publish: wait for the evictor and try again,
+ * one page per commit group, until it has nothing left to give.
+ */
+static void retry_full(struct wbatch *w, uint32_t first, uint32_t end)
+{
+	struct kvfs *fs = w->b.fs;
+
+	for (uint32_t k = first; k < end; k++) {
+		struct wpage *p = &w->pages[k];
+
+		for (int tries = 0; tries < SPACE_RETRIES &&
+		     w->b.status[p->idx] == -ENOSPC && !w->region_lost; tries++) {
+			if (kvfs_space_wait_run(fs, p->size) < 0)
+				break;
+			w->b.status[p->idx] = stage(w, p);
+			if (w->b.status[p->idx] < 0)
+				break;
+			kvfs_commit_group_begin(fs);
+			publish(w, p);
+			kvfs_commit_group_end(fs);
+		}
+	}
+}
+
+/*
  * The kernel may still hold a replaced name as the old page's inode. Told
  * only after the chunk's commit group ended: the invalidation can wait in
  * the kernel for the layer directory's lock, and whoever holds it (an
@@ -347,6 +374,7 @@ static void write_pages(struct wbatch *w)
 			if (w->pages[k].data)
 				publish(w, &w->pages[k]);
 		kvfs_commit_group_end(fs);
+		retry_full(w, first, end);
 		forget_replaced(w, first, end);
 		first = end;
 	}

@@ -14,7 +14,7 @@
 extern const struct fuse_lowlevel_ops kvfs_ops;
 
 /*
- * The control directory MOUNT/.kvfs and its read-only files (fs/ops.c):
+ * The control directory MOUNT/.kvfs and its read-only files (fs/ctl.c):
  * inode numbers at the top of the range, which the index's counter never
  * reaches, so they cannot collide with a page and are never looked up in
  * the index.

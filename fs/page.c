@@ -71,10 +71,23 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
 	return 0;
 }
 
+/* Space held for pages being written through FUSE is theirs: a page
+ * published without a reservation of its own may not take it, or their
+ * close would find the store full and lose them (ns_lock held). */
+static int room_for(struct kvfs *fs, uint64_t size)
+{
+	struct kv_extent e = { .length = size };
+	struct kv_store_usage u;
+
+	kv_store_usage(fs->store, &u);
+	return u.avail >= fs->reserved_bytes + kv_extent_footprint(&e) ? 0 : -ENOSPC;
+}
+
 /*
  * Where a sealed payload lives: the twin extent the plan found, if it is
  * still there (its refcount going up under ns_lock is what makes the
  * sharing real), or a new extent. Sets n's extent, hash and size.
+ * respect_reserved: leave the space held for FUSE writers alone (room_for).
  * lone_id: the extent of a page this one replaces. Its delete (refcount
  * - 1) is queued before the new row (+ 1), and the manifest's count may
  * never pass through 0, so that extent is shared only if some third page
@@ -82,7 +95,7 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
  */
 static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 			 const struct kvfs_seal_plan *plan, uint64_t lone_id,
-			 struct kv_node_info *n, bool *shared)
+			 bool respect_reserved, struct kv_node_info *n, bool *shared)
 {
 	struct kv_extent_rec er;
 	uint32_t count;
@@ -100,7 +113,9 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 		n->size = d->size;
 		return 0;
 	}
-	rc = kv_extent_alloc(fs->store, d->size, &n->ext);
+	rc = respect_reserved ? room_for(fs, d->size) : 0;
+	if (rc == 0)
+		rc = kv_extent_alloc(fs->store, d->size, &n->ext);
 	if (rc == -ENOSPC)
 		kvfs_space_refused(fs);
 	if (rc < 0) {
@@ -148,7 +163,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 	if (rc == 0)
 		rc = check_seal_size(fs, &n, d->size);
 	if (rc == 0)
-		rc = place_payload(fs, d, plan, 0, &n, &shared);
+		rc = place_payload(fs, d, plan, 0, false, &n, &shared);
 	if (rc < 0)
 		return rc;
 	rc = kvfs_commit_new_page(fs, &n, d, shared);
@@ -363,7 +378,7 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 	if (rc == 0)
 		rc = check_seal_size(fs, n, d->size);
 	if (rc == 0)
-		rc = place_payload(fs, d, plan, has_old ? old.extent_id : 0, n, &shared);
+		rc = place_payload(fs, d, plan, has_old ? old.extent_id : 0, true, n, &shared);
 	if (rc < 0)
 		return rc;
 	n->ino = kv_index_next_ino(fs->idx);

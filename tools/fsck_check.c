@@ -1,0 +1,401 @@
+/*
+ * `kvfs fsck` checks (see fsck.c): the manifest rows read into memory, the
+ * stripes (directory and marker) and their segment files, every extent
+ * row's values and place inside its segment file, overlaps between
+ * extents, and page -> extent references and refcounts.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsck.h"
+
+#define MARKER_NAME "kvfs-stripe"
+
+/* ---- rows ---- */
+
+static int add_extent(void *arg, const struct kv_check_extent *r)
+{
+	struct fsck *f = arg;
+
+	if (f->next == f->ext_cap) {
+		size_t cap = f->ext_cap ? 2 * f->ext_cap : 1024;
+		struct ext *n = realloc(f->ext, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		f->ext = n;
+		f->ext_cap = cap;
+	}
+	memset(&f->ext[f->next], 0, sizeof(f->ext[0]));
+	f->ext[f->next].r = *r;
+	f->ext[f->next].seg = -1;
+	f->next++;
+	return 0;
+}
+
+static int add_page(void *arg, const struct kv_check_page *r)
+{
+	struct fsck *f = arg;
+	struct page *p;
+
+	if (f->npg == f->pg_cap) {
+		size_t cap = f->pg_cap ? 2 * f->pg_cap : 1024;
+		struct page *n = realloc(f->pg, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		f->pg = n;
+		f->pg_cap = cap;
+	}
+	p = &f->pg[f->npg];
+	memset(p, 0, sizeof(*p));
+	p->ino = r->ino;
+	p->extent_id = r->extent_id;
+	p->size = r->size;
+	p->path = strdup(r->path);
+	if (!p->path)
+		return -ENOMEM;
+	f->npg++;
+	return 0;
+}
+
+int read_rows(struct fsck *f)
+{
+	int rc;
+
+	rc = kv_manifest_walk_extents(f->m, add_extent, f);
+	if (rc == 0)
+		rc = kv_manifest_walk_pages(f->m, add_page, f);
+	if (rc < 0)
+		fprintf(stderr, "kvfs fsck: cannot read the manifest rows: %s\n", kv_strerror(rc));
+	return rc;
+}
+
+static struct ext *find_extent(struct fsck *f, uint64_t id)
+{
+	size_t lo = 0, hi = f->next;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->ext[mid].r.id == id)
+			return &f->ext[mid];
+		if (f->ext[mid].r.id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ---- stripes and segment files ---- */
+
+static int check_marker(struct fsck *f, unsigned i)
+{
+	const char *dir = f->meta->stripes[i];
+	char path[4096 + 16], want[128], got[128];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, MARKER_NAME);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		problem(f, false, "stripe %u (%s): cannot open its marker %s: %s; its extents "
+			"are not checked (is the disk mounted?)", i, dir, MARKER_NAME,
+			strerror(errno));
+		return -1;
+	}
+	n = read(fd, got, sizeof(got) - 1);
+	close(fd);
+	got[n > 0 ? n : 0] = '\0';
+	snprintf(want, sizeof(want), "kvfs-stripe 1\nuuid %s\nindex %u\n", f->meta->uuid, i);
+	if (strcmp(got, want) != 0) {
+		problem(f, false, "stripe %u (%s): marker does not name store %s index %u: "
+			"a foreign or swapped disk; its extents are not checked", i, dir,
+			f->meta->uuid, i);
+		return -1;
+	}
+	return 0;
+}
+
+static int add_seg(struct fsck *f, uint32_t stripe, uint32_t num, uint64_t size)
+{
+	if (f->nseg == f->seg_cap) {
+		size_t cap = f->seg_cap ? 2 * f->seg_cap : 64;
+		struct seg *n = realloc(f->seg, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		f->seg = n;
+		f->seg_cap = cap;
+	}
+	f->seg[f->nseg++] = (struct seg){ .stripe = stripe, .num = num, .size = size, .fd = -1 };
+	return 0;
+}
+
+/* The store's own spelling only (store/segment.c): seg-%08u. */
+static bool parse_seg_name(const char *name, uint32_t *num)
+{
+	char canon[32];
+	unsigned long v;
+	char *end;
+
+	if (strncmp(name, "seg-", 4) != 0 || name[4] < '0' || name[4] > '9')
+		return false;
+	errno = 0;
+	v = strtoul(name + 4, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return false;
+	snprintf(canon, sizeof(canon), "seg-%08lu", v);
+	if (strcmp(canon, name) != 0)
+		return false;
+	*num = (uint32_t)v;
+	return true;
+}
+
+static int scan_stripe(struct fsck *f, unsigned i)
+{
+	const char *dir = f->meta->stripes[i];
+	struct dirent *de;
+	DIR *d;
+	int rc = 0;
+
+	d = opendir(dir);
+	if (!d) {
+		problem(f, false, "stripe %u (%s): cannot open the directory: %s; its extents "
+			"are not checked (is the disk mounted?)", i, dir, strerror(errno));
+		return 0;
+	}
+	if (check_marker(f, i) < 0)
+		goto out;
+	while (rc == 0 && (de = readdir(d))) {
+		struct stat sb;
+		uint32_t num;
+
+		if (!parse_seg_name(de->d_name, &num))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &sb, 0) < 0) {
+			rc = -errno;
+			fprintf(stderr, "kvfs fsck: %s/%s: stat: %s\n", dir, de->d_name,
+				strerror(errno));
+		} else if (S_ISREG(sb.st_mode)) {
+			rc = add_seg(f, i, num, (uint64_t)sb.st_size);
+		}
+	}
+	f->stripe_ok[i] = rc == 0;
+out:
+	closedir(d);
+	return rc;
+}
+
+static int seg_cmp(const void *a, const void *b)
+{
+	const struct seg *x = a, *y = b;
+
+	if (x->stripe != y->stripe)
+		return x->stripe < y->stripe ? -1 : 1;
+	return x->num < y->num ? -1 : x->num > y->num;
+}
+
+int scan_stripes(struct fsck *f)
+{
+	int rc;
+
+	f->stripe_ok = calloc(f->meta->nstripes, sizeof(bool));
+	if (!f->stripe_ok)
+		return -ENOMEM;
+	for (unsigned i = 0; i < f->meta->nstripes; i++)
+		if ((rc = scan_stripe(f, i)) < 0)
+			return rc;
+	qsort(f->seg, f->nseg, sizeof(*f->seg), seg_cmp);
+	return 0;
+}
+
+static int32_t find_seg(struct fsck *f, uint32_t stripe, uint32_t num)
+{
+	struct seg key = { .stripe = stripe, .num = num };
+	struct seg *s = bsearch(&key, f->seg, f->nseg, sizeof(key), seg_cmp);
+
+	return s ? (int32_t)(s - f->seg) : -1;
+}
+
+void seg_path(struct fsck *f, uint32_t stripe, uint32_t num, char *out, size_t len)
+{
+	snprintf(out, len, "%s/seg-%08" PRIu32, f->meta->stripes[stripe], num);
+}
+
+/* ---- extents: values and place ---- */
+
+__attribute__((format(printf, 3, 4)))
+void extent_bad(struct fsck *f, struct ext *e, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	problem(f, true, "extent %" PRIu64 " (stripe %" PRId64 " segment %" PRId64
+		" offset %" PRId64 " length %" PRId64 "): %s", e->r.id, e->r.stripe,
+		e->r.segment, e->r.offset, e->r.length, why);
+	if (!e->bad) {
+		e->bad = true;
+		e->why = strdup(why);
+	}
+}
+
+/* Values the store cannot even address. */
+static bool extent_values_ok(struct fsck *f, struct ext *e)
+{
+	const struct kv_check_extent *r = &e->r;
+	int64_t seg = (int64_t)f->meta->segment_size;
+	struct kv_extent x = { .length = r->length > 0 ? (uint64_t)r->length : 0 };
+
+	if (!r->ints_ok)
+		extent_bad(f, e, "a column is not an integer");
+	else if (r->stripe < 0 || r->stripe >= (int64_t)f->meta->nstripes)
+		extent_bad(f, e, "stripe %" PRId64 " does not exist (%u stripes)", r->stripe,
+			   f->meta->nstripes);
+	else if (r->segment < 0 || r->segment > UINT32_MAX)
+		extent_bad(f, e, "segment number out of range");
+	else if (r->offset < 0 || r->offset % KV_ALIGN)
+		extent_bad(f, e, "offset is not %u-aligned", KV_ALIGN);
+	else if (r->length <= 0 || r->length > seg)
+		extent_bad(f, e, "length is outside 1..%" PRId64, seg);
+	else if ((uint64_t)r->offset + kv_extent_footprint(&x) > (uint64_t)seg)
+		extent_bad(f, e, "runs past the segment size %" PRId64, seg);
+	else if (!r->hash_ok)
+		extent_bad(f, e, "hash is not a %u-byte blob", KV_HASH_LEN);
+	return !e->bad;
+}
+
+static void check_extent_place(struct fsck *f, struct ext *e)
+{
+	struct kv_extent x = { .length = (uint64_t)e->r.length };
+	uint64_t end = (uint64_t)e->r.offset + kv_extent_footprint(&x);
+	uint32_t stripe = (uint32_t)e->r.stripe, num = (uint32_t)e->r.segment;
+	char path[4096 + 32];
+	int32_t s;
+
+	if (!f->stripe_ok[stripe])
+		return;   /* reported once for the stripe; never delete a whole disk */
+	seg_path(f, stripe, num, path, sizeof(path));
+	s = find_seg(f, stripe, num);
+	if (s < 0) {
+		extent_bad(f, e, "segment file %s is missing", path);
+		return;
+	}
+	e->seg = s;
+	if (end > f->seg[s].size)
+		extent_bad(f, e, "truncated segment: the extent ends at %" PRIu64 " but %s is "
+			   "%" PRIu64 " bytes", end, path, f->seg[s].size);
+}
+
+static int loc_cmp(const void *a, const void *b)
+{
+	const struct ext *x = *(struct ext *const *)a, *y = *(struct ext *const *)b;
+
+	if (x->seg != y->seg)
+		return x->seg < y->seg ? -1 : 1;
+	if (x->r.offset != y->r.offset)
+		return x->r.offset < y->r.offset ? -1 : 1;
+	return x->r.id < y->r.id ? -1 : x->r.id > y->r.id;
+}
+
+int check_extents(struct fsck *f)
+{
+	f->byloc = calloc(f->next ? f->next : 1, sizeof(*f->byloc));
+	if (!f->byloc)
+		return -ENOMEM;
+	for (size_t i = 0; i < f->next; i++) {
+		struct ext *e = &f->ext[i];
+
+		if (!extent_values_ok(f, e))
+			continue;
+		check_extent_place(f, e);
+		if (e->seg >= 0)
+			f->byloc[f->nloc++] = e;
+	}
+	qsort(f->byloc, f->nloc, sizeof(*f->byloc), loc_cmp);
+	return 0;
+}
+
+uint64_t ext_end(const struct ext *e)
+{
+	struct kv_extent x = { .length = (uint64_t)e->r.length };
+
+	return (uint64_t)e->r.offset + kv_extent_footprint(&x);
+}
+
+/*
+ * By footprint, as the store frees whole blocks. Not repaired: which of two
+ * overlapping extents holds the right bytes is not knowable here (with
+ * --verify-data a failing one is already marked bad and goes).
+ */
+void check_overlaps(struct fsck *f)
+{
+	const struct ext *far = NULL;   /* furthest-reaching so far in this segment */
+
+	for (size_t i = 0; i < f->nloc; i++) {
+		const struct ext *e = f->byloc[i];
+
+		if (far && far->seg == e->seg && (uint64_t)e->r.offset < ext_end(far)) {
+			problem(f, false, "extents %" PRIu64 " and %" PRIu64 " overlap in stripe %"
+				PRId64 " segment %" PRId64 " (offsets %" PRId64 " and %" PRId64 ")",
+				far->r.id, e->r.id, e->r.stripe, e->r.segment, far->r.offset,
+				e->r.offset);
+		}
+		if (!far || far->seg != e->seg || ext_end(e) > ext_end(far))
+			far = e;
+	}
+}
+
+/* ---- references ---- */
+
+void check_page_refs(struct fsck *f)
+{
+	for (size_t i = 0; i < f->npg; i++) {
+		struct page *p = &f->pg[i];
+
+		p->e = find_extent(f, p->extent_id);
+		if (!p->e) {
+			problem(f, true, "page %s (ino %" PRIu64 "): dangling row: extent %" PRIu64
+				" does not exist", p->path, p->ino, p->extent_id);
+			p->lost = true;
+			p->why = "its extent row does not exist";
+			continue;
+		}
+		p->e->pages++;
+		if (p->size != p->e->r.length) {
+			problem(f, true, "page %s (ino %" PRIu64 "): size %" PRId64 " differs from "
+				"extent %" PRIu64 " length %" PRId64, p->path, p->ino, p->size,
+				p->extent_id, p->e->r.length);
+			p->lost = true;
+			p->why = "its size differs from its extent's length";
+		}
+	}
+}
+
+void check_refcounts(struct fsck *f)
+{
+	for (size_t i = 0; i < f->next; i++) {
+		struct ext *e = &f->ext[i];
+
+		if (e->pages == 0)
+			problem(f, true, "extent %" PRIu64 " (stripe %" PRId64 " segment %" PRId64
+				" offset %" PRId64 "): leaked extent: no page refers to it",
+				e->r.id, e->r.stripe, e->r.segment, e->r.offset);
+		else if (e->r.refcount != (int64_t)e->pages)
+			problem(f, true, "extent %" PRIu64 ": refcount %" PRId64 " but %" PRIu32
+				" page(s) refer to it", e->r.id, e->r.refcount, e->pages);
+	}
+}
