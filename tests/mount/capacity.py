@@ -155,7 +155,16 @@ def step_after_remount(mnt):
 
 
 def flood_writer(mnt, w, n, out):
-    """Writer 0 uses the fast path (batches of 8 pages), the others FUSE."""
+    """Writer 0 uses the fast path (batches of 8 pages), the others FUSE.
+    Reports its failed writes, or n if it could not run at all."""
+    try:
+        flood_writes(mnt, w, n, out)
+    except BaseException as e:
+        print(f'writer {w} died: {e!r}', file=sys.stderr)
+        out.put(n)
+
+
+def flood_writes(mnt, w, n, out):
     errs = 0
     if w == 0:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -205,7 +214,7 @@ def step_flood(mnt):
           for w in range(4)]
     for p in ps:
         p.start()
-    errs = sum(q.get() for _ in ps)
+    errs = sum(q.get(timeout=240) for _ in ps)
     for p in ps:
         p.join()
     stop.set()
