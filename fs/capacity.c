@@ -40,7 +40,7 @@ struct kvfs_cap {
 	pthread_cond_t room_cv;        /* an eviction run ended */
 	pthread_t thread;
 	bool running, stop, wanted;
-	uint64_t runs_done;
+	uint64_t runs_started, runs_done;   /* the evictor's runs, one at a time */
 	bool last_run_stuck;           /* the last run found nothing to evict */
 	uint64_t need;                 /* most bytes a waiting writer needs */
 	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
@@ -327,6 +327,7 @@ static void *evictor(void *arg)
 		if (c->stop)
 			break;
 		c->wanted = false;
+		c->runs_started++;
 		/* Below the low mark by what waiting writers need: a page
 		 * larger than the slack must find room too. */
 		need = c->need;
@@ -362,11 +363,16 @@ static bool writeback_pending(struct kvfs *fs)
 	return pending;
 }
 
-/* Kick the evictor and wait for the end of its next run, RUN_WAIT_MS at
- * most (cap.lock held). */
-static void wait_for_run(struct kvfs_cap *c, uint64_t bytes)
+/*
+ * Kick the evictor and wait, RUN_WAIT_MS at most, for the end of a run
+ * that starts after this call (cap.lock held). True if the store is
+ * really full: such a run freed nothing, and nothing was draining through
+ * write-back before it began (a page that becomes durable meanwhile is
+ * evictable next time: a run that began earlier proves nothing).
+ */
+static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
 {
-	uint64_t seen = c->runs_done;
+	uint64_t after = c->runs_started;
 	struct timespec ts;
 
 	if (bytes > c->need)
@@ -377,17 +383,18 @@ static void wait_for_run(struct kvfs_cap *c, uint64_t bytes)
 	ts.tv_nsec += RUN_WAIT_MS * 1000000l;
 	ts.tv_sec += ts.tv_nsec / 1000000000l;
 	ts.tv_nsec %= 1000000000l;
-	while (c->runs_done == seen && !c->stop)
+	while (c->runs_done <= after && !c->stop)
 		if (pthread_cond_timedwait(&c->room_cv, &c->lock, &ts) == ETIMEDOUT)
-			break;
+			return false;
+	return c->stop || (c->last_run_stuck && !pending);
 }
 
 int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 {
 	struct kvfs_cap *c = fs->cap;
 	int64_t deadline = kvfs_now_ns() + SPACE_WAIT_NS;
+	bool waited = false, full, pending;
 	uint64_t use;
-	bool waited = false;
 
 	if (!evicting(fs))
 		return 0;
@@ -395,6 +402,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 		use = usage_now(fs, NULL);
 		if (use + bytes <= c->st.high)
 			return 0;
+		pending = writeback_pending(fs);
 		pthread_mutex_lock(&c->lock);
 		if (use + bytes <= c->st.capacity) {
 			/* Fits: eviction runs behind the writer. */
@@ -406,10 +414,9 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 		if (!waited)
 			c->st.space_waits++;
 		waited = true;
-		wait_for_run(c, bytes);
-		bool stuck = c->last_run_stuck || c->stop;
+		full = full_after_run(c, bytes, pending);
 		pthread_mutex_unlock(&c->lock);
-		if ((stuck && !writeback_pending(fs)) || kvfs_now_ns() > deadline)
+		if (full || kvfs_now_ns() > deadline)
 			return -ENOSPC;
 	}
 }
@@ -417,15 +424,15 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes)
 {
 	struct kvfs_cap *c = fs->cap;
-	bool stuck;
+	bool full, pending;
 
 	if (!evicting(fs))
 		return -ENOSPC;
+	pending = writeback_pending(fs);
 	pthread_mutex_lock(&c->lock);
-	wait_for_run(c, bytes);
-	stuck = c->last_run_stuck || c->stop;
+	full = full_after_run(c, bytes, pending);
 	pthread_mutex_unlock(&c->lock);
-	return stuck && !writeback_pending(fs) ? -ENOSPC : 0;
+	return full ? -ENOSPC : 0;
 }
 
 void kvfs_space_refused(struct kvfs *fs)
