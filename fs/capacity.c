@@ -33,6 +33,7 @@
 #define EVICT_SCAN 4096            /* victims looked at per ns_lock hold */
 #define SPACE_WAIT_NS (30ll * 1000000000)  /* longest a writer waits for room */
 #define RUN_WAIT_MS 100            /* then it looks again */
+#define RETRY_MS 20                /* evictor's next look while pages drain */
 
 struct kvfs_cap {
 	pthread_mutex_t lock;          /* inside ns_lock, never around it */
@@ -313,12 +314,26 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 	return rc;
 }
 
+static bool writeback_pending(struct kvfs *fs);
+
+/* Sleep ms on work_cv (cap.lock held); stop or a new request ends it. */
+static void pause_locked(struct kvfs_cap *c, long ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000l;
+	ts.tv_sec += ts.tv_nsec / 1000000000l;
+	ts.tv_nsec %= 1000000000l;
+	pthread_cond_timedwait(&c->work_cv, &c->lock, &ts);
+}
+
 static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
 	uint64_t pages, need, target;
-	bool above;
+	bool above, retry;
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
@@ -338,12 +353,19 @@ static void *evictor(void *arg)
 		if (usage_now(fs, NULL) > target)
 			kvfs_evict(fs, target, 0, &pages);
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
+		retry = above && writeback_pending(fs);
 		pthread_mutex_lock(&c->lock);
 		/* Stuck: nothing could go, and we are still above the mark.
 		 * (Usage alone would lie: frees wait behind fast-path reads.) */
 		c->last_run_stuck = pages == 0 && above;
 		c->runs_done++;
 		pthread_cond_broadcast(&c->room_cv);
+		/* Still above, with pages draining that will be evictable once
+		 * durable: look again shortly, whether or not a writer asks. */
+		if (retry && !c->stop) {
+			pause_locked(c, RETRY_MS);
+			c->wanted = true;
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
