@@ -316,8 +316,8 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 
 static bool writeback_pending(struct kvfs *fs);
 
-/* Sleep ms on work_cv (cap.lock held); stop or a new request ends it. */
-static void pause_locked(struct kvfs_cap *c, long ms)
+/* ms from now, for pthread_cond_timedwait (CLOCK_REALTIME). */
+static struct timespec deadline_ms(long ms)
 {
 	struct timespec ts;
 
@@ -325,6 +325,15 @@ static void pause_locked(struct kvfs_cap *c, long ms)
 	ts.tv_nsec += ms * 1000000l;
 	ts.tv_sec += ts.tv_nsec / 1000000000l;
 	ts.tv_nsec %= 1000000000l;
+	return ts;
+}
+
+/* Sleep ms on work_cv (cap.lock held); stop or a new request ends it. */
+static void pause_locked(struct kvfs_cap *c, long ms)
+{
+	struct timespec ts;
+
+	ts = deadline_ms(ms);
 	pthread_cond_timedwait(&c->work_cv, &c->lock, &ts);
 }
 
@@ -401,10 +410,7 @@ static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
 		c->need = bytes;
 	c->wanted = true;
 	pthread_cond_signal(&c->work_cv);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += RUN_WAIT_MS * 1000000l;
-	ts.tv_sec += ts.tv_nsec / 1000000000l;
-	ts.tv_nsec %= 1000000000l;
+	ts = deadline_ms(RUN_WAIT_MS);
 	while (c->runs_done <= after && !c->stop)
 		if (pthread_cond_timedwait(&c->room_cv, &c->lock, &ts) == ETIMEDOUT)
 			return false;

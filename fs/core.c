@@ -355,34 +355,49 @@ out:
  * by the kernel however the daemon ends, so a killed daemon never leaves a
  * stale lock behind. The file holds the owner's pid for the error message.
  */
-static int lock_store(struct kvfs *fs)
+int kvfs_lock_store(const char *dir, bool read_only_ok, int *fd_out,
+		    char *holder, size_t holder_len)
 {
 	char path[PATH_MAX], pid[32] = "";
 	ssize_t n;
-	int fd;
+	int fd, err;
 
-	snprintf(path, sizeof(path), "%s/kvfs.lock", fs->store_dir);
+	snprintf(path, sizeof(path), "%s/kvfs.lock", dir);
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		kv_log(KV_LOG_ERR, "cannot open %s: %s", path, strerror(errno));
+	if (fd < 0 && read_only_ok && (errno == EROFS || errno == EACCES))
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
-	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int err = errno;
-
+		err = errno;
 		n = pread(fd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = '\0';
 		pid[strcspn(pid, "\n")] = '\0';
-		kv_log(KV_LOG_ERR, "store %s is in use by another kvfs daemon (pid %s); "
-		       "unmount it first", fs->store_dir, pid[0] ? pid : "unknown");
+		snprintf(holder, holder_len, "%s", pid[0] ? pid : "unknown");
 		close(fd);
 		return err == EWOULDBLOCK ? -EBUSY : -err;
 	}
+	/* So whoever is refused meanwhile can name us (best effort). */
 	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-		kv_log(KV_LOG_WARN, "cannot record the daemon pid in %s", path);
-	fs->lock_fd = fd;
+		kv_log(KV_LOG_WARN, "cannot record pid %d in %s", (int)getpid(), path);
+	*fd_out = fd;
 	return 0;
+}
+
+static int lock_store(struct kvfs *fs)
+{
+	char holder[32];
+	int rc = kvfs_lock_store(fs->store_dir, false, &fs->lock_fd, holder,
+				 sizeof(holder));
+
+	if (rc == -EBUSY)
+		kv_log(KV_LOG_ERR, "store %s is in use by another kvfs daemon (pid %s); "
+		       "unmount it first", fs->store_dir, holder);
+	else if (rc < 0)
+		kv_log(KV_LOG_ERR, "cannot lock store %s (%s/kvfs.lock): %s",
+		       fs->store_dir, fs->store_dir, kv_strerror(rc));
+	return rc;
 }
 
 static int mark_extent(void *arg, const struct kv_extent_rec *r)

@@ -8,6 +8,7 @@
 #define KVFS_FS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct kvfs;
@@ -46,6 +47,16 @@ struct kvfs_mkfs_opts {
 
 /* Create a new store in store_dir (created if missing, must hold no store). */
 int kvfs_mkfs(const char *store_dir, const struct kvfs_mkfs_opts *o);
+
+/*
+ * Take STORE/kvfs.lock, the flock a daemon (or fsck) holds for as long as
+ * it uses the store; the kernel drops it however the process ends. Our
+ * pid is written into the file for the message others get. read_only_ok:
+ * settle for a read-only open of the file (a read-only store). -EBUSY if
+ * someone holds it (holder gets their pid, or "unknown"), else -errno.
+ */
+int kvfs_lock_store(const char *dir, bool read_only_ok, int *fd,
+		    char *holder, size_t holder_len);
 
 /* Open a store: load the manifest, reclaim uncommitted space, start threads. */
 int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);

@@ -129,8 +129,8 @@ static int page_xattr(struct kvfs *fs, const struct kv_node_info *n,
 		return snprintf(out, len, "stripe=%u segment=%u offset=%" PRIu64 " length=%" PRIu64,
 				n->ext.stripe, n->ext.segment, n->ext.offset, n->ext.length);
 	if (!strcmp(key, "segment"))     /* for tools that read extents raw */
-		return snprintf(out, len, "%s/seg-%08u",
-				kv_store_stripe_path(fs->store, n->ext.stripe), n->ext.segment);
+		return kv_segment_path(kv_store_stripe_path(fs->store, n->ext.stripe),
+				       n->ext.segment, out, len);
 	if (!strcmp(key, "pinned"))
 		return snprintf(out, len, "%d", (n->attr.mode & S_ISVTX) ? 1 : 0);
 	if (!strcmp(key, "refcount")) {

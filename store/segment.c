@@ -428,8 +428,15 @@ void segment_name(uint32_t num, char out[SEG_NAME_MAX])
 	snprintf(out, SEG_NAME_MAX, "seg-%08" PRIu32, num);
 }
 
-/* Parse "seg-%08u" exactly (the canonical spelling only). */
-static bool segment_parse(const char *name, uint32_t *num)
+int kv_segment_path(const char *stripe_dir, uint32_t num, char *out, size_t len)
+{
+	char name[SEG_NAME_MAX];
+
+	segment_name(num, name);
+	return snprintf(out, len, "%s/%s", stripe_dir, name);
+}
+
+bool kv_segment_parse(const char *name, uint32_t *num)
 {
 	char canon[SEG_NAME_MAX];
 	unsigned long v;
@@ -564,7 +571,7 @@ int stripe_scan(struct kv_store *s, struct stripe *st)
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    !strcmp(de->d_name, MARKER_NAME))
 			continue;
-		if (!segment_parse(de->d_name, &num)) {
+		if (!kv_segment_parse(de->d_name, &num)) {
 			kv_log(KV_LOG_WARN, "%s/%s: not a kvfs segment, ignored",
 			       st->path, de->d_name);
 			continue;

@@ -253,6 +253,12 @@ struct kv_store_usage {
 };
 void kv_store_usage(struct kv_store *s, struct kv_store_usage *u);
 
+/* Segment files are STRIPE/seg-%08u. Is name one (the canonical spelling
+ * only), and which? */
+bool kv_segment_parse(const char *name, uint32_t *num);
+/* STRIPE_DIR/seg-NNNNNNNN into out; snprintf's result. */
+int kv_segment_path(const char *stripe_dir, uint32_t num, char *out, size_t len);
+
 /* Path of stripe i's directory (valid while the store is open). */
 const char *kv_store_stripe_path(struct kv_store *s, unsigned i);
 uint64_t kv_store_segment_size(struct kv_store *s);

@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs.h"
 #include "fsck.h"
 #include "tools.h"
 
@@ -82,43 +83,21 @@ static void report_line(void *arg, const char *line)
 
 /* ---- lock and open ---- */
 
-/* As the daemon (fs/core.c lock_store): an flock on STORE/kvfs.lock, which
- * a running daemon holds for as long as it serves the store. */
+/* As the daemon: a store someone serves is not checked. */
 static int lock_store(struct fsck *f)
 {
-	char path[4096 + 16], pid[32] = "";
-	ssize_t n;
-	int fd;
+	char holder[32];
+	int rc = kvfs_lock_store(f->store, !f->repair, &f->lock_fd, holder,
+				 sizeof(holder));
 
-	snprintf(path, sizeof(path), "%s/kvfs.lock", f->store);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0 && (errno == EROFS || errno == EACCES) && !f->repair)
-		fd = open(path, O_RDONLY | O_CLOEXEC);   /* -n on a read-only store */
-	if (fd < 0) {
-		fprintf(stderr, "kvfs fsck: cannot open %s: %s\n", path, strerror(errno));
-		return -errno;
-	}
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int err = errno;
-
-		n = pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		if (err == EWOULDBLOCK)
-			fprintf(stderr, "kvfs fsck: store %s is in use (mounted by kvfs pid %s); "
-				"unmount it first: fsck works on stores nobody serves\n",
-				f->store, pid[0] ? pid : "unknown");
-		else
-			fprintf(stderr, "kvfs fsck: cannot lock %s: %s\n", path, strerror(err));
-		close(fd);
-		return -err;
-	}
-	/* So a `kvfs mount` refused meanwhile names us (best effort). */
-	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) != n)
-		fprintf(stderr, "kvfs fsck: warning: cannot record our pid in %s\n", path);
-	f->lock_fd = fd;
-	return 0;
+	if (rc == -EBUSY)
+		fprintf(stderr, "kvfs fsck: store %s is in use (mounted by kvfs pid %s); "
+			"unmount it first: fsck works on stores nobody serves\n",
+			f->store, holder);
+	else if (rc < 0)
+		fprintf(stderr, "kvfs fsck: cannot lock %s/kvfs.lock: %s\n", f->store,
+			strerror(-rc));
+	return rc;
 }
 
 static int open_store(struct fsck *f)

@@ -142,26 +142,6 @@ static int add_seg(struct fsck *f, uint32_t stripe, uint32_t num, uint64_t size)
 	return 0;
 }
 
-/* The store's own spelling only (store/segment.c): seg-%08u. */
-static bool parse_seg_name(const char *name, uint32_t *num)
-{
-	char canon[32];
-	unsigned long v;
-	char *end;
-
-	if (strncmp(name, "seg-", 4) != 0 || name[4] < '0' || name[4] > '9')
-		return false;
-	errno = 0;
-	v = strtoul(name + 4, &end, 10);
-	if (errno || *end || v > UINT32_MAX)
-		return false;
-	snprintf(canon, sizeof(canon), "seg-%08lu", v);
-	if (strcmp(canon, name) != 0)
-		return false;
-	*num = (uint32_t)v;
-	return true;
-}
-
 static int scan_stripe(struct fsck *f, unsigned i)
 {
 	const char *dir = f->meta->stripes[i];
@@ -181,7 +161,7 @@ static int scan_stripe(struct fsck *f, unsigned i)
 		struct stat sb;
 		uint32_t num;
 
-		if (!parse_seg_name(de->d_name, &num))
+		if (!kv_segment_parse(de->d_name, &num))
 			continue;
 		if (fstatat(dirfd(d), de->d_name, &sb, 0) < 0) {
 			rc = -errno;
@@ -230,7 +210,7 @@ static int32_t find_seg(struct fsck *f, uint32_t stripe, uint32_t num)
 
 void seg_path(struct fsck *f, uint32_t stripe, uint32_t num, char *out, size_t len)
 {
-	snprintf(out, len, "%s/seg-%08" PRIu32, f->meta->stripes[stripe], num);
+	kv_segment_path(f->meta->stripes[stripe], num, out, len);
 }
 
 /* ---- extents: values and place ---- */
