@@ -9,6 +9,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "geometry_text.h"
 #include "kvfs_i.h"
 
 extern const struct fuse_lowlevel_ops kvfs_ops;
@@ -74,8 +75,6 @@ void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		      const char *value, size_t size, int flags);
 void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
-/* Parse "layers=32 kv_heads=8 head_dim=128 dtype=bf16 page_tokens=16". */
-int kvfs_geometry_parse(const char *s, size_t len, struct kv_geometry *g);
-int kvfs_geometry_format(const struct kv_geometry *g, char *out, size_t len);
+/* kvfs_geometry_parse / kvfs_geometry_format: fs/geometry_text.c */
 
 #endif

@@ -471,6 +471,28 @@ static int check_refs(struct kv_manifest *m, struct check_args *c)
 }
 
 /*
+ * Models, layers and pages share one inode space with the root (inode 1):
+ * the load refuses two rows of different tables with one number (each
+ * table's primary key only keeps its own rows apart), so the check must too.
+ */
+static int check_inodes(struct kv_manifest *m, struct check_args *c)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	rc = mf_query_row(m->db, m->path, "SELECT ino, count(*) FROM (SELECT ino FROM "
+		       "models UNION ALL SELECT ino FROM layers UNION ALL SELECT ino FROM "
+		       "pages) GROUP BY ino HAVING count(*) > 1 OR ino = 1 LIMIT 1", NULL, &st);
+	if (rc <= 0)
+		return rc;
+	rc = mf_corrupt(c->msg, c->len, "inode %lld is held by %lld rows of models, layers "
+		     "and pages%s", sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+		     sqlite3_column_int64(st, 0) == 1 ? " (and is the root's)" : "");
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/*
  * Overlap within one segment, by footprint (the store frees whole 4 KiB
  * blocks, so sharing one would punch a hole in the neighbour). Sorted by
  * offset, an extent overlaps an earlier one iff it starts before the
@@ -536,6 +558,9 @@ static int check_fn(struct kv_manifest *m, void *a)
 	if (rc)
 		return rc;
 	rc = check_refs(m, c);
+	if (rc)
+		return rc;
+	rc = check_inodes(m, c);
 	if (rc)
 		return rc;
 	return check_overlaps(m, c);
