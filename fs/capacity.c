@@ -149,8 +149,7 @@ static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
 /* ---- evicting ---- */
 
 struct evicted {
-	uint64_t parent, ino, size;
-	int64_t atime_ns;
+	uint64_t parent;
 	bool protect;
 	char name[KV_NAME_MAX + 1];
 };
@@ -170,38 +169,51 @@ static bool evictable(struct kvfs *fs, const struct kv_node_info *n,
 	return !l || (!l->opens && !l->writing && !l->ram);
 }
 
+/*
+ * The debug line for an eviction. Written before the page is forgotten, so
+ * that a crash can never commit an eviction the log does not show (the
+ * crash loop tells evicted pages from lost ones by it); a page whose forget
+ * then fails says so.
+ */
+static void log_eviction(const struct kv_node_info *n, bool protect)
+{
+	kv_log(KV_LOG_DEBUG, "evicted page %s (inode %" PRIu64 ", layer dir %" PRIu64
+	       ", %" PRIu64 " bytes, %s, last read %" PRId64 " s ago)", n->name, n->ino,
+	       n->parent, n->size, protect ? "shared or pinned" : "unshared",
+	       (kvfs_now_ns() - n->attr.atime_ns) / 1000000000);
+}
+
 /* Forget one victim (ns_lock held); adds the bytes its extent will free. */
 static bool evict_one(struct kvfs *fs, const struct victim *v,
 		      int64_t older_than_ns, struct evicted *out, uint64_t *freed)
 {
 	struct kv_extent_rec er;
 	struct kv_node_info n;
+	uint64_t frees = 0;
+	int rc;
 
 	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !evictable(fs, &n, older_than_ns))
 		return false;
 	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
-		*freed += kv_extent_footprint(&n.ext);
-	if (kvfs_page_forget(fs, &n, false) < 0)
+		frees = kv_extent_footprint(&n.ext);
+	log_eviction(&n, v->protect);
+	if ((rc = kvfs_page_forget(fs, &n, false)) < 0) {
+		kv_log(KV_LOG_WARN, "eviction of page %s (inode %" PRIu64 ") failed, it stays: %s",
+		       n.name, n.ino, kv_strerror(rc));
 		return false;
-	*out = (struct evicted){ .parent = n.parent, .ino = n.ino, .size = n.size,
-				 .atime_ns = n.attr.atime_ns, .protect = v->protect };
+	}
+	*freed += frees;
+	*out = (struct evicted){ .parent = n.parent, .protect = v->protect };
 	memcpy(out->name, n.name, sizeof(out->name));
 	return true;
 }
 
-/* After ns_lock: tell the kernel, and the debug log. */
+/* After ns_lock: tell the kernel to forget the names. This can block (the
+ * kernel takes the directory's lock), so it is done with no lock held. */
 static void report_evicted(const struct evicted *gone, size_t n)
 {
-	int64_t now = kvfs_now_ns();
-
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		fp_forget_name(gone[i].parent, gone[i].name);
-		kv_log(KV_LOG_DEBUG, "evicted page %s (inode %" PRIu64 ", layer dir %" PRIu64
-		       ", %" PRIu64 " bytes, %s, last read %" PRId64 " s ago)", gone[i].name,
-		       gone[i].ino, gone[i].parent, gone[i].size,
-		       gone[i].protect ? "shared or pinned" : "unshared",
-		       (now - gone[i].atime_ns) / 1000000000);
-	}
 }
 
 /*

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +74,8 @@ static void mount_usage(FILE *f)
 		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
 		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
 		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
+		"  -o fault_injection tests: let root make I/O fail on purpose\n"
+		"                     (setfattr -n user.kvfs.fault; docs/testing.md)\n"
 		"  other -o options go to FUSE (allow_other, ro, ...)\n");
 }
 
@@ -91,6 +92,10 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	}
 	if (!strcmp(opt, "nodedup")) {
 		c->opts.dedup = false;
+		return 1;
+	}
+	if (!strcmp(opt, "fault_injection")) {
+		c->opts.fault_injection = true;
 		return 1;
 	}
 	if (!strcmp(opt, "authoritative")) {
@@ -203,26 +208,43 @@ static int parse_args(struct mount_cfg *c, int argc, char **argv)
 }
 
 /*
- * A mountpoint must be an existing directory that nothing is mounted on. A
- * FUSE mount whose daemon died answers ENOTCONN: say so, and how to clear it.
+ * Something already mounted at mnt: say what, and for a kvfs mount whose
+ * daemon is gone (ENOTCONN) or does not answer, how to recover. The probe
+ * runs in a child with a deadline: a hung daemon would block us too.
  */
-static int check_mountpoint(const char *mnt)
+static int explain_busy_mountpoint(const char *mnt, const struct kvfs_mount_info *m)
 {
-	struct stat st, parent;
-	struct statvfs sv;
-	char up[PATH_MAX];
+	int rc = kvfs_mount_probe(mnt, 2000);
 
-	/* statfs always reaches a FUSE daemon; stat may be answered from the
-	 * kernel's attribute cache even when the daemon is dead. */
-	if (statvfs(mnt, &sv) < 0 && errno == ENOTCONN) {
+	if (rc == -ENOTCONN)
 		fprintf(stderr,
 			"kvfs mount: %s is a stale FUSE mount: its daemon is gone "
 			"(killed or crashed).\n"
-			"  Clear it with:  fusermount3 -u -z %s\n"
+			"  Clear it with:  kvfs umount %s   (or: fusermount3 -u -z %s)\n"
 			"  then mount again; every committed page is still in the store.\n",
-			mnt, mnt);
-		return -ENOTCONN;
-	}
+			mnt, mnt, mnt);
+	else if (rc == -ETIMEDOUT)
+		fprintf(stderr,
+			"kvfs mount: %s is a hung FUSE mount (%s): its daemon does not "
+			"answer within 2 s (stopped, stuck or overloaded).\n"
+			"  Recover with:  kvfs umount --force %s\n"
+			"  (aborts the connection, ends the daemon, detaches the mount); "
+			"then mount again.\n", mnt, m->source, mnt);
+	else
+		fprintf(stderr, "kvfs mount: %s is already a mount point (%s, %s); "
+			"unmount it first (kvfs umount %s)\n", mnt, m->fstype, m->source, mnt);
+	return rc == -ENOTCONN || rc == -ETIMEDOUT ? rc : -EBUSY;
+}
+
+/* A mountpoint must be an existing directory that nothing is mounted on. */
+static int check_mountpoint(const char *mnt)
+{
+	struct kvfs_mount_info m;
+	struct stat st, parent;
+	char up[PATH_MAX];
+
+	if (kvfs_mount_find(mnt, &m) == 0)
+		return explain_busy_mountpoint(mnt, &m);
 	if (stat(mnt, &st) < 0) {
 		fprintf(stderr, "kvfs mount: mountpoint %s: %s\n", mnt, strerror(errno));
 		return -errno;

@@ -139,6 +139,7 @@ struct kvfs {
 	struct kv_store_meta meta;
 	struct kv_store *store;
 	struct kv_manifest *man;
+	char fault_spec[128];       /* last armed user.kvfs.fault (ns_lock) */
 	struct kv_index *idx;
 	struct kvfs_commit *commit;
 
@@ -400,5 +401,12 @@ void kvfs_atime_flush(struct kvfs *fs);
 int64_t kvfs_now_ns(void);
 void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
 			   struct kv_page_rec *r);
+
+/* fs/fault.c: user.kvfs.fault on the root (-o fault_injection only).
+ * set: arm the store's or the manifest's fault seam from a spec (-EPERM
+ * without the option, -EINVAL for a bad spec, logged); get: the last spec
+ * armed, or -ENODATA without the option. */
+int kvfs_fault_set(struct kvfs *fs, const char *value, size_t size);
+int kvfs_fault_get(struct kvfs *fs, char *out, size_t len);
 
 #endif

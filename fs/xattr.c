@@ -27,7 +27,7 @@ static const char *const model_xattrs[] = {
 	XA_PREFIX "dtype", XA_PREFIX "page_tokens", XA_PREFIX "page_bytes", NULL,
 };
 static const char *const layer_xattrs[] = { XA_PREFIX "layer", NULL };
-static const char *const root_xattrs[] = { XA_PREFIX "stats", NULL };
+static const char *const root_xattrs[] = { XA_PREFIX "stats", XA_PREFIX "fault", NULL };
 
 /* The daemon's counters: the same snapshot as MOUNT/.kvfs (fs/metrics.c). */
 static int stats_format(struct kvfs *fs, char *out, size_t len)
@@ -119,6 +119,8 @@ static int xattr_value(struct kvfs *fs, const struct kv_node_info *n,
 	case KV_KIND_ROOT:
 		if (!strcmp(key, "stats"))
 			return stats_format(fs, out, len);
+		if (!strcmp(key, "fault"))
+			return kvfs_fault_get(fs, out, len);
 		return -ENODATA;
 	default:
 		return -ENODATA;
@@ -297,6 +299,15 @@ static void setxattr_pinned(fuse_req_t req, fuse_ino_t ino, const char *value,
 	kvfs_reply_err(req, rc);
 }
 
+/* Only root, only on the mount root, only with -o fault_injection. */
+static void setxattr_fault(fuse_req_t req, fuse_ino_t ino, const char *value,
+			   size_t size)
+{
+	if (ino != FUSE_ROOT_ID || fuse_req_ctx(req)->uid != 0)
+		return kvfs_reply_err(req, -EPERM);
+	kvfs_reply_err(req, kvfs_fault_set(req_fs(req), value, size));
+}
+
 void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		      const char *value, size_t size, int flags)
 {
@@ -309,6 +320,8 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return kvfs_reply_err(req, -EPERM);
 	if (!strcmp(name, XA_PREFIX "pinned"))
 		return setxattr_pinned(req, ino, value, size);
+	if (!strcmp(name, XA_PREFIX "fault"))
+		return setxattr_fault(req, ino, value, size);
 	if (strcmp(name, XA_GEOMETRY))
 		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
 				      ? -ENOTSUP : -EPERM);

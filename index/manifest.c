@@ -48,6 +48,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -512,6 +513,7 @@ int kv_manifest_open(const char *store_dir, struct kv_manifest **out)
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	pthread_mutex_init(&m->fault_lock, NULL);
 	if (asprintf(&m->path, "%s/%s", store_dir, KV_MANIFEST_FILE) < 0) {
 		m->path = NULL;
 		rc = -ENOMEM;
@@ -561,8 +563,43 @@ void kv_manifest_close(struct kv_manifest *m)
 		sqlite3_finalize(m->st[i]);
 	if (m->db && sqlite3_close(m->db) != SQLITE_OK)
 		kv_log(KV_LOG_ERR, "manifest %s: close: %s", m->path, sqlite3_errmsg(m->db));
+	pthread_mutex_destroy(&m->fault_lock);
 	free(m->path);
 	free(m);
+}
+
+/* ---- fault injection ---- */
+
+void kv_manifest_fault_arm(struct kv_manifest *m, unsigned what, unsigned nth,
+			   int err, unsigned count)
+{
+	pthread_mutex_lock(&m->fault_lock);
+	m->fault_what = what;
+	m->fault_err = err < 0 ? err : -EIO;
+	m->fault_count = count ? count : 1;
+	atomic_store(&m->fault_nth, nth);
+	pthread_mutex_unlock(&m->fault_lock);
+}
+
+/* The error an armed fault gives this operation of kind what, or 0. One
+ * atomic load when disarmed: this runs for every row change. */
+static int fault_fire(struct kv_manifest *m, unsigned what, const char *doing)
+{
+	int err = 0;
+
+	if (!atomic_load_explicit(&m->fault_nth, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&m->fault_lock);
+	if (m->fault_nth && (m->fault_what & what) && --m->fault_nth == 0) {
+		err = m->fault_err;
+		if (--m->fault_count > 0)
+			m->fault_nth = 1;       /* the next one fails too */
+	}
+	pthread_mutex_unlock(&m->fault_lock);
+	if (err)
+		kv_log(KV_LOG_ERR, "manifest %s: %s: %s (injected fault)", m->path, doing,
+		       kv_strerror(err));
+	return err;
 }
 
 /* ---- transactions ---- */
@@ -575,6 +612,8 @@ static int run(struct kv_manifest *m, enum stmt s, bool deleting, const char *fm
 	va_list ap;
 	int rc;
 
+	if (s >= ST_PUT_MODEL && (rc = fault_fire(m, KV_MF_FAULT_WRITE, "changing a row")))
+		return rc;
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE) {
 		rc = 0;
@@ -626,6 +665,8 @@ int kv_manifest_commit(struct kv_manifest *m)
 		return -EINVAL;
 	}
 	rc = txn_alive(m);
+	if (rc == 0)
+		rc = fault_fire(m, KV_MF_FAULT_COMMIT, "committing");
 	if (rc == 0)
 		rc = run(m, ST_COMMIT, false, "committing");
 	if (rc < 0)

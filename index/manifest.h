@@ -116,6 +116,20 @@ int kv_manifest_create(const char *store_dir, const struct kv_store_meta *meta);
 int kv_manifest_open(const char *store_dir, struct kv_manifest **out);
 void kv_manifest_close(struct kv_manifest *m);
 
+/*
+ * Fault injection (tests; the daemon's -o fault_injection): make the nth
+ * operation from now (1 = next) of the kinds in what fail with err (-EIO,
+ * -ENOSPC, ...) instead of reaching SQLite, and the count - 1 that follow
+ * too (count 0 means 1). KV_MF_FAULT_COMMIT: kv_manifest_commit, which then
+ * rolls back as after a real failure; KV_MF_FAULT_WRITE: a row change (put,
+ * del, ref, touch), which changes nothing. Each is logged as the real error
+ * would be. nth = 0 disarms. Thread-safe.
+ */
+#define KV_MF_FAULT_COMMIT (1u << 0)
+#define KV_MF_FAULT_WRITE  (1u << 1)
+void kv_manifest_fault_arm(struct kv_manifest *m, unsigned what, unsigned nth,
+			   int err, unsigned count);
+
 /* Read the meta and stripes back; KV_ERR_CORRUPT (logged) if invalid. */
 int kv_manifest_meta(struct kv_manifest *m, struct kv_store_meta *out);
 

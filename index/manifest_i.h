@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
 #include <sqlite3.h>
 
 #include "manifest.h"
@@ -32,6 +33,11 @@ struct kv_manifest {
 	char *path;            /* STORE/kvfs.db, for log lines */
 	bool in_txn;           /* between kv_manifest_begin and commit/rollback */
 	sqlite3_stmt *st[ST_COUNT];
+	/* fault injection (kv_manifest_fault_arm) */
+	_Atomic unsigned fault_nth;    /* 0: disarmed */
+	unsigned fault_what, fault_count;
+	int fault_err;
+	pthread_mutex_t fault_lock;
 };
 
 /* Log an SQLite failure with what was being done; return it as -errno. */

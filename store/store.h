@@ -305,5 +305,9 @@ void kv_store_sched_stats(struct kv_store *s, struct kv_sched_stats *st);
 #define KV_FAULT_FSYNC (1u << 2)
 void kv_store_fault_arm(struct kv_store *s, unsigned op_mask, unsigned nth,
 			int err);
+/* The same, failing count matching operations in a row from the nth
+ * (count 0 means 1): a persistent fault rather than a transient one. */
+void kv_store_fault_arm_count(struct kv_store *s, unsigned op_mask, unsigned nth,
+			      int err, unsigned count);
 
 #endif

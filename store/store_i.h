@@ -112,6 +112,7 @@ struct engine {
 	unsigned fault_mask;
 	_Atomic unsigned fault_nth;  /* read unlocked by the I/O thread */
 	int fault_err;
+	unsigned fault_count;        /* this many in a row from the nth */
 
 	/* I/O thread only */
 	bool efd_posted;

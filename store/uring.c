@@ -289,6 +289,10 @@ int store_fault_apply(struct engine *g, unsigned opbit, int res,
 	pthread_mutex_lock(&g->qlock);
 	if (g->fault_nth && (g->fault_mask & opbit) &&
 	    atomic_fetch_sub(&g->fault_nth, 1) == 1) {
+		if (g->fault_count > 1) {      /* the next one fails too */
+			g->fault_count--;
+			atomic_store(&g->fault_nth, 1);
+		}
 		if (g->fault_err) {
 			res = g->fault_err;
 		} else if (res > 1 && opbit != KV_FAULT_FSYNC) {
@@ -813,11 +817,18 @@ out:
 void kv_store_fault_arm(struct kv_store *s, unsigned op_mask, unsigned nth,
 			int err)
 {
+	kv_store_fault_arm_count(s, op_mask, nth, err, 1);
+}
+
+void kv_store_fault_arm_count(struct kv_store *s, unsigned op_mask, unsigned nth,
+			      int err, unsigned count)
+{
 	struct engine *g = &s->eng;
 
 	pthread_mutex_lock(&g->qlock);
 	g->fault_mask = op_mask;
 	g->fault_err = err;
+	g->fault_count = count ? count : 1;
 	atomic_store(&g->fault_nth, nth);
 	pthread_mutex_unlock(&g->qlock);
 }

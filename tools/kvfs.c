@@ -24,6 +24,9 @@ static void usage(FILE *f)
 		"                                 create a store (manifest in STORE, data in the stripes)\n"
 		"  mount STORE MOUNTPOINT [-f] [-d] [-o opt,...]\n"
 		"                                 serve a store as a filesystem\n"
+		"  umount [--force] [--wait SECS] MOUNTPOINT\n"
+		"                                 unmount and wait for the daemon to commit and exit;\n"
+		"                                 --force recovers from a hung or dead daemon\n"
 		"  model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
 		"  model list MOUNT               models, their geometry and page counts\n"
 		"  model drop MOUNT/NAME [--yes]  remove a model and all its pages\n"
@@ -115,6 +118,8 @@ int main(int argc, char **argv)
 		return cmd_mkfs(argc - 1, argv + 1);
 	if (!strcmp(cmd, "mount"))
 		return kvfs_mount_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "umount"))
+		return kvfs_cmd_umount(argc - 1, argv + 1);
 	if (!strcmp(cmd, "model"))
 		return kvfs_cmd_model(argc - 1, argv + 1);
 	if (!strcmp(cmd, "stat"))

@@ -489,6 +489,39 @@ static void test_rollback(void **state)
 	kv_manifest_close(m);
 }
 
+/* The fault seam: a failed commit rolls back (nothing of the transaction
+ * is visible), a failed row change changes nothing, COUNT repeats, and
+ * everything works again afterwards. */
+static void test_fault_seam(void **state)
+{
+	struct fx *f = *state;
+	struct kv_manifest *m = create_open(f);
+	struct kv_model_rec a = model(2, "a"), b = model(3, "b"), c = model(4, "c");
+	struct seen s = { 0 };
+
+	kv_manifest_fault_arm(m, KV_MF_FAULT_COMMIT, 1, -EIO, 2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(kv_manifest_begin(m), 0);
+		assert_int_equal(kv_manifest_put_model(m, &a), 0);   /* not a commit */
+		assert_int_equal(kv_manifest_commit(m), -EIO);
+	}
+	assert_int_equal(kv_manifest_load(m, &visitor, &s), 0);
+	assert_int_equal(s.n, 0);
+	kv_manifest_fault_arm(m, KV_MF_FAULT_WRITE, 2, -ENOSPC, 0);
+	assert_int_equal(kv_manifest_begin(m), 0);
+	assert_int_equal(kv_manifest_put_model(m, &a), 0);
+	assert_int_equal(kv_manifest_put_model(m, &b), -ENOSPC);
+	assert_int_equal(kv_manifest_put_model(m, &c), 0);        /* fired once */
+	assert_int_equal(kv_manifest_commit(m), 0);
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(kv_manifest_load(m, &visitor, &s), 0);
+	assert_int_equal(s.n, 2);                                 /* a and c */
+	kv_manifest_fault_arm(m, KV_MF_FAULT_COMMIT, 1, -EIO, 0);
+	kv_manifest_fault_arm(m, 0, 0, 0, 0);                     /* disarmed */
+	assert_int_equal(kv_manifest_put_model(m, &b), 0);
+	kv_manifest_close(m);
+}
+
 static void test_unique_conflicts(void **state)
 {
 	struct fx *f = *state;
@@ -701,6 +734,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ref_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_upsert_updates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rollback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fault_seam, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unique_conflicts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_references, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_bad_hash, setup, teardown),

@@ -167,6 +167,15 @@ static void test_fault_eio(void **state)
 	assert_int_equal(r[1].res, -EIO);
 	assert_int_equal(r[2].res, 0);
 
+	/* a persistent fault: the 2nd and 3rd from the 2nd on fail */
+	kv_store_fault_arm_count(s, 1u << KV_IO_READ, 2, -ENOSPC, 2);
+	for (unsigned i = 0; i < 3; i++)
+		kv_store_io(s, &r[i], 1);
+	kv_store_io(s, &r[0], 1);
+	assert_int_equal(r[1].res, -ENOSPC);
+	assert_int_equal(r[2].res, -ENOSPC);
+	assert_int_equal(r[0].res, 0);            /* the 4th: past the count */
+
 	/* an fsync failure reaches the syncer */
 	write_one(s, 4096, 1, &f);
 	kv_store_fault_arm(s, KV_FAULT_FSYNC, 1, -EIO);

@@ -1,0 +1,243 @@
+/*
+ * `kvfs umount [--force] [--wait SECS] MOUNTPOINT`: unmount a kvfs mount and
+ * wait for its daemon to commit and exit, or recover one whose daemon died
+ * or hangs.
+ *
+ *   live daemon      unmount; the daemon commits everything and exits; we
+ *                    wait for it (so a script can mount again at once)
+ *   dead daemon      (ENOTCONN) detach the stale mount
+ *   hung daemon      refused without --force. --force aborts the FUSE
+ *                    connection (fusectl), so every blocked request fails
+ *                    with ECONNABORTED, detaches the mount, gives the daemon
+ *                    --wait seconds to exit and then SIGKILLs it. Nothing
+ *                    durable is lost: what was acknowledged is in the
+ *                    manifest, and the next mount reclaims the rest.
+ *
+ * A daemon killed while it was telling the kernel to forget a name can also
+ * hang in its exit, waiting for a directory lock a request holds; aborting
+ * the connection is what frees it (docs/usage.md, "Recovering a mount").
+ * Exit: 0 unmounted, 1 failed, 2 usage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "tools.h"
+
+#define UMOUNT_USAGE "usage: kvfs umount [--force] [--wait SECS] MOUNTPOINT\n" \
+	"  --force      the daemon hangs: abort its connection, detach, end it\n" \
+	"  --wait SECS  how long to wait for the daemon to exit (default 60)\n"
+
+struct umount_ctx {
+	const char *mnt;
+	struct kvfs_mount_info m;
+	const char *store; /* from the mount's source, "kvfs:STORE" */
+	pid_t daemon;      /* from STORE/kvfs.lock, 0 if unknown or gone */
+	bool force;
+	int wait_s;
+};
+
+/* The pid in STORE/kvfs.lock, if it is still a kvfs process. */
+static pid_t daemon_pid(const char *store)
+{
+	char path[KVFS_PATH_MAX + 32], buf[64] = "";
+	FILE *f;
+	long pid;
+
+	if (snprintf(path, sizeof(path), "%s/kvfs.lock", store) >= (int)sizeof(path) ||
+	    !(f = fopen(path, "re")))
+		return 0;
+	pid = fgets(buf, sizeof(buf), f) ? strtol(buf, NULL, 10) : 0;
+	fclose(f);
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	buf[0] = '\0';
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	return strncmp(buf, "kvfs", 4) ? 0 : (pid_t)pid;
+}
+
+/* Whether some process still holds STORE/kvfs.lock: the daemon's lock
+ * outlives it only as long as its last thread, which is what matters (a
+ * daemon whose main thread is a zombie can still hold the store). */
+static bool store_locked(const char *store)
+{
+	char path[KVFS_PATH_MAX + 32];
+	bool held;
+	int fd;
+
+	if (snprintf(path, sizeof(path), "%s/kvfs.lock", store) >= (int)sizeof(path))
+		return false;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);      /* (releases it if we got it) */
+	return held;
+}
+
+static bool wait_unlocked(const char *store, int secs)
+{
+	struct timespec tick = { 0, 50 * 1000 * 1000 };
+
+	for (int i = 0; i < secs * 20; i++) {
+		if (!store_locked(store))
+			return true;
+		nanosleep(&tick, NULL);
+	}
+	return !store_locked(store);
+}
+
+/* Unprivileged users go through the setuid helper, as fusermount3 would. */
+static int detach(const char *mnt, bool lazy)
+{
+	if (geteuid() == 0)
+		return umount2(mnt, lazy ? MNT_DETACH : 0) < 0 ? -errno : 0;
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		execlp("fusermount3", "fusermount3", lazy ? "-uz" : "-u", mnt, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		return -errno;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EBUSY;
+}
+
+/* After the mount is gone: the daemon commits and exits (releasing the
+ * store), or is ended. */
+static int reap_daemon(struct umount_ctx *u, bool kill_if_stuck)
+{
+	if (wait_unlocked(u->store, u->wait_s))
+		return 0;
+	if (!kill_if_stuck || !u->daemon) {
+		fprintf(stderr, "kvfs umount: %s is unmounted but its daemon (pid %d) still "
+			"holds %s after %d s%s\n", u->mnt, (int)u->daemon, u->store, u->wait_s,
+			kill_if_stuck ? "" : "; it may still be committing");
+		return -ETIMEDOUT;
+	}
+	fprintf(stderr, "kvfs umount: daemon pid %d did not exit within %d s; killing it\n",
+		(int)u->daemon, u->wait_s);
+	kill(u->daemon, SIGKILL);
+	if (wait_unlocked(u->store, 10))
+		return 0;
+	fprintf(stderr, "kvfs umount: daemon pid %d survives SIGKILL (blocked in the "
+		"kernel); %s stays locked until it ends\n", (int)u->daemon, u->store);
+	return -ETIMEDOUT;
+}
+
+static int force_umount(struct umount_ctx *u)
+{
+	int rc = kvfs_fuse_abort(&u->m);
+
+	if (rc < 0)
+		fprintf(stderr, "kvfs umount: cannot abort the FUSE connection of %s "
+			"(/sys/fs/fuse/connections/%u/abort): %s%s\n", u->mnt, u->m.minor,
+			strerror(-rc), rc == -EPERM || rc == -EACCES ? " (needs root)" : "");
+	else
+		printf("kvfs umount: aborted the FUSE connection of %s: requests in flight "
+		       "fail with ECONNABORTED\n", u->mnt);
+	if ((rc = detach(u->mnt, true)) < 0) {
+		fprintf(stderr, "kvfs umount: cannot detach %s: %s\n", u->mnt, strerror(-rc));
+		return 1;
+	}
+	return reap_daemon(u, true) < 0 ? 1 : 0;
+}
+
+static int plain_umount(struct umount_ctx *u)
+{
+	int probe = kvfs_mount_probe(u->mnt, 2000), rc;
+
+	if (probe == -ETIMEDOUT) {
+		fprintf(stderr, "kvfs umount: the daemon of %s (pid %d) does not answer within "
+			"2 s; to recover: kvfs umount --force %s\n", u->mnt, (int)u->daemon, u->mnt);
+		return 1;
+	}
+	/* A dead daemon serves nothing: detaching loses nothing. */
+	rc = detach(u->mnt, probe == -ENOTCONN);
+	if (rc == -EBUSY) {
+		fprintf(stderr, "kvfs umount: %s is busy (files open or a working directory "
+			"in it); close them, or detach it lazily: umount -l %s\n", u->mnt, u->mnt);
+		return 1;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "kvfs umount: %s: %s\n", u->mnt, strerror(-rc));
+		return 1;
+	}
+	if (probe == -ENOTCONN)
+		printf("kvfs umount: %s was stale (its daemon was gone): detached\n", u->mnt);
+	return reap_daemon(u, false) < 0 ? 1 : 0;
+}
+
+static int parse_umount_args(struct umount_ctx *u, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *end;
+	int c;
+
+	memset(u, 0, sizeof(*u));
+	u->wait_s = 60;
+	while ((c = getopt_long(argc, argv, "fw:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f': u->force = true; break;
+		case 'w':
+			u->wait_s = (int)strtol(optarg, &end, 10);
+			if (*end || u->wait_s < 0 || u->wait_s > 3600)
+				return -EINVAL;
+			break;
+		case 'h': fputs(UMOUNT_USAGE, stdout); exit(0);
+		default: return -EINVAL;
+		}
+	}
+	if (optind != argc - 1)
+		return -EINVAL;
+	u->mnt = argv[optind];
+	return 0;
+}
+
+int kvfs_cmd_umount(int argc, char **argv)
+{
+	struct umount_ctx u;
+
+	if (parse_umount_args(&u, argc, argv) < 0) {
+		fputs(UMOUNT_USAGE, stderr);
+		return 2;
+	}
+	if (kvfs_mount_find(u.mnt, &u.m) < 0) {
+		fprintf(stderr, "kvfs umount: nothing is mounted at %s\n", u.mnt);
+		return 1;
+	}
+	if (!kvfs_mount_is_kvfs(&u.m)) {
+		fprintf(stderr, "kvfs umount: %s is a %s mount of %s, not kvfs\n", u.mnt,
+			u.m.fstype, u.m.source);
+		return 1;
+	}
+	/* (a kvfs mount made by another tool may name no store: then we
+	 * cannot watch its daemon, only unmount) */
+	u.store = strncmp(u.m.source, "kvfs:", 5) ? "/nonexistent" : u.m.source + 5;
+	u.daemon = daemon_pid(u.store);
+	return u.force ? force_umount(&u) : plain_umount(&u);
+}
