@@ -34,6 +34,7 @@
 #define SPACE_WAIT_NS (30ll * 1000000000)  /* longest a writer waits for room */
 #define RUN_WAIT_MS 100            /* then it looks again */
 #define RETRY_MS 20                /* evictor's next look while pages drain */
+#define FULL_STUCK_RUNS 3   /* stuck runs (RETRY_MS apart) that mean full */
 
 struct kvfs_cap {
 	pthread_mutex_t lock;          /* inside ns_lock, never around it */
@@ -43,9 +44,22 @@ struct kvfs_cap {
 	bool running, stop, wanted;
 	uint64_t runs_started, runs_done;   /* the evictor's runs, one at a time */
 	bool last_run_stuck;           /* the last run found nothing to evict */
+	unsigned stuck_runs;           /* runs in a row that found nothing to evict
+	                                * and left nothing draining */
 	uint64_t need;                 /* most bytes a waiting writer needs */
 	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
 	struct kvfs_cap_stats st;
+	/* names of evicted pages for the kernel to forget (forgetter thread) */
+	struct forget *forget_head, **forget_tail;
+	pthread_cond_t forget_cv;
+	pthread_t forget_thread;
+	bool forget_running;
+};
+
+struct forget {
+	struct forget *next;
+	uint64_t parent;
+	char name[KV_NAME_MAX + 1];
 };
 
 /* ---- usage ---- */
@@ -208,12 +222,61 @@ static bool evict_one(struct kvfs *fs, const struct victim *v,
 	return true;
 }
 
-/* After ns_lock: tell the kernel to forget the names. This can block (the
- * kernel takes the directory's lock), so it is done with no lock held. */
-static void report_evicted(const struct evicted *gone, size_t n)
+/*
+ * Tell the kernel to forget evicted names, on a thread of their own: the
+ * notification takes the directory's lock in the kernel, which a request
+ * (a create in that directory) may hold while it waits for a FUSE thread,
+ * and every FUSE thread may be a writer waiting for this evictor to make
+ * room. The name goes at once from our index, so until the kernel forgets
+ * it a lookup it still caches ends in ENOENT from us: nothing wrong is
+ * served. Without memory for the queue, notify inline.
+ */
+static void forget_later(struct kvfs_cap *c, const struct evicted *gone, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		fp_forget_name(gone[i].parent, gone[i].name);
+	for (size_t i = 0; i < n; i++) {
+		struct forget *f = malloc(sizeof(*f));
+		bool queued = false;
+
+		if (f) {
+			f->next = NULL;
+			f->parent = gone[i].parent;
+			memcpy(f->name, gone[i].name, sizeof(f->name));
+			pthread_mutex_lock(&c->lock);
+			if (c->forget_running && !c->stop) {
+				*c->forget_tail = f;
+				c->forget_tail = &f->next;
+				pthread_cond_signal(&c->forget_cv);
+				queued = true;
+			}
+			pthread_mutex_unlock(&c->lock);
+		}
+		if (!queued) {
+			free(f);
+			fp_forget_name(gone[i].parent, gone[i].name);
+		}
+	}
+}
+
+static void *forgetter(void *arg)
+{
+	struct kvfs_cap *c = arg;
+	struct forget *f;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stop) {
+		if (!(f = c->forget_head)) {
+			pthread_cond_wait(&c->forget_cv, &c->lock);
+			continue;
+		}
+		if (!(c->forget_head = f->next))
+			c->forget_tail = &c->forget_head;
+		pthread_mutex_unlock(&c->lock);
+		fp_forget_name(f->parent, f->name);
+		free(f);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
 }
 
 /*
@@ -249,7 +312,7 @@ static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
 	c->st.evicted_shared += nshared;
 	c->st.evicted_bytes += *freed;
 	pthread_mutex_unlock(&c->lock);
-	report_evicted(gone, ngone);
+	forget_later(c, gone, ngone);
 	free(gone);
 	if (ngone)
 		kvfs_commit_wait_all(fs, mark);
@@ -349,12 +412,21 @@ static void pause_locked(struct kvfs_cap *c, long ms)
 	pthread_cond_timedwait(&c->work_cv, &c->lock, &ts);
 }
 
+/* Sleep ms whatever writers signal meanwhile (unless stopping). */
+static void sleep_locked(struct kvfs_cap *c, long ms)
+{
+	struct timespec ts = deadline_ms(ms);
+
+	while (!c->stop && pthread_cond_timedwait(&c->work_cv, &c->lock, &ts) != ETIMEDOUT)
+		;
+}
+
 static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
 	uint64_t pages, need, target;
-	bool above, retry;
+	bool above, retry, draining;
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
@@ -374,13 +446,20 @@ static void *evictor(void *arg)
 		if (usage_now(fs, NULL) > target)
 			kvfs_evict(fs, target, 0, &pages);
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
-		retry = above && writeback_pending(fs);
+		draining = writeback_pending(fs);
+		retry = above && draining;
 		pthread_mutex_lock(&c->lock);
 		/* Stuck: nothing could go, and we are still above the mark.
 		 * (Usage alone would lie: frees wait behind fast-path reads.) */
 		c->last_run_stuck = pages == 0 && above;
+		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
 		c->runs_done++;
 		pthread_cond_broadcast(&c->room_cv);
+		/* Stuck with nothing draining: pages being written now (their
+		 * writers between write and seal) may drain soon, so the next
+		 * run waits a little; FULL_STUCK_RUNS such runs mean full. */
+		if (c->stuck_runs && !c->stop)
+			sleep_locked(c, RETRY_MS);
 		/* Still above, with pages draining that will be evictable once
 		 * durable: look again shortly, whether or not a writer asks. */
 		if (retry && !c->stop) {
@@ -409,9 +488,13 @@ static bool writeback_pending(struct kvfs *fs)
 /*
  * Kick the evictor and wait, RUN_WAIT_MS at most, for the end of a run
  * that starts after this call (cap.lock held). True if the store is
- * really full: such a run freed nothing, and nothing was draining through
- * write-back before it began (a page that becomes durable meanwhile is
- * evictable next time: a run that began earlier proves nothing).
+ * really full: FULL_STUCK_RUNS runs in a row, this one the last, freed
+ * nothing and left nothing draining through write-back, and nothing was
+ * draining before this one began (a page that becomes durable meanwhile is
+ * evictable next time: a run that began earlier proves nothing). One such
+ * run is not enough: the space may be held by pages between their last
+ * write and their seal, which drain a moment later (seen in the crash loop
+ * with four writers on a 16 MiB store).
  */
 static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
 {
@@ -426,7 +509,7 @@ static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
 	while (c->runs_done <= after && !c->stop)
 		if (pthread_cond_timedwait(&c->room_cv, &c->lock, &ts) == ETIMEDOUT)
 			return false;
-	return c->stop || (c->last_run_stuck && !pending);
+	return c->stop || (c->stuck_runs >= FULL_STUCK_RUNS && !pending);
 }
 
 int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
@@ -582,9 +665,15 @@ int kvfs_cap_start(struct kvfs *fs)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work_cv, NULL);
 	pthread_cond_init(&c->room_cv, NULL);
+	pthread_cond_init(&c->forget_cv, NULL);
+	c->forget_tail = &c->forget_head;
 	c->atime_flushed_ns = kvfs_now_ns();   /* the manifest has all before */
 	fs->cap = c;
 	rc = cap_limits(fs, c);
+	if (rc == 0) {
+		rc = -pthread_create(&c->forget_thread, NULL, forgetter, c);
+		c->forget_running = rc == 0;
+	}
 	if (rc == 0 && evicting(fs)) {
 		rc = -pthread_create(&c->thread, NULL, evictor, fs);
 		c->running = rc == 0;
@@ -598,14 +687,21 @@ void kvfs_cap_stop(struct kvfs *fs)
 
 	if (!c)
 		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_broadcast(&c->work_cv);
+	pthread_cond_broadcast(&c->room_cv);
+	pthread_cond_broadcast(&c->forget_cv);
+	pthread_mutex_unlock(&c->lock);
 	if (c->running) {
-		pthread_mutex_lock(&c->lock);
-		c->stop = true;
-		pthread_cond_broadcast(&c->work_cv);
-		pthread_cond_broadcast(&c->room_cv);
-		pthread_mutex_unlock(&c->lock);
 		pthread_join(c->thread, NULL);
 		c->running = false;
+	}
+	if (c->forget_running) {
+		pthread_join(c->forget_thread, NULL);
+		pthread_mutex_lock(&c->lock);
+		c->forget_running = false;
+		pthread_mutex_unlock(&c->lock);
 	}
 }
 
@@ -618,6 +714,14 @@ void kvfs_cap_free(struct kvfs *fs)
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->work_cv);
 	pthread_cond_destroy(&c->room_cv);
+	pthread_cond_destroy(&c->forget_cv);
+	/* (names not yet forgotten when unmounted: the kernel drops them all) */
+	while (c->forget_head) {
+		struct forget *f = c->forget_head;
+
+		c->forget_head = f->next;
+		free(f);
+	}
 	free(c);
 	fs->cap = NULL;
 }
