@@ -136,12 +136,20 @@ def publisher(mnt, cyc, j, rng, acked):
         tmp = f'{pub}~tmp{cyc}-{i}'
         with open(f'{d}/{tmp}', 'wb') as f:
             f.write(make_page(pub, rng.random(), rng.choice(SIZES[:3])))
-        os.rename(f'{d}/{tmp}', f'{d}/{pub}')
-        j.count('published')
+        # The evictor may take any durable page, ours included: a name
+        # that vanished under us is a cache miss, not an error.
+        try:
+            os.rename(f'{d}/{tmp}', f'{d}/{pub}')
+            j.count('published')
+        except FileNotFoundError:
+            j.count('vanished')
         with open(f'{d}/same{cyc}-{i}', 'wb') as f:
             f.write(bytes([i % 3]) * DEDUP_SIZE)
         if i > 4:
-            os.unlink(f'{d}/same{cyc}-{i - 4}')
+            try:
+                os.unlink(f'{d}/same{cyc}-{i - 4}')
+            except FileNotFoundError:
+                j.count('vanished')
 
 
 def reader(mnt, cyc, j, rng, acked):
