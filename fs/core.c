@@ -236,6 +236,30 @@ static int absolute_path(const char *p, char *out, size_t len)
 	return 0;
 }
 
+/*
+ * A stripe inside the store's directory is recorded relative to it: a copy
+ * of the store (cp -a, a restore from backup) then uses its own segment
+ * files, never the original's. Stripes elsewhere (other SSDs) are absolute.
+ */
+static int stripe_record(const char *dir, const char *stripe, char *out, size_t len)
+{
+	char adir[PATH_MAX], astripe[PATH_MAX];
+	size_t n;
+	int rc;
+
+	rc = absolute_path(dir, adir, sizeof(adir));
+	if (rc == 0)
+		rc = absolute_path(stripe, astripe, sizeof(astripe));
+	if (rc < 0)
+		return rc;
+	n = strlen(adir);
+	while (n > 1 && adir[n - 1] == '/')
+		adir[--n] = '\0';
+	if (!strncmp(astripe, adir, n) && astripe[n] == '/' && astripe[n + 1])
+		return (size_t)snprintf(out, len, "%s", astripe + n + 1) >= len ? -ENAMETOOLONG : 0;
+	return (size_t)snprintf(out, len, "%s", astripe) >= len ? -ENAMETOOLONG : 0;
+}
+
 static int mkfs_meta(const char *dir, const struct kvfs_mkfs_opts *o,
 		     struct kv_store_meta *m)
 {
@@ -261,14 +285,9 @@ static int mkfs_meta(const char *dir, const struct kvfs_mkfs_opts *o,
 		return -EINVAL;
 	}
 	for (i = 0; i < m->nstripes; i++) {
-		char rel[PATH_MAX];
-		const char *p = rel;
-
-		if (o->nstripes)
-			p = o->stripes[i];
-		else
-			snprintf(rel, sizeof(rel), "%s/stripe0", dir);
-		rc = absolute_path(p, m->stripes[i], sizeof(m->stripes[i]));
+		rc = o->nstripes ? stripe_record(dir, o->stripes[i], m->stripes[i],
+						 sizeof(m->stripes[i]))
+				 : (snprintf(m->stripes[i], sizeof(m->stripes[i]), "stripe0"), 0);
 		if (rc < 0)
 			return rc;
 	}
@@ -284,12 +303,26 @@ static int open_store(const char *dir, const struct kv_store_meta *m,
 		.segment_size = m->segment_size, .capacity = m->capacity,
 		.create = create, .no_direct = no_direct,
 	};
+	char (*rel)[PATH_MAX] = calloc(m->nstripes, PATH_MAX);
 	unsigned i;
+	int rc = 0;
 
-	(void)dir;
-	for (i = 0; i < m->nstripes; i++)
+	if (!rel)
+		return -ENOMEM;
+	/* (rows read back from the manifest are resolved already; a new
+	 * store's are still relative to its directory) */
+	for (i = 0; i < m->nstripes && rc == 0; i++) {
 		paths[i] = m->stripes[i];
-	return kv_store_open(&so, out);
+		if (m->stripes[i][0] == '/')
+			continue;
+		if ((size_t)snprintf(rel[i], PATH_MAX, "%s/%s", dir, m->stripes[i]) >= PATH_MAX)
+			rc = -ENAMETOOLONG;
+		paths[i] = rel[i];
+	}
+	if (rc == 0)
+		rc = kv_store_open(&so, out);
+	free(rel);
+	return rc;
 }
 
 /* mkdir -p: a store may be created anywhere, parents included. */

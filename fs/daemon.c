@@ -7,10 +7,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,10 +28,42 @@ struct mount_cfg {
 	const char *mnt;
 	bool foreground;
 	bool debug;
+	bool quiet;
 	char log_path[PATH_MAX];
 	char fuse_opts[4096];
 	struct kvfs_opts opts;
 };
+
+/* While a detaching daemon starts, its lines go to the log file too (the
+ * startup lines belong in the log), and only warnings and errors to the
+ * terminal. Once detached, stderr is the log and this is -1. Never closed:
+ * a thread may still be writing to it as it is switched off. */
+static int startup_log_fd = -1;
+
+/* SIGHUP asks a detached daemon to reopen its log (logrotate's postrotate
+ * convention); the next line does it. libfuse would unmount on SIGHUP. */
+static volatile sig_atomic_t log_reopen;
+static char detached_log_path[PATH_MAX];
+
+static void on_sighup(int sig)
+{
+	(void)sig;
+	log_reopen = 1;
+}
+
+static void reopen_log(void)
+{
+	int fd;
+
+	log_reopen = 0;
+	if (!detached_log_path[0])
+		return;
+	fd = open(detached_log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;   /* keep writing to the old one */
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+}
 
 /* Daemon log lines carry a UTC timestamp and the pid: the log outlives the
  * terminal and is read after the fact. One write(2) per line keeps lines
@@ -49,6 +87,13 @@ static void daemon_log_sink(enum kv_log_level lvl, const char *line)
 		n = sizeof(buf) - 1;
 		buf[n - 1] = '\n';
 	}
+	int tee = __atomic_load_n(&startup_log_fd, __ATOMIC_ACQUIRE);
+
+	if (log_reopen)
+		reopen_log();
+
+	if (tee >= 0 && (write(tee, buf, (size_t)n) < 0 || lvl > KV_LOG_WARN))
+		return;
 	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
 		return;   /* nowhere left to report it */
 }
@@ -56,9 +101,13 @@ static void daemon_log_sink(enum kv_log_level lvl, const char *line)
 static void mount_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kvfs mount STORE MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n"
-		"  -f                 stay in the foreground, log to stderr\n"
+		"usage: kvfs mount STORE MOUNTPOINT [-f] [-d] [-q] [-o opt[,opt...]]\n"
+		"  Serves STORE at MOUNTPOINT; without -f the daemon detaches once the\n"
+		"  store is open and the mount in place. Also: mount -t fuse.kvfs.\n"
+		"  -f                 stay in the foreground, log to stderr (systemd:\n"
+		"                     tells NOTIFY_SOCKET READY=1 once mounted)\n"
 		"  -d                 debug log (implies -f)\n"
+		"  -q                 do not print the \"mounted\" line\n"
 		"  -o max_page=SIZE   largest page of a model without geometry\n"
 		"                     (default 64M, at most the store's segment size)\n"
 		"  -o entry_timeout=S seconds the kernel caches sealed pages' names/attrs (default 3600)\n"
@@ -176,6 +225,8 @@ static int parse_args(struct mount_cfg *c, int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-f")) {
 			c->foreground = true;
+		} else if (!strcmp(argv[i], "-q")) {
+			c->quiet = true;
 		} else if (!strcmp(argv[i], "-d")) {
 			c->debug = c->foreground = true;
 		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
@@ -302,28 +353,91 @@ static int serve(struct fuse_session *se)
 }
 
 /* Detached: log to the log file, tell the waiting parent we are up. */
-static int detach_io(struct mount_cfg *c, int status_fd)
+static int open_startup_log(struct mount_cfg *c)
 {
-	int null = open("/dev/null", O_RDWR);
 	int log = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	char ok = 0;
 
-	if (null < 0 || log < 0) {
+	if (log < 0) {
 		fprintf(stderr, "kvfs mount: cannot open log %s: %s\n", c->log_path,
 			strerror(errno));
 		return -errno;
 	}
-	fprintf(stderr, "kvfs: mounted %s at %s (daemon pid %d, log %s)\n",
-		c->store, c->mnt, (int)getpid(), c->log_path);
+	__atomic_store_n(&startup_log_fd, log, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int detach_io(struct mount_cfg *c, int status_fd)
+{
+	int null = open("/dev/null", O_RDWR);
+	int log = __atomic_load_n(&startup_log_fd, __ATOMIC_ACQUIRE);
+	char ok = 0;
+
+	if (null < 0) {
+		fprintf(stderr, "kvfs mount: /dev/null: %s\n", strerror(errno));
+		return -errno;
+	}
+	if (!c->quiet)
+		fprintf(stderr, "kvfs: mounted %s at %s (daemon pid %d, log %s)\n",
+			c->store, c->mnt, (int)getpid(), c->log_path);
 	dup2(null, STDIN_FILENO);
 	dup2(null, STDOUT_FILENO);
 	dup2(log, STDERR_FILENO);
+	snprintf(detached_log_path, sizeof(detached_log_path), "%s", c->log_path);
+	__atomic_store_n(&startup_log_fd, -1, __ATOMIC_RELEASE);
 	close(null);
-	close(log);
 	if (write(status_fd, &ok, 1) != 1)
 		return -EIO;
 	close(status_fd);
 	return 0;
+}
+
+/*
+ * systemd's readiness protocol (sd_notify(3)) without libsystemd: one
+ * datagram to $NOTIFY_SOCKET. A Type=notify unit then counts as started
+ * only once the mount is in place. Best effort: a unit without it works.
+ */
+static void sd_notify_state(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len;
+	int fd;
+
+	if (!path || (path[0] != '/' && path[0] != '@') ||
+	    (len = strlen(path)) >= sizeof(sa.sun_path))
+		return;
+	memcpy(sa.sun_path, path, len);
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = '\0';   /* an abstract socket */
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
+		kv_log(KV_LOG_WARN, "sd_notify to %s: %s", path, strerror(errno));
+	close(fd);
+}
+
+static int set_sighup(void)
+{
+	struct sigaction sa = { .sa_handler = on_sighup };
+
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGHUP, &sa, NULL);
+}
+
+/* One descriptor per segment file: a big store needs more than the usual
+ * soft limit of 1024, and the hard limit is ours to take. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+		kv_log(KV_LOG_DEBUG, "open files limit raised to %llu",
+		       (unsigned long long)rl.rlim_cur);
 }
 
 static int run_daemon(struct mount_cfg *c, int status_fd)
@@ -334,7 +448,13 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 
 	if (c->debug)
 		kv_log_set_level(KV_LOG_DEBUG);
+	/* ps, top and kvfs umount know the daemon as "kvfs", whichever name
+	 * (mount.fuse.kvfs) started it. */
+	prctl(PR_SET_NAME, "kvfs", 0, 0, 0);
 	kv_log_set_sink(daemon_log_sink);
+	if (status_fd >= 0 && open_startup_log(c) < 0)
+		return 1;
+	raise_nofile();
 	rc = kvfs_open(c->store, &c->opts, &fs);
 	if (rc < 0) {
 		fprintf(stderr, "kvfs mount: cannot open store %s: %s\n", c->store, kv_strerror(rc));
@@ -345,7 +465,8 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		fprintf(stderr, "kvfs mount: bad mount options\n");
 		goto out;
 	}
-	if (fuse_set_signal_handlers(se) < 0 || fuse_session_mount(se, c->mnt) < 0) {
+	if (fuse_set_signal_handlers(se) < 0 || set_sighup() < 0 ||
+	    fuse_session_mount(se, c->mnt) < 0) {
 		fprintf(stderr, "kvfs mount: cannot mount at %s\n", c->mnt);
 		goto out;
 	}
@@ -354,12 +475,16 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		goto out;
 	}
 	kv_log(KV_LOG_INFO, "serving %s at %s", c->store, c->mnt);
+	if (c->foreground)
+		sd_notify_state("READY=1\nSTATUS=serving");
 	/* The fast-path write replaces pages behind the kernel's back: it
 	 * needs the session to drop the kernel's cached names. */
 	kvfs_fastpath_set_session(se);
 	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
 	/* The evictor writes name invalidations to the session: stop it
 	 * while the session's fd is still open, not after. */
+	if (c->foreground)
+		sd_notify_state("STOPPING=1\nSTATUS=committing and unmounting");
 	kvfs_cap_stop(fs);
 	kvfs_fastpath_set_session(NULL);
 	fuse_session_unmount(se);

@@ -166,14 +166,15 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 		rc = place_payload(fs, d, plan, 0, false, &n, &shared);
 	if (rc < 0)
 		return rc;
+	/* Before the row is queued: the manifest keeps what a remount shows. */
+	n.attr.mode &= 0444;   /* sealed pages are immutable */
+	n.attr.mtime_ns = n.attr.ctime_ns = kvfs_now_ns();
 	rc = kvfs_commit_new_page(fs, &n, d, shared);
 	if (rc < 0) {
 		unplace_payload(fs, &n, shared);
 		return rc;
 	}
 	n.state = KV_PAGE_SEALED;
-	n.attr.mode &= 0444;   /* sealed pages are immutable */
-	n.attr.mtime_ns = n.attr.ctime_ns = kvfs_now_ns();
 	kv_index_update(fs->idx, l->ino, &n,
 			KV_UPD_ATTR | KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA);
 	kvfs_page_unreserve(fs, l);   /* the extent now holds the space */

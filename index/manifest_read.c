@@ -8,11 +8,13 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -283,6 +285,25 @@ static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 			  "ON e.id = p.extent_id ORDER BY p.ino", row_page);
 }
 
+/* A relative stripe path (a stripe inside the store) is relative to the
+ * directory holding the manifest: callers only ever see absolute paths. */
+static int resolve_stripe(const char *db_path, char *path, size_t len)
+{
+	const char *slash = strrchr(db_path, '/');
+	int dlen = slash ? (int)(slash - db_path) : 0;
+	char cwd[PATH_MAX] = "", tmp[2 * PATH_MAX];
+
+	if (path[0] == '/')
+		return 0;
+	if (db_path[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+		return -errno;
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s%s%.*s/%s", cwd, cwd[0] && dlen ? "/" : "",
+			     dlen, db_path, path) >= len)
+		return -ENAMETOOLONG;
+	strcpy(path, tmp);
+	return 0;
+}
+
 static int read_stripes(struct kv_manifest *m, struct kv_store_meta *out,
 			char *err, size_t errlen)
 {
@@ -300,6 +321,9 @@ static int read_stripes(struct kv_manifest *m, struct kv_store_meta *out,
 		if (out->nstripes == KV_MAX_STRIPES)
 			col_bad(&r, 0, "is beyond the %u-stripe limit", KV_MAX_STRIPES);
 		col_text(&r, 1, out->stripes[out->nstripes], sizeof(out->stripes[0]), true);
+		if (!r.bad && resolve_stripe(m->path, out->stripes[out->nstripes],
+					     sizeof(out->stripes[0])) < 0)
+			col_bad(&r, 1, "is too long once resolved against %s", m->path);
 		if (r.bad) {
 			rc = mf_corrupt(err, errlen, "table stripes, id %lld: column %s %s "
 				     "(ids must run 0..n-1)", sqlite3_column_int64(st, 0),

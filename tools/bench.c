@@ -45,7 +45,7 @@ void bench_err(const char *fmt, ...)
 {
 	va_list ap;
 
-	fflush(stdout);   /* keep the report and the error in order */
+	bench_progress_clear();   /* keeps the report and the error in order */
 	fputs("kvfs bench: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -141,51 +141,6 @@ int check_page(const struct size_run *s, const char *method, const char *page,
 	return -EILSEQ;
 }
 
-/* ---- small I/O helpers (silent: callers report) ---- */
-
-int read_full(int fd, char *buf, size_t len)
-{
-	size_t done = 0;
-	ssize_t n;
-
-	while (done < len) {
-		n = read(fd, buf + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ENODATA;   /* the page is shorter than it should be */
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-int write_full(int fd, const char *buf, size_t len)
-{
-	size_t done = 0;
-	ssize_t n;
-
-	while (done < len) {
-		n = write(fd, buf + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-int make_dir(const char *path)
-{
-	if (mkdir(path, 0755) < 0) {
-		bench_err("mkdir %s: %s", path, strerror(errno));
-		return -errno;
-	}
-	return 0;
-}
-
 /* ---- writing the pages ---- */
 
 static int write_page(const struct size_run *s, const char *root, unsigned long p)
@@ -238,6 +193,7 @@ static void report_write(const struct size_run *s, const char *target, double se
 	char label[32];
 
 	size_label(s->size, label, sizeof(label));
+	bench_progress_clear();
 	if (s->b->o->json)
 		printf("{\"event\":\"write\",\"size\":%llu,\"target\":\"%s\",\"pages\":%lu,"
 		       "\"secs\":%.4f,\"gbps\":%.4f,\"pages_per_s\":%.1f}\n",
@@ -253,8 +209,11 @@ static int write_all(struct size_run *s, const char *root, bool plain, const cha
 {
 	double t0 = now_s();
 	unsigned long p;
+	char label[32];
 	int rc = 0;
 
+	size_label(s->size, label, sizeof(label));
+	bench_step("%s pages, writing to %s", label, target);
 	for (p = 0; rc == 0 && p < s->pages; p++) {
 		rc = check_interrupt();
 		if (rc == 0)
@@ -264,6 +223,7 @@ static int write_all(struct size_run *s, const char *root, bool plain, const cha
 		rc = sync_layers(s->b, root, plain);
 	if (rc == 0)
 		report_write(s, target, now_s() - t0);
+	bench_step_done();
 	return rc;
 }
 
@@ -421,6 +381,7 @@ static void report_reads(struct size_run *s)
 	unsigned m, r;
 
 	size_label(s->size, label, sizeof(label));
+	bench_progress_clear();
 	if (!o->json)
 		printf("  read   %8s %10s %9s %9s %12s %12s\n", "GB/s", "pages/s",
 		       "p50 ms", "p99 ms", "daemon s/GB", "reader s/GB");
@@ -588,6 +549,7 @@ static int read_case(struct size_run *s, uint64_t *seed)
 	int rc = 0;
 
 	size_label(s->size, label, sizeof(label));
+	bench_progress_clear();
 	if (!o->json)
 		printf("\n%s pages: %lu (%.1f MiB) in %u layers, batches of up to %u pages\n",
 		       label, s->pages, (double)s->pages * (double)s->size / (1 << 20),
@@ -598,8 +560,12 @@ static int read_case(struct size_run *s, uint64_t *seed)
 		 * follows the same one. */
 		for (k = 0; rc == 0 && k < M_COUNT; k++) {
 			m = (r + k) % M_COUNT;
-			if (o->methods & 1u << m)
-				rc = run_method(s, m, &s->runs[m][r]);
+			if (!(o->methods & 1u << m))
+				continue;
+			bench_step("%s read, %s, run %u/%u", label, method_name[m], r + 1,
+				   o->repeat);
+			rc = run_method(s, m, &s->runs[m][r]);
+			bench_step_done();
 		}
 	}
 	if (rc == 0)
@@ -676,10 +642,12 @@ static int bench_sizes(struct bench *b)
 	for (i = 0; rc == 0 && o->cases & 1u << C_WRITE && i < n; i++)
 		rc = write_case(runs[i]);
 	if (rc == 0 && reads && o->settle) {
+		bench_progress_clear();
 		if (!o->json)
 			printf("(waiting %u s before reading: pages read right after being "
 			       "written come back faster on this kind of VM)\n", o->settle);
 		fflush(stdout);
+		bench_step("waiting %u s before reading", o->settle);
 		for (i = 0; rc == 0 && i < o->settle * 10; i++) {
 			rc = check_interrupt();
 			usleep(100000);
@@ -778,9 +746,11 @@ static int bench_run(struct bench *b)
 	if (rc == 0) {
 		print_header(b);
 		fflush(stdout);
+		bench_progress_start(b->o);
 	}
 	if (rc == 0)
 		rc = bench_sizes(b);
+	bench_progress_end(rc == 0);
 	if (b->client)
 		kvfs_client_close(b->client);
 	if (b->wclient)

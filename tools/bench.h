@@ -36,6 +36,7 @@
 
 #include "fs.h"
 #include "libkvfs.h"
+#include "progress.h"
 #include "store.h"
 #include "tools.h"
 
@@ -81,6 +82,7 @@ struct bench_opts {
 	unsigned mix_writers;       /* mixed case: FUSE writer threads */
 	double mix_secs;            /* mixed case: seconds per read phase */
 	bool json, keep;
+	enum progress_mode pm;      /* --progress, --quiet, or on a terminal */
 };
 
 /* The run's environment: workspace, daemon, mount, client. */
@@ -252,6 +254,13 @@ int check_page(const struct size_run *s, const char *method, const char *page,
 int read_full(int fd, char *buf, size_t len);
 int make_dir(const char *path);
 
+/* bench_progress.c: the status line; clear it before printing a report */
+void bench_progress_start(const struct bench_opts *o);
+void bench_step(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void bench_step_done(void);
+void bench_progress_clear(void);
+void bench_progress_end(bool ok);
+
 /* bench_opts.c: usage; options (0, 1 for --help, -EINVAL) */
 extern const char bench_usage[];
 int parse_opts(int argc, char **argv, struct bench_opts *o);
@@ -294,6 +303,7 @@ int raw_writer_stream_start(struct raw_writer *w);
 int raw_writer_stream_stop(struct raw_writer *w);
 void raw_writer_close(struct raw_writer *w);
 int write_case(struct size_run *s);
+unsigned write_case_steps(const struct bench_opts *o);
 int make_write_layers(struct bench *b);
 
 /* bench_store.c */
@@ -308,5 +318,6 @@ void store_mix_close(struct store_mix *m);
 
 /* bench_mixed.c */
 int mixed_case(struct size_run *s);
+unsigned mixed_case_steps(const struct bench_opts *o);
 
 #endif

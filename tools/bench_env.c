@@ -1,6 +1,7 @@
 /*
  * `kvfs bench`: its child processes (mkfs, the daemon, fusermount3), the
- * daemon's CPU time and log, dropping caches, and the workspace.
+ * daemon's CPU time and log, dropping caches, the workspace, and small
+ * I/O helpers.
  */
 #include "bench.h"
 
@@ -424,3 +425,47 @@ void cleanup_dirs(struct bench *b)
 		rmdir(b->dir);
 }
 
+/* ---- small I/O helpers (silent: callers report) ---- */
+
+int read_full(int fd, char *buf, size_t len)
+{
+	size_t done = 0;
+	ssize_t n;
+
+	while (done < len) {
+		n = read(fd, buf + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENODATA;   /* the page is shorter than it should be */
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int write_full(int fd, const char *buf, size_t len)
+{
+	size_t done = 0;
+	ssize_t n;
+
+	while (done < len) {
+		n = write(fd, buf + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int make_dir(const char *path)
+{
+	if (mkdir(path, 0755) < 0) {
+		bench_err("mkdir %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}

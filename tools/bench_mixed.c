@@ -299,6 +299,11 @@ static int mix_setup(struct mix *x)
 	return rc;
 }
 
+unsigned mixed_case_steps(const struct bench_opts *o)
+{
+	return o->repeat * PR_COUNT;
+}
+
 int mixed_case(struct size_run *s)
 {
 	const struct bench_opts *o = s->b->o;
@@ -312,6 +317,7 @@ int mixed_case(struct size_run *s)
 	x->s = s;
 	x->rw.fd = -1;
 	size_label(s->size, label, sizeof(label));
+	bench_progress_clear();
 	if (!o->json) {
 		printf("\nmixed %s: reads of %lu pages for %.1f s alone and under writes "
 		       "of new %s pages: fast+fast:\n%u fast-path writer%s (%u pages per "
@@ -325,8 +331,13 @@ int mixed_case(struct size_run *s)
 	}
 	rc = mix_setup(x);
 	for (r = 0; rc == 0 && r < o->repeat; r++)
-		for (k = 0; rc == 0 && k < PR_COUNT; k++)
+		for (k = 0; rc == 0 && k < PR_COUNT; k++) {
+			bench_step("%s mixed, %s, run %u/%u", label,
+				   pair_name[(r + k) % PR_COUNT], r + 1, o->repeat);
 			rc = run_pair(x, (enum pair)((r + k) % PR_COUNT), r);
+			bench_step_done();
+		}
+	bench_progress_clear();
 	if (rc == 0)
 		mix_report(x);
 	store_mix_close(&x->st[1]);

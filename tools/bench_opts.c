@@ -10,7 +10,7 @@ const char bench_usage[] =
 	"                  [--layers L] [--qd Q] [--batch B] [--repeat R] [--settle S]\n"
 	"                  [--cases read,write,mixed] [--methods fast,fuse,raw,files]\n"
 	"                  [--writers W] [--mix-writers M] [--mix-secs T]\n"
-	"                  [--quick] [--keep] [--json]\n"
+	"                  [--quick] [--keep] [--json] [--progress | --quiet]\n"
 	"  Makes a store, mounts it and measures, for each page size, three cases:\n"
 	"  read   writes the pages through the mount and as one plain file per page,\n"
 	"         then reads them all back cold, per layer in batches of B pages, four\n"
@@ -44,7 +44,14 @@ const char bench_usage[] =
 	"  --mix-writers M  writer threads of the mixed case (default 1)\n"
 	"  --mix-secs T   seconds of each mixed-case read phase (default 2)\n"
 	"  --quick        64 pages per size, 4 layers, 1 run, no wait, 0.5 s mixed\n"
-	"                 phases (a smoke test)\n";
+	"                 phases (a smoke test)\n"
+	"  --keep         leave the workspace (store, log, files) in place\n"
+	"  --json         one JSON object per line on stdout (an \"event\" each:\n"
+	"                 config, write, read, ratio, write_case, mixed); errors and\n"
+	"                 the status line go to stderr\n"
+	"  --progress     show the status line (step under way, steps done, ETA) on\n"
+	"                 stderr even when it is not a terminal\n"
+	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n";
 
 static int parse_sizes(struct bench_opts *o, const char *arg)
 {
@@ -115,7 +122,7 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "pages", required_argument, NULL, 'n' },
 		{ "bytes", required_argument, NULL, 'B' },
 		{ "layers", required_argument, NULL, 'l' },
-		{ "qd", required_argument, NULL, 'q' },
+		{ "qd", required_argument, NULL, 'd' },
 		{ "batch", required_argument, NULL, 'b' },
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "settle", required_argument, NULL, 'S' },
@@ -127,6 +134,8 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "quick", no_argument, NULL, 'Q' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "progress", no_argument, NULL, 'P' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -135,7 +144,7 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 	unsigned long v;
 	int c, rc = 0;
 
-	while (rc == 0 && (c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while (rc == 0 && (c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
 		switch (c) {
 		case 'D': o->dir = optarg; break;
 		case 's': rc = parse_sizes(o, optarg); break;
@@ -149,7 +158,7 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->layers = (unsigned)v;
 			set_layers = true;
 			break;
-		case 'q':
+		case 'd':
 			rc = parse_uint(optarg, 1, 4096, &v);
 			o->qd = (unsigned)v;
 			break;
@@ -184,6 +193,8 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		case 'Q': quick = true; break;
 		case 'k': o->keep = true; break;
 		case 'j': o->json = true; break;
+		case 'P': o->pm = PROGRESS_ON; break;
+		case 'q': o->pm = PROGRESS_OFF; break;
 		case 'h': return 1;
 		default: return -EINVAL;
 		}

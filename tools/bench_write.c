@@ -622,6 +622,11 @@ static void write_report(const struct size_run *s, struct wsample r[WK_COUNT][RE
 		printf("  (GB/s: medians; /raw: median of per-run ratios)\n");
 }
 
+unsigned write_case_steps(const struct bench_opts *o)
+{
+	return o->repeat * WK_COUNT;
+}
+
 /* Each way R times, a different one first in each run. */
 int write_case(struct size_run *s)
 {
@@ -632,6 +637,7 @@ int write_case(struct size_run *s)
 	int rc = 0;
 
 	size_label(s->size, label, sizeof(label));
+	bench_progress_clear();
 	if (!o->json) {
 		printf("\nwrite %s: %lu new pages (%.1f MiB) per run. fuse: %u thread%s "
 		       "(open, write, close); fast: %u thread%s\n(KVFS_IOC_WRITE, %u pages "
@@ -647,8 +653,11 @@ int write_case(struct size_run *s)
 		for (k = 0; rc == 0 && k < WK_COUNT; k++) {
 			unsigned w = (i + k) % WK_COUNT;
 
+			bench_step("%s write, %s, run %u/%u", label, wk_name[w], i + 1, o->repeat);
 			rc = write_one(s, w, &r[w][i]);
+			bench_step_done();
 		}
+	bench_progress_clear();
 	if (rc == 0)
 		write_report(s, r);
 	fflush(stdout);

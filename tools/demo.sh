@@ -76,5 +76,5 @@ cat <<MSG
 kvfs is mounted on $MNT (store $STORE, daemon log $STORE/kvfs.log).
 Explore it with ls, cat, stat, getfattr -d, du, df; copy files into a layer
 directory to add pages. Counters: $KVFS stat $MNT, or cat $MNT/.kvfs/stats
-(JSON) and $MNT/.kvfs/metrics (Prometheus). Unmount with:  fusermount3 -u $MNT
+(JSON) and $MNT/.kvfs/metrics (Prometheus). Unmount with:  $KVFS umount $MNT
 MSG

@@ -52,12 +52,16 @@
 #define EXIT_USAGE 16
 
 static const char fsck_usage[] =
-	"usage: kvfs fsck STORE [--verify-data] [--repair | -n] [--json]\n"
+	"usage: kvfs fsck STORE [--verify-data] [--repair | -n] [--json] [--progress | -q]\n"
 	"  check a store that is not mounted (see docs/fsck.md)\n"
 	"  --verify-data  also read every extent and check its XXH3-128\n"
 	"  --repair       fix what can be fixed (pages with unreadable data are deleted)\n"
 	"  -n             read-only (the default)\n"
-	"  --json         print the summary as one JSON object on stdout\n"
+	"  --json         print the summary as one JSON object on stdout (problem\n"
+	"                 lines go to stderr)\n"
+	"  --progress     show each phase's status line on stderr even when it is\n"
+	"                 not a terminal (rows, extents, segments, bytes verified)\n"
+	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n"
 	"  exit: 0 clean, 1 errors corrected, 4 errors left, 8 operational error, 16 usage\n";
 
 __attribute__((format(printf, 3, 4)))
@@ -65,6 +69,7 @@ void problem(struct fsck *f, bool fixable, const char *fmt, ...)
 {
 	va_list ap;
 
+	progress_clear(f->pr);   /* both may be the terminal */
 	va_start(ap, fmt);
 	vfprintf(f->out, fmt, ap);
 	va_end(ap);
@@ -72,6 +77,19 @@ void problem(struct fsck *f, bool fixable, const char *fmt, ...)
 	f->problems++;
 	if (fixable)
 		f->fixable++;
+}
+
+/* One status line per phase: a phase ends with its final line. */
+void phase_start(struct fsck *f, const char *label, uint64_t total, const char *unit)
+{
+	phase_end(f);
+	f->pr = progress_start(f->pm, label, total, unit);
+}
+
+void phase_end(struct fsck *f)
+{
+	progress_finish(f->pr);
+	f->pr = NULL;
 }
 
 static void report_line(void *arg, const char *line)
@@ -168,7 +186,10 @@ static int run_checks(struct fsck *f)
 	check_overlaps(f);
 	check_page_refs(f);
 	check_refcounts(f);
-	if ((rc = scan_orphans(f, false)) < 0)
+	phase_start(f, "fsck: segment files", f->nseg, "files");
+	rc = scan_orphans(f, false);
+	phase_end(f);
+	if (rc < 0)
 		return rc;
 	if (f->verify && (rc = verify_data(f)) < 0)
 		return rc;
@@ -177,27 +198,13 @@ static int run_checks(struct fsck *f)
 	return 0;
 }
 
-static void json_str(FILE *o, const char *s)
-{
-	fputc('"', o);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(o, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(o, "\\u%04x", *s);
-		else
-			fputc(*s, o);
-	}
-	fputc('"', o);
-}
-
 static void summary(struct fsck *f, int status)
 {
 	unsigned left = f->problems - f->fixed;
 
 	if (f->json) {
 		printf("{\"store\": ");
-		json_str(stdout, f->store);
+		kvfs_json_str(stdout, f->store);
 		printf(", \"pages\": %zu, \"extents\": %zu, \"segments\": %zu, \"problems\": %u, "
 		       "\"corrected\": %u, \"uncorrected\": %u, \"lost_pages\": %" PRIu64
 		       ", \"orphaned_bytes\": %" PRIu64 ", \"punched_bytes\": %" PRIu64
@@ -237,6 +244,7 @@ static int fsck_run(struct fsck *f)
 	if (rc < 0)
 		return EXIT_OPERATIONAL;
 	rc = run_checks(f);
+	phase_end(f);
 	if (rc < 0) {
 		fprintf(stderr, "kvfs fsck: %s: the check could not complete: %s\n", f->store,
 			kv_strerror(rc));
@@ -279,18 +287,22 @@ static int parse_args(struct fsck *f, int argc, char **argv)
 		{ "verify-data", no_argument, NULL, 'v' },
 		{ "repair", no_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "progress", no_argument, NULL, 'P' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool ro = false;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "nh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "nqh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'v': f->verify = true; break;
 		case 'r': f->repair = true; break;
 		case 'j': f->json = true; break;
 		case 'n': ro = true; break;
+		case 'P': f->pm = PROGRESS_ON; break;
+		case 'q': f->pm = PROGRESS_OFF; break;
 		case 'h':
 			fputs(fsck_usage, stdout);
 			return 1;
@@ -314,18 +326,19 @@ static int parse_args(struct fsck *f, int argc, char **argv)
 
 int kvfs_cmd_fsck(int argc, char **argv)
 {
-	struct fsck f = { .lock_fd = -1, .shown_pct = -1 };
+	struct fsck f = { .lock_fd = -1 };
 	int rc;
 
 	rc = parse_args(&f, argc, argv);
 	if (rc)
 		return rc > 0 ? EXIT_OK : EXIT_USAGE;
 	f.out = f.json ? stderr : stdout;
-	f.tty = isatty(STDERR_FILENO);
 	/* Our own lines say what is wrong; the library's warnings would repeat it. */
 	kv_log_set_level(KV_LOG_ERR);
 	rc = fsck_run(&f);
-	if (rc != EXIT_OPERATIONAL)
+	/* --json: a script gets its one document even when the check could
+	 * not run (the reason is on stderr, the status in "exit") */
+	if (rc != EXIT_OPERATIONAL || f.json)
 		summary(&f, rc);
 	fsck_free(&f);
 	return rc;

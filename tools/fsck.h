@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "manifest.h"
+#include "progress.h"
 #include "store.h"
 
 struct seg {
@@ -45,7 +46,9 @@ struct page {
 
 struct fsck {
 	const char *store;
-	bool repair, verify, json, tty;
+	bool repair, verify, json;
+	enum progress_mode pm;       /* --progress, --quiet, or on a terminal */
+	struct progress *pr;         /* the running phase's status line */
 	FILE *out;                   /* problem lines */
 	struct kv_manifest *m;
 	struct kv_store_meta *meta;
@@ -61,10 +64,11 @@ struct fsck {
 	unsigned problems, fixable, fixed;
 	uint64_t lost_pages, orphan_bytes, punched_bytes, verified, verified_bytes;
 	int lock_fd;
-	int shown_pct;               /* progress bar: last percentage drawn */
 };
 
 /* fsck.c */
+void phase_start(struct fsck *f, const char *label, uint64_t total, const char *unit);
+void phase_end(struct fsck *f);
 __attribute__((format(printf, 3, 4)))
 void problem(struct fsck *f, bool fixable, const char *fmt, ...);
 

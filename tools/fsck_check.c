@@ -39,6 +39,7 @@ static int add_extent(void *arg, const struct kv_check_extent *r)
 	f->ext[f->next].r = *r;
 	f->ext[f->next].seg = -1;
 	f->next++;
+	progress_add(f->pr, 1);
 	return 0;
 }
 
@@ -65,6 +66,7 @@ static int add_page(void *arg, const struct kv_check_page *r)
 	if (!p->path)
 		return -ENOMEM;
 	f->npg++;
+	progress_add(f->pr, 1);
 	return 0;
 }
 
@@ -72,9 +74,12 @@ int read_rows(struct fsck *f)
 {
 	int rc;
 
+	/* the manifest does not say how many rows there are: no total */
+	phase_start(f, "fsck: manifest rows", 0, "rows");
 	rc = kv_manifest_walk_extents(f->m, add_extent, f);
 	if (rc == 0)
 		rc = kv_manifest_walk_pages(f->m, add_page, f);
+	phase_end(f);
 	if (rc < 0)
 		fprintf(stderr, "kvfs fsck: cannot read the manifest rows: %s\n", kv_strerror(rc));
 	return rc;
@@ -296,15 +301,18 @@ int check_extents(struct fsck *f)
 	f->byloc = calloc(f->next ? f->next : 1, sizeof(*f->byloc));
 	if (!f->byloc)
 		return -ENOMEM;
+	phase_start(f, "fsck: extents", f->next, "extents");
 	for (size_t i = 0; i < f->next; i++) {
 		struct ext *e = &f->ext[i];
 
+		progress_set(f->pr, i + 1);
 		if (!extent_values_ok(f, e))
 			continue;
 		check_extent_place(f, e);
 		if (e->seg >= 0)
 			f->byloc[f->nloc++] = e;
 	}
+	phase_end(f);
 	qsort(f->byloc, f->nloc, sizeof(*f->byloc), loc_cmp);
 	return 0;
 }

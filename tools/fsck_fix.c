@@ -1,7 +1,7 @@
 /*
  * `kvfs fsck` space, data and repair (see fsck.c): space allocated in
  * segment files that no extent covers (orphaned space; punched by repair),
- * with --verify-data every extent's XXH3-128 (with a progress bar on a
+ * with --verify-data every extent's XXH3-128 (with a status line on a
  * terminal), and --repair: one manifest transaction, then the punching
  * (docs/format.md rule 4, "free after forget").
  */
@@ -134,25 +134,12 @@ int scan_orphans(struct fsck *f, bool punch)
 		rc = orphans_in_seg(f, s, first, j, punch);
 		if (rc < 0 && !err)
 			err = rc;
+		progress_add(f->pr, 1);
 	}
 	return err;
 }
 
 /* ---- data ---- */
-
-static void progress(struct fsck *f, size_t done, size_t total)
-{
-	int pct = total ? (int)(done * 100 / total) : 100, bar = pct / 4;
-
-	if (!f->tty || pct == f->shown_pct)
-		return;
-	f->shown_pct = pct;
-	fprintf(stderr, "\rverifying data [%.*s%*s] %3d%% (%zu/%zu extents)",
-		bar, "#########################", 25 - bar, "", pct, done, total);
-	if (done == total)
-		fputc('\n', stderr);
-	fflush(stderr);
-}
 
 static int seg_fd(struct fsck *f, struct seg *s)
 {
@@ -218,14 +205,13 @@ static int verify_extent(struct fsck *f, struct ext *e, uint8_t *buf)
 
 int verify_data(struct fsck *f)
 {
-	size_t total = 0, done = 0;
-	uint64_t max = KV_ALIGN;
+	uint64_t total = 0, done = 0, max = KV_ALIGN;
 	uint8_t *buf;
 
 	for (size_t i = 0; i < f->nloc; i++) {
 		const struct ext *e = f->byloc[i];
 
-		total += !e->bad;
+		total += e->bad ? 0 : (uint64_t)e->r.length;
 		if (ext_end(e) - (uint64_t)e->r.offset > max)
 			max = ext_end(e) - (uint64_t)e->r.offset;
 	}
@@ -234,14 +220,17 @@ int verify_data(struct fsck *f)
 		fprintf(stderr, "kvfs fsck: no memory for a %" PRIu64 "-byte read buffer\n", max);
 		return -ENOMEM;
 	}
-	progress(f, 0, total);
+	/* in bytes: extents of a store differ in size (pages of many models) */
+	phase_start(f, "fsck: verifying data", total, PROGRESS_BYTES);
 	/* In file order, so the disk reads sequentially. */
 	for (size_t i = 0; i < f->nloc; i++) {
 		if (f->byloc[i]->bad)
 			continue;
 		verify_extent(f, f->byloc[i], buf);
-		progress(f, ++done, total);
+		done += (uint64_t)f->byloc[i]->r.length;
+		progress_set(f->pr, done);
 	}
+	phase_end(f);
 	free(buf);
 	return 0;
 }

@@ -20,11 +20,11 @@ static void usage(FILE *f)
 		"kvfs %s: an SSD-backed KV-cache store for LLM inference, mounted as files\n"
 		"\n"
 		"usage: kvfs COMMAND [ARGS]\n"
-		"  mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n"
+		"  mkfs STORE [--stripe DIR]... [--segment-size SIZE] [--capacity SIZE]\n"
 		"                                 create a store (manifest in STORE, data in the stripes)\n"
-		"  mount STORE MOUNTPOINT [-f] [-d] [-o opt,...]\n"
+		"  mount STORE MOUNTPOINT [-f] [-d] [-q] [-o opt,...]\n"
 		"                                 serve a store as a filesystem\n"
-		"  umount [--force] [--wait SECS] MOUNTPOINT\n"
+		"  umount [--force | --escalate | --lazy] [--wait SECS] MOUNTPOINT\n"
 		"                                 unmount and wait for the daemon to commit and exit;\n"
 		"                                 --force recovers from a hung or dead daemon\n"
 		"  model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
@@ -37,15 +37,30 @@ static void usage(FILE *f)
 		"                                 FUSE, raw io_uring on the extents, one file per page\n"
 		"  bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
 		"                                 write, then cold-read N page files under DIR\n"
-		"  fsck STORE [--verify-data] [--repair | -n] [--json]\n"
+		"  fsck STORE [--verify-data] [--repair | -n] [--json] [--progress | -q]\n"
 		"                                 check (and repair) a store that is not mounted\n"
-		"  gc STORE|MOUNT (--older-than DUR | --target-size SIZE)\n"
+		"  gc STORE|MOUNT (--older-than DUR | --target-size SIZE) [--json] [--progress | -q]\n"
 		"                                 evict least recently used pages nobody holds open\n"
+		"  import SRC MOUNT/MODEL [--replace] [--json] [--progress | -q] ...\n"
+		"                                 bulk-load page files (a `cp -r` of a model) via batch writes\n"
 		"  version\n"
 		"\n"
-		"Run `kvfs COMMAND --help` for a command's options. Docs: docs/usage.md\n",
+		"Long commands (bench, fsck, gc, import) show progress on a terminal only.\n"
+		"Run `kvfs COMMAND --help` for a command's options; man kvfs for all of them.\n",
 		KVFS_VERSION);
 }
+
+#define MKFS_USAGE \
+	"usage: kvfs mkfs STORE [--stripe DIR]... [--segment-size SIZE] [--capacity SIZE]\n" \
+	"  Creates a store: its manifest (kvfs.db), lock and log in STORE (made if\n" \
+	"  missing; must not hold a store), page data in segment files on the stripes.\n" \
+	"  --stripe DIR         a directory for segment files, once per SSD; pages\n" \
+	"                       are placed round-robin (default: STORE/stripe0)\n" \
+	"  --segment-size SIZE  largest segment file; a page must fit in one\n" \
+	"                       (default 1G, at least 1M)\n" \
+	"  --capacity SIZE      budget on the bytes the store occupies (default: the\n" \
+	"                       stripes' free space; a mount may override it)\n" \
+	"  SIZE takes K, M, G, T suffixes (powers of 1024).\n"
 
 static int cmd_mkfs(int argc, char **argv)
 {
@@ -78,14 +93,14 @@ static int cmd_mkfs(int argc, char **argv)
 				goto bad;
 			break;
 		case 'h':
-			printf("usage: kvfs mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n");
+			fputs(MKFS_USAGE, stdout);
 			return 0;
 		default:
 			return 2;
 		}
 	}
 	if (optind + 1 != argc) {
-		fprintf(stderr, "usage: kvfs mkfs STORE [--stripe DIR]... [--segment-size 1G] [--capacity SIZE]\n");
+		fputs(MKFS_USAGE, stderr);
 		return 2;
 	}
 	kv_log_set_level(KV_LOG_WARN);   /* the summary below says what was made */
@@ -105,6 +120,13 @@ bad:
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : NULL;
+	const char *self = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+
+	/* Installed as mount(8)'s and umount(8)'s helpers too (links). */
+	if (!strcmp(self, "mount.fuse.kvfs") || !strcmp(self, "mount.kvfs"))
+		return kvfs_mount_helper_main(argc, argv);
+	if (!strcmp(self, "umount.fuse.kvfs") || !strcmp(self, "umount.kvfs"))
+		return kvfs_umount_helper_main(argc, argv);
 
 	if (!cmd || !strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
 		usage(cmd ? stdout : stderr);
@@ -132,6 +154,8 @@ int main(int argc, char **argv)
 		return kvfs_cmd_fsck(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench-files"))
 		return kvfs_cmd_bench_files(argc - 1, argv + 1);
+	if (!strcmp(cmd, "import"))
+		return kvfs_cmd_import(argc - 1, argv + 1);
 	fprintf(stderr, "kvfs: unknown command \"%s\"\n\n", cmd);
 	usage(stderr);
 	return 2;

@@ -16,11 +16,16 @@
  * A daemon killed while it was telling the kernel to forget a name can also
  * hang in its exit, waiting for a directory lock a request holds; aborting
  * the connection is what frees it (docs/usage.md, "Recovering a mount").
+ * --escalate is for service managers: a plain unmount that turns into
+ * --force when the daemon does not answer or does not exit in time.
+ * --store guards scripted use: act only if MOUNTPOINT serves that store
+ * (a unit whose start failed must not unmount another store's mount).
  * Exit: 0 unmounted, 1 failed, 2 usage.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,16 +40,28 @@
 #include "fs.h"
 #include "tools.h"
 
-#define UMOUNT_USAGE "usage: kvfs umount [--force] [--wait SECS] MOUNTPOINT\n" \
-	"  --force      the daemon hangs: abort its connection, detach, end it\n" \
-	"  --wait SECS  how long to wait for the daemon to exit (default 60)\n"
+#define UMOUNT_USAGE \
+	"usage: kvfs umount [--force | --escalate | --lazy] [--wait SECS] [--store STORE]\n" \
+	"                   MOUNTPOINT\n" \
+	"  Unmounts and waits until the daemon has committed everything and\n" \
+	"  released the store; a stale mount (daemon gone) is detached.\n" \
+	"  --force        the daemon hangs: abort its connection, detach, end it\n" \
+	"  --escalate     unmount normally, but go on as --force if the daemon\n" \
+	"                 does not answer, or has not exited after --wait seconds\n" \
+	"                 (for service managers: ExecStop)\n" \
+	"  --lazy         detach now and do not wait; the daemon exits once the\n" \
+	"                 last open file is closed (umount -l)\n" \
+	"  --wait SECS    how long to wait for the daemon to exit (default 60)\n" \
+	"  --store STORE  act only if MOUNTPOINT serves STORE\n" \
+	"  exit: 0 unmounted, 1 failed (or not a kvfs mount of STORE), 2 usage\n"
 
 struct umount_ctx {
 	const char *mnt;
 	struct kvfs_mount_info m;
 	const char *store; /* from the mount's source, "kvfs:STORE" */
 	pid_t daemon;      /* from STORE/kvfs.lock, 0 if unknown or gone */
-	bool force;
+	const char *only_store; /* --store */
+	bool force, escalate, lazy;
 	int wait_s;
 };
 
@@ -166,13 +183,18 @@ static int plain_umount(struct umount_ctx *u)
 {
 	int probe = kvfs_mount_probe(u->mnt, 2000), rc;
 
+	if (probe == -ETIMEDOUT && u->escalate) {
+		fprintf(stderr, "kvfs umount: the daemon of %s (pid %d) does not answer "
+			"within 2 s; forcing\n", u->mnt, (int)u->daemon);
+		return force_umount(u);
+	}
 	if (probe == -ETIMEDOUT) {
 		fprintf(stderr, "kvfs umount: the daemon of %s (pid %d) does not answer within "
 			"2 s; to recover: kvfs umount --force %s\n", u->mnt, (int)u->daemon, u->mnt);
 		return 1;
 	}
 	/* A dead daemon serves nothing: detaching loses nothing. */
-	rc = detach(u->mnt, probe == -ENOTCONN);
+	rc = detach(u->mnt, probe == -ENOTCONN || u->lazy);
 	if (rc == -EBUSY) {
 		fprintf(stderr, "kvfs umount: %s is busy (files open or a working directory "
 			"in it); close them, or detach it lazily: umount -l %s\n", u->mnt, u->mnt);
@@ -184,7 +206,20 @@ static int plain_umount(struct umount_ctx *u)
 	}
 	if (probe == -ENOTCONN)
 		printf("kvfs umount: %s was stale (its daemon was gone): detached\n", u->mnt);
-	return reap_daemon(u, false) < 0 ? 1 : 0;
+	if (u->lazy)
+		return 0;
+	return reap_daemon(u, u->escalate) < 0 ? 1 : 0;
+}
+
+/* Whether the store path given names the store a mount serves (its source
+ * is the realpath the daemon saw at mount time). */
+static bool same_store(const char *given, const char *served)
+{
+	char abs[PATH_MAX];
+
+	if (realpath(given, abs))
+		return !strcmp(abs, served);
+	return !strcmp(given, served);
 }
 
 static int parse_umount_args(struct umount_ctx *u, int argc, char **argv)
@@ -192,6 +227,9 @@ static int parse_umount_args(struct umount_ctx *u, int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "force", no_argument, NULL, 'f' },
 		{ "wait", required_argument, NULL, 'w' },
+		{ "escalate", no_argument, NULL, 'e' },
+		{ "lazy", no_argument, NULL, 'l' },
+		{ "store", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -203,6 +241,9 @@ static int parse_umount_args(struct umount_ctx *u, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "fw:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f': u->force = true; break;
+		case 'e': u->escalate = true; break;
+		case 'l': u->lazy = true; break;
+		case 's': u->only_store = optarg; break;
 		case 'w':
 			u->wait_s = (int)strtol(optarg, &end, 10);
 			if (*end || u->wait_s < 0 || u->wait_s > 3600)
@@ -212,7 +253,7 @@ static int parse_umount_args(struct umount_ctx *u, int argc, char **argv)
 		default: return -EINVAL;
 		}
 	}
-	if (optind != argc - 1)
+	if (optind != argc - 1 || u->force + u->escalate + u->lazy > 1)
 		return -EINVAL;
 	u->mnt = argv[optind];
 	return 0;
@@ -238,6 +279,11 @@ int kvfs_cmd_umount(int argc, char **argv)
 	/* (a kvfs mount made by another tool may name no store: then we
 	 * cannot watch its daemon, only unmount) */
 	u.store = strncmp(u.m.source, "kvfs:", 5) ? "/nonexistent" : u.m.source + 5;
+	if (u.only_store && !same_store(u.only_store, u.store)) {
+		fprintf(stderr, "kvfs umount: %s serves %s, not %s: left alone\n", u.mnt,
+			u.store, u.only_store);
+		return 1;
+	}
 	u.daemon = daemon_pid(u.store);
 	return u.force ? force_umount(&u) : plain_umount(&u);
 }

@@ -27,8 +27,8 @@ OSError whose errno, filename and index name the first page that failed
 and whose statuses list has every page's status.
 
 The library is libkvfs.so: $KVFS_LIB if set, else next to this module (or
-one directory up, as in a build tree), else wherever the dynamic linker
-finds it.
+one directory up, as in a build tree, or in build/client of a source
+checkout), else wherever the dynamic linker finds it.
 """
 
 import collections
@@ -107,7 +107,10 @@ def _load():
     cands = []
     if os.environ.get("KVFS_LIB"):
         cands.append(os.environ["KVFS_LIB"])
-    for d in (here, os.path.dirname(here)):
+    # next to the module, one directory up (a build tree), or the default
+    # build directory of a source checkout (client/python -> build/client)
+    for d in (here, os.path.dirname(here),
+              os.path.join(os.path.dirname(os.path.dirname(here)), "build", "client")):
         cands += [os.path.join(d, "libkvfs.so.0"), os.path.join(d, "libkvfs.so")]
     found = ctypes.util.find_library("kvfs")
     if found:

@@ -17,6 +17,9 @@ umount_kvfs
 mount_kvfs
 [ "$($PAGETOOL verify "$MNT/m/00" p 300 0)" = 300 ] || fail "varied pages after remount"
 [ "$($PAGETOOL verify "$MNT/m/01" q 100 65536 --missing-ok)" = 50 ] || fail "deleted pages came back"
+# Sealed pages stay read-only across the remount (the row keeps the mode).
+modes=$(stat -c %a "$MNT"/m/00/* | sort -u)
+[ "$modes" = 444 ] || fail "page modes after remount: $modes (want 444)"
 used_after=$(df -B1 --output=used "$MNT" | tail -1 | tr -d ' ')
 [ "$used_before" = "$used_after" ] || fail "df used changed across remount: $used_before -> $used_after"
 # Deleting everything returns the space and removes the segment files.
@@ -43,5 +46,20 @@ is_mounted "$MNT" && fail "still mounted after SIGTERM"
 mount_kvfs
 [ "$($PAGETOOL verify "$MNT/t/00" s 200 4096)" = 200 ] || fail "pages lost across SIGTERM"
 umount_kvfs
+
+# A copy of a stopped store (backup, restore, migration) is a store of its
+# own: it uses its own stripe0, and pages written to it do not touch the
+# original's segment files (nor does its recovery reclaim the original's).
+cp -a "$STORE" "$T/copy"
+ORIG=$STORE; STORE=$T/copy
+mount_kvfs
+[ "$($PAGETOOL verify "$MNT/t/00" s 200 4096)" = 200 ] || fail "pages of the copy"
+$PAGETOOL write "$MNT/t/00" c 50 4096 || fail "writes to the copy"
+getfattr --only-values -n user.kvfs.segment "$MNT/t/00/c000001" | grep -q "^$T/copy/stripe0/" ||
+	fail "the copy writes elsewhere: $(getfattr --only-values -n user.kvfs.segment "$MNT/t/00/c000001")"
+umount_kvfs
+STORE=$ORIG
+"$KVFS" fsck --verify-data "$STORE" >"$T/fsck.out" || fail "original after the copy was used: $(cat "$T/fsck.out")"
+"$KVFS" fsck --verify-data "$T/copy" >"$T/fsck.out" || fail "the copy: $(cat "$T/fsck.out")"
 no_errors_in_log
 echo PASS
