@@ -111,7 +111,7 @@ const char *kv_strerror(int rc)
 	case KV_ERR_NOTSTORE:
 		return "not a kvfs store";
 	case KV_ERR_MISMATCH:
-		return "stripe belongs to another store";
+		return "stripe directory belongs to another store or stripe";
 	case KV_ERR_CHECKSUM:
 		return "payload checksum mismatch";
 	}

@@ -353,10 +353,14 @@ static int marker_check(struct stripe *st, const char *uuid, unsigned idx,
 		       MARKER_NAME);
 		return KV_ERR_CORRUPT;
 	}
-	if (strcmp(found, uuid) != 0 || index != idx) {
-		kv_log(KV_LOG_ERR, "%s: stripe belongs to store %s as stripe %u, "
-		       "expected store %s stripe %u", st->path, found, index,
-		       uuid, idx);
+	if (strcmp(found, uuid) != 0) {
+		kv_log(KV_LOG_ERR, "%s: stripe belongs to store %s (as stripe %u), "
+		       "not to this store %s", st->path, found, index, uuid);
+		return KV_ERR_MISMATCH;
+	}
+	if (index != idx) {
+		kv_log(KV_LOG_ERR, "%s: this store's stripe %u is recorded as stripe %u "
+		       "(stripe directories swapped?)", st->path, index, idx);
 		return KV_ERR_MISMATCH;
 	}
 	return 0;

@@ -11,7 +11,7 @@
 # back correctly, evictions happened, the daemon's memory stayed bounded,
 # clean unmount, fsck --verify-data, remount and the same pages again.
 #
-# A long run:  KVFS_STRESS_SECONDS=600 meson test -C BUILD stress --timeout-multiplier 10
+# A long run:  KVFS_STRESS_SECONDS=600 meson test -C BUILD stress --timeout-multiplier 4
 # Memory bound: KVFS_STRESS_RSS_MB overrides it (see docs/testing.md).
 . "$(dirname "$0")/lib.sh"
 # The log is at debug level (evictions are checked against it): show the
