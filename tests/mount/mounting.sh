@@ -24,7 +24,8 @@ fi
 # This namespace holds copies of every mount there was, other tests' FUSE
 # mounts too: a copy keeps their connection alive after they unmount. Drop
 # them (here only).
-awk '$9 ~ /^fuse/ { print $5 }' /proc/self/mountinfo | sort -r |
+awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) ~ /^fuse(\.|blk|$)/) print $5; break } }' \
+	/proc/self/mountinfo | sort -r |
 	while read -r m; do umount -l "$m" 2>/dev/null || true; done
 
 SBIN=$(readlink -f /sbin)
