@@ -73,10 +73,16 @@ flags=$(PKG_CONFIG_PATH=$(dirname "$PC") PKG_CONFIG_SYSROOT_DIR=$D pkg-config --
 env -u LD_PRELOAD cc -o "$T/client" "$T/client.c" $flags || fail "build against the installed kvfs: $flags"
 [ "$(LD_LIBRARY_PATH=$D$LIB "$T/client")" = "libkvfs ok" ] || fail "the installed client"
 
+if objdump -p "$D$LIB/libkvfs.so.0" | grep -q 'NEEDED.*libtsan'; then
+	# A ThreadSanitizer build cannot be dlopen'ed by a plain interpreter
+	# (static TLS); the plain and ASan passes check the module.
+	echo "note: libkvfs is built with TSan: the Python import is not checked here"
+else
 out=$(cd "$T" && PYTHONPATH=$(dirname "$PYMOD") LD_LIBRARY_PATH=$D$LIB KVFS_LIB= \
 	python3 -c 'import kvfs, sys; print(kvfs.__file__, kvfs.ABI_VERSION)') ||
 	fail "import the installed Python module"
 [ "$out" = "$PYMOD 1" ] || fail "Python module: $out"
+fi
 
 # The man page holds each command's --help, verbatim.
 python3 - "$KVFS" "$D$MAN/man8/kvfs.8" <<'PY' || fail "kvfs(8) and --help differ"
