@@ -125,7 +125,31 @@ static void mount_usage(FILE *f)
 		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
 		"  -o fault_injection tests: let root make I/O fail on purpose\n"
 		"                     (setfattr -n user.kvfs.fault; docs/testing.md)\n"
-		"  other -o options go to FUSE (allow_other, ro, ...)\n");
+		"  other -o options go to FUSE (allow_other, ro, ...), except those only\n"
+		"  mount(8) and systemd read (noauto, nofail, x-*, uhelper=, ...): ignored\n");
+}
+
+/* Options for mount(8), fstab and systemd only, never for the filesystem:
+ * ignored, so an fstab line's options also work with kvfs mount -o. */
+static bool userspace_only(const char *opt)
+{
+	static const char *const names[] = {
+		"defaults", "auto", "noauto", "user", "users", "nouser", "owner",
+		"group", "nofail", "_netdev", "loop",
+		/* FUSE keeps no atime: the kernel flags would be refused */
+		"atime", "relatime", "strictatime", NULL,
+	};
+	static const char *const prefixes[] = {
+		"x-", "comment=", "helper=", "uhelper=", NULL,
+	};
+
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(opt, names[i]))
+			return true;
+	for (int i = 0; prefixes[i]; i++)
+		if (!strncmp(opt, prefixes[i], strlen(prefixes[i])))
+			return true;
+	return false;
 }
 
 /* Returns 1 if opt was a kvfs option, 0 if it belongs to FUSE, <0 if bad. */
@@ -135,6 +159,8 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	uint64_t size;
 	char *end;
 
+	if (userspace_only(opt))
+		return 1;
 	if (!strcmp(opt, "no_direct")) {
 		c->opts.no_direct = true;
 		return 1;

@@ -10,9 +10,9 @@
  * to the kvfs binary, which looks at the name it was run as: no PATH
  * lookup, which at boot may not find /usr/local/bin.
  *
- * The mount helper drops the options that only mount(8) and systemd read
- * (noauto, nofail, _netdev, x-systemd.*, ...: FUSE would refuse them) and
- * runs `kvfs mount`, which detaches its daemon once the mount is up. The
+ * The mount helper runs `kvfs mount` (which ignores the options only
+ * mount(8) and systemd read: fstab lines work there too) and that detaches
+ * its daemon once the mount is up. The
  * umount helper runs `kvfs umount`, which waits for the daemon to commit and
  * release the store: a shutdown does not cut its last commit short.
  * Exit statuses follow mount(8): 0 ok, 1 bad invocation, 32 mount failed.
@@ -35,28 +35,6 @@ struct helper_args {
 	bool fake, verbose, force, lazy;
 };
 
-/* Options for mount(8), fstab and systemd only, never for the filesystem. */
-static bool userspace_only(const char *opt)
-{
-	static const char *const names[] = {
-		"defaults", "auto", "noauto", "user", "users", "nouser", "owner",
-		"group", "nofail", "_netdev", "loop",
-		/* FUSE keeps no atime: the kernel flags would be refused */
-		"atime", "relatime", "strictatime", NULL,
-	};
-	static const char *const prefixes[] = {
-		"x-", "comment=", "helper=", "uhelper=", NULL,
-	};
-
-	for (int i = 0; names[i]; i++)
-		if (!strcmp(opt, names[i]))
-			return true;
-	for (int i = 0; prefixes[i]; i++)
-		if (!strncmp(opt, prefixes[i], strlen(prefixes[i])))
-			return true;
-	return false;
-}
-
 static int add_opts(struct helper_args *h, const char *list)
 {
 	char *dup = strdup(list), *save = NULL, *opt;
@@ -66,8 +44,6 @@ static int add_opts(struct helper_args *h, const char *list)
 	if (!dup)
 		return -1;
 	for (opt = strtok_r(dup, ",", &save); opt; opt = strtok_r(NULL, ",", &save)) {
-		if (userspace_only(opt))
-			continue;
 		int n = snprintf(h->opts + len, sizeof(h->opts) - len, "%s%s",
 				 len ? "," : "", opt);
 		if (n < 0 || (size_t)n >= sizeof(h->opts) - len) {

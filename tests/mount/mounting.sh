@@ -116,6 +116,12 @@ rc=0; mount -t fuse.kvfs "$STORE" "$MNT" -o no_such_option 2>"$T/err" || rc=$?
 is_mounted "$MNT" && fail "mounted with a bad option"
 lock_free || fail "a refused mount left the store locked"
 
+# kvfs mount ignores them too: an fstab line's options work by hand.
+"$KVFS" mount -q "$STORE" "$MNT" -o ram_cache=16M,noauto,nofail,uhelper=kvfs,x-a=b ||
+	fail "kvfs mount -o with fstab-only options"
+mounted_here "kvfs mount -o noauto,..."
+"$KVFS" umount "$MNT" || fail "kvfs umount"
+
 # ---- /etc/fstab ----
 MNT2=$T/mnt2; mkdir -p "$MNT2"
 cat > "$T/fstab" <<FSTAB

@@ -64,13 +64,7 @@ class EngineDemo(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        rc = cls.m.stop()
-        errors = cls.m.error_lines()
-        tail = cls.m.log_tail()
-        if os.environ.get("KVFS_TEST_KEEP"):
-            print("kept", cls.m.tmp, file=sys.stderr)
-        else:
-            cls.m.remove()
+        rc, errors, tail = cls.m.finish()
         if rc != 0 or errors:
             raise AssertionError("daemon exit %s, errors in its log:\n%s" % (rc, tail))
 

@@ -147,6 +147,18 @@ class Mount:
     def remove(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def finish(self):
+        """Stop the daemon and remove the store (kept with KVFS_TEST_KEEP);
+        return its exit status, the log's error lines and the log's tail."""
+        rc = self.stop()
+        errors = self.error_lines()
+        tail = self.log_tail()
+        if os.environ.get("KVFS_TEST_KEEP"):
+            print("kept", self.tmp, file=sys.stderr)
+        else:
+            self.remove()
+        return rc, errors, tail
+
 
 class FastPathTest(unittest.TestCase):
     mount = None
@@ -189,13 +201,7 @@ class FastPathTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.client.close()
         mounted = is_mounted(cls.mount.mnt)
-        rc = cls.mount.stop()
-        errors = cls.mount.error_lines()
-        tail = cls.mount.log_tail()
-        if os.environ.get("KVFS_TEST_KEEP"):
-            print("kept", cls.mount.tmp, file=sys.stderr)
-        else:
-            cls.mount.remove()
+        rc, errors, tail = cls.mount.finish()
         if not mounted:
             raise AssertionError("the mount was gone before the tests ended:\n" + tail)
         if rc != 0:
