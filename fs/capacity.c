@@ -521,6 +521,11 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 
 	if (!evicting(fs))
 		return 0;
+	if (bytes > c->st.capacity) {
+		/* No eviction can make room: refuse before evicting anything. */
+		kvfs_space_refused(fs);
+		return -ENOSPC;
+	}
 	for (;;) {
 		use = usage_now(fs, NULL);
 		if (use + bytes <= c->st.high)

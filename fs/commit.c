@@ -363,6 +363,21 @@ out:
 	free(exts);
 }
 
+static int put_dir_row(struct kv_manifest *m, const struct kv_node_info *n)
+{
+	if (n->kind == KV_KIND_MODEL) {
+		struct kv_model_rec r = { .ino = n->ino, .attr = n->attr, .geo = n->geo };
+
+		memcpy(r.name, n->name, sizeof(r.name));
+		return kv_manifest_put_model(m, &r);
+	}
+	struct kv_layer_rec r = { .ino = n->ino, .model_ino = n->parent,
+				  .layer = n->layer, .attr = n->attr };
+
+	memcpy(r.name, n->name, sizeof(r.name));
+	return kv_manifest_put_layer(m, &r);
+}
+
 static int apply_op(struct kvfs *fs, struct op *o)
 {
 	struct kv_manifest *m = fs->man;
@@ -395,20 +410,9 @@ static int apply_op(struct kvfs *fs, struct op *o)
 		else if (rc == 0 && o->unref_extent)
 			rc = kv_manifest_ref_extent(m, o->node.extent_id, -1);
 		return rc;
-	case KVFS_OP_PUT_MODEL: {
-		struct kv_model_rec r = { .ino = o->node.ino, .attr = o->node.attr,
-					  .geo = o->node.geo };
-
-		memcpy(r.name, o->node.name, sizeof(r.name));
-		return kv_manifest_put_model(m, &r);
-	}
-	case KVFS_OP_PUT_LAYER: {
-		struct kv_layer_rec r = { .ino = o->node.ino, .model_ino = o->node.parent,
-					  .layer = o->node.layer, .attr = o->node.attr };
-
-		memcpy(r.name, o->node.name, sizeof(r.name));
-		return kv_manifest_put_layer(m, &r);
-	}
+	case KVFS_OP_PUT_MODEL:
+	case KVFS_OP_PUT_LAYER:
+		return put_dir_row(m, &o->node);
 	case KVFS_OP_DEL_MODEL:
 		return kv_manifest_del_model(m, o->node.ino);
 	case KVFS_OP_DEL_LAYER:
@@ -444,6 +448,44 @@ static bool error_is_permanent(int rc)
 	return rc == -EEXIST || rc == -EINVAL || rc == -ENOTEMPTY || rc == -ENOENT;
 }
 
+/*
+ * Directory times change with every create, unlink and rename in them
+ * (kvfs_dir_changed, in the index). Rather than queue a row per change,
+ * each batch writes, once, the current times of every model or layer
+ * directory its ops changed: the row follows the ops that changed it, in
+ * the same transaction. A directory gone from the index (rmdir queued) is
+ * skipped: its row is being deleted.
+ */
+static int persist_dir_times(struct kvfs *fs, struct op *batch)
+{
+	uint64_t seen[16];
+	size_t nseen = 0, i;
+	struct kv_node_info d;
+	struct op *o;
+	int rc;
+
+	for (o = batch; o; o = o->next) {
+		if (o->kind == KVFS_OP_PUT_MODEL || o->kind == KVFS_OP_DEL_MODEL)
+			continue;     /* the root's times live in memory only */
+		for (i = 0; i < nseen && seen[i] != o->node.parent; i++)
+			;
+		if (i < nseen)
+			continue;
+		if (nseen < sizeof(seen) / sizeof(seen[0]))
+			seen[nseen++] = o->node.parent;
+		if (kv_index_get(fs->idx, o->node.parent, &d) < 0 ||
+		    (d.kind != KV_KIND_MODEL && d.kind != KV_KIND_LAYER))
+			continue;
+		rc = put_dir_row(fs->man, &d);
+		if (rc < 0 && !error_is_permanent(rc)) {
+			kv_log(KV_LOG_ERR, "manifest: times of directory %s: %s",
+			       d.name, kv_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
 static int commit_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped)
 {
 	struct op *o;
@@ -476,7 +518,9 @@ static int commit_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped)
 			return rc;
 		}
 	}
-	rc = kv_manifest_commit(fs->man);
+	rc = persist_dir_times(fs, batch);
+	if (rc == 0)
+		rc = kv_manifest_commit(fs->man);
 	if (rc < 0)
 		kv_manifest_rollback(fs->man);
 	return rc;

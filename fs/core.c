@@ -188,19 +188,39 @@ void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l)
 	free(l);
 }
 
-int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out)
+void kvfs_dir_changed(struct kvfs *fs, uint64_t ino)
+{
+	struct kv_node_info d;
+
+	if (kv_index_get(fs->idx, ino, &d) < 0 || d.kind == KV_KIND_PAGE)
+		return;
+	d.attr.mtime_ns = d.attr.ctime_ns = kvfs_now_ns();
+	kv_index_update(fs->idx, ino, &d, KV_UPD_ATTR);
+}
+
+int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out)
 {
 	struct kvfs_live *l;
 	int rc = kv_index_get(fs->idx, ino, out);
 
 	if (rc != -ENOENT)
 		return rc;
-	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, ino);
 	if (l && l->unlinked) {
 		*out = l->info;
-		rc = 0;
+		return 0;
 	}
+	return rc;
+}
+
+int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out)
+{
+	int rc = kv_index_get(fs->idx, ino, out);
+
+	if (rc != -ENOENT)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = kvfs_node_get_locked(fs, ino, out);
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
 }

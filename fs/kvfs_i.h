@@ -168,6 +168,11 @@ void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l);
 
 /* Node snapshot by inode, including unlinked-but-open pages. */
 int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
+int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
+/* A namespace change in directory ino: its mtime and ctime become now (in
+ * the index; the committer persists them with the batch, fs/commit.c).
+ * ns_lock held. */
+void kvfs_dir_changed(struct kvfs *fs, uint64_t ino);
 
 /* ---- dedup (fs/dedup.c) ---- */
 /* What sealing a payload will do, worked out before ns_lock is taken: its

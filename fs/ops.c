@@ -128,6 +128,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct kvfs *fs = req_fs(req);
 	struct kv_node_info n;
 	struct stat st;
+	bool unlinked;
 	int rc;
 
 	(void)fi;
@@ -137,11 +138,16 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			return kvfs_reply_err(req, rc);
 		return (void)fuse_reply_attr(req, &st, 0.0);
 	}
-	rc = kvfs_node_get(fs, ino, &n);
+	rc = kv_index_get(fs->idx, ino, &n);
+	unlinked = rc == -ENOENT;
+	if (unlinked)     /* perhaps unlinked but still open */
+		rc = kvfs_node_get(fs, ino, &n);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	kvfs_fill_stat(fs, &n, &st);
-	fuse_reply_attr(req, &st, attr_timeout(fs, &n));
+	if (unlinked)
+		st.st_nlink = 0;
+	fuse_reply_attr(req, &st, unlinked ? 0.0 : attr_timeout(fs, &n));
 }
 
 static void queue_attr_change(struct kvfs *fs, const struct kv_node_info *n)
@@ -168,10 +174,13 @@ static int set_times(struct kv_node_info *n, const struct stat *a, int valid)
 	return 0;
 }
 
-/* Attribute changes. Sealed pages are immutable: only their times change. */
+/* Attribute changes. A sealed page's content is immutable (no truncate),
+ * its metadata is not: mode, owner and times change as on any file, under
+ * the kernel's permission checks (default_permissions). */
 static int do_setattr(struct kvfs *fs, fuse_ino_t ino, const struct stat *a,
 		      int valid, struct kv_node_info *n)
 {
+	uint32_t old_mode;
 	bool page;
 	int rc;
 
@@ -189,11 +198,8 @@ static int do_setattr(struct kvfs *fs, fuse_ino_t ino, const struct stat *a,
 			return rc;
 		n->size = (uint64_t)a->st_size;
 	}
+	old_mode = n->attr.mode;
 	if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
-		if (page && n->state != KV_PAGE_WRITING) {
-			kv_log(KV_LOG_DEBUG, "chmod/chown of sealed page %s refused", n->name);
-			return -EPERM;
-		}
 		if (valid & FUSE_SET_ATTR_MODE)
 			n->attr.mode = a->st_mode & 07777;
 		if (valid & FUSE_SET_ATTR_UID)
@@ -203,9 +209,14 @@ static int do_setattr(struct kvfs *fs, fuse_ino_t ino, const struct stat *a,
 	}
 	set_times(n, a, valid);
 	rc = kv_index_update(fs->idx, ino, n, KV_UPD_ATTR);
-	if (rc == 0)
-		queue_attr_change(fs, n);
-	return rc;
+	if (rc < 0)
+		return rc;
+	queue_attr_change(fs, n);
+	/* The sticky bit is the pin (user.kvfs.pinned): chmod +t pins. */
+	if (page && n->state != KV_PAGE_WRITING && (old_mode ^ n->attr.mode) & S_ISVTX)
+		kvfs_ram_protect(fs, n->extent_id,
+				 kvfs_extent_protected(fs, n->extent_id, n->attr.mode));
+	return 0;
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid,
@@ -297,8 +308,10 @@ static int do_mkdir(struct kvfs *fs, fuse_req_t req, fuse_ino_t parent,
 	n->attr.gid = ctx->gid;
 	n->attr.atime_ns = n->attr.mtime_ns = n->attr.ctime_ns = kvfs_now_ns();
 	rc = kv_index_add(fs->idx, n);
-	if (rc == 0)
+	if (rc == 0) {
 		kvfs_commit_put_dir(fs, n);
+		kvfs_dir_changed(fs, parent);
+	}
 	return rc;
 }
 
@@ -332,8 +345,10 @@ static int do_rmdir(struct kvfs *fs, fuse_ino_t parent, const char *name)
 	if (n.kind == KV_KIND_PAGE)
 		return -ENOTDIR;
 	rc = kv_index_remove(fs->idx, n.ino);
-	if (rc == 0)
+	if (rc == 0) {
 		kvfs_commit_del_dir(fs, &n);
+		kvfs_dir_changed(fs, parent);
+	}
 	return rc;
 }
 
@@ -461,6 +476,16 @@ static int do_rename(struct kvfs *fs, fuse_ino_t parent, const char *name,
 		n.attr.ctime_ns = kvfs_now_ns();
 		kv_index_update(fs->idx, n.ino, &n, KV_UPD_ATTR);
 		queue_attr_change(fs, &n);
+	}
+	kvfs_dir_changed(fs, newparent);
+	if (parent != newparent) {
+		struct kv_node_info old;
+
+		kvfs_dir_changed(fs, parent);
+		/* The committer persists the times of the directories its ops
+		 * name; the one the page left is named by none. */
+		if (kv_index_get(fs->idx, parent, &old) == 0)
+			queue_attr_change(fs, &old);
 	}
 	return 0;
 }

@@ -94,6 +94,7 @@ static int do_create(struct kvfs *fs, fuse_req_t req, fuse_ino_t parent,
 	}
 	l->opens = 1;
 	l->writing = true;
+	kvfs_dir_changed(fs, parent);
 	return 0;
 }
 
@@ -303,11 +304,7 @@ static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
 
 	if (fh->sealed || !l || !l->writing || !l->wbuf)
 		return -EPERM;
-	rc = kv_index_get(fs->idx, fh->ino, n);
-	if (rc == -ENOENT && l->unlinked) {
-		*n = l->info;
-		rc = 0;
-	}
+	rc = kvfs_node_get_locked(fs, fh->ino, n);
 	if (rc == 0)
 		rc = kvfs_page_limit(fs, n->parent, &limit, &exact);
 	if (rc < 0)
@@ -335,6 +332,39 @@ static int write_target(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end,
 	l->flushed = false;
 	*out = l->wbuf;
 	return 0;
+}
+
+/* Could a write up to byte end ever be accepted? Checked before any
+ * charge or wait (takes ns_lock). -EFBIG past the page size limit or the
+ * whole capacity of the store, -EPERM on a page that is not being written;
+ * a refused write also dooms the page (write_err), as in write_target. */
+static int write_possible(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end)
+{
+	uint64_t limit, cap = fs->meta.capacity;
+	struct kv_node_info n;
+	struct kvfs_live *l;
+	bool exact;
+	int rc;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	rc = fh->sealed || !l || !l->writing || !l->wbuf ? -EPERM : 0;
+	if (rc == 0)
+		rc = kvfs_node_get_locked(fs, fh->ino, &n);
+	if (rc == 0)
+		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
+	if (rc == 0 && (end > limit || (cap && end > cap))) {
+		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused at once: %s is %llu bytes; "
+		       "the page will not be stored", n.name, (unsigned long long)end,
+		       end > limit ? (exact ? "the model geometry's page size"
+				      : "the page size limit (-o max_page)")
+		       : "the store's whole capacity",
+		       (unsigned long long)(end > limit ? limit : cap));
+		rc = -EFBIG;
+		l->write_err = rc;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
 }
 
 /* Dirty bytes a write up to end adds to the page (its buffer only grows).
@@ -375,6 +405,12 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	int rc, space;
 
 	(void)ino;
+	/* A write that can never succeed fails before it costs anything: it
+	 * must not wait for write-back room or make the evictor empty the
+	 * store for bytes that will be refused anyway. */
+	rc = write_possible(fs, fh, end);
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
 	charge = dirty_charge_for(fs, fh->ino, end);
 	kvfs_dirty_take(fs, charge);      /* may block: write-back is full */
 	/* May block while the evictor makes room (cache mode); others may
@@ -421,11 +457,7 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 
 	if (!l || !l->writing || !l->wbuf)
 		return -EPERM;
-	rc = kv_index_get(fs->idx, ino, &n);
-	if (rc == -ENOENT && l->unlinked) {
-		n = l->info;
-		rc = 0;
-	}
+	rc = kvfs_node_get_locked(fs, ino, &n);
 	if (rc == 0)
 		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
 	if (rc < 0)

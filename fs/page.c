@@ -166,9 +166,12 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 		rc = place_payload(fs, d, plan, 0, false, &n, &shared);
 	if (rc < 0)
 		return rc;
-	/* Before the row is queued: the manifest keeps what a remount shows. */
-	n.attr.mode &= 0444;   /* sealed pages are immutable */
-	n.attr.mtime_ns = n.attr.ctime_ns = kvfs_now_ns();
+	/* The seal changes the page's status, not its content or the mode
+	 * and times the writer gave it (cp -p, tar x and rsync -a set them
+	 * before the close that seals): the bytes are immutable from now on
+	 * whatever the mode says (open for writing gets EPERM), and mtime
+	 * stays the time of the last write or of the writer's futimens. */
+	n.attr.ctime_ns = kvfs_now_ns();
 	rc = kvfs_commit_new_page(fs, &n, d, shared);
 	if (rc < 0) {
 		unplace_payload(fs, &n, shared);
@@ -206,6 +209,7 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	rc = kv_index_remove(fs->idx, n->ino);
 	if (rc < 0)
 		return rc;
+	kvfs_dir_changed(fs, n->parent);
 	if (l) {
 		l->unlinked = true;
 		l->info = *n;
@@ -406,6 +410,7 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 		kvfs_live_maybe_drop(fs, l);
 		return rc;
 	}
+	kvfs_dir_changed(fs, n->parent);
 	pthread_cond_broadcast(&fs->seal_cv);
 	return 0;
 }

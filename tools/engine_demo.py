@@ -198,7 +198,9 @@ class Engine:
                 # it durable), then rename: readers never see a partial page.
                 final = os.path.join(self.layer_dirs[l], keys[b])
                 tmp = "%s.tmp.%d" % (final, os.getpid())
-                with open(tmp, "wb") as f:
+                # Mode 0444: a sealed page's bytes never change, so say so.
+                fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444)
+                with os.fdopen(fd, "wb") as f:
                     f.write(cache.page(l, b).tobytes())
                     os.fsync(f.fileno())
                 os.rename(tmp, final)

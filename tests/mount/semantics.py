@@ -1,0 +1,210 @@
+"""POSIX semantics through a real mount (driven by semantics.sh): a write
+that can never succeed fails at once and evicts nothing, times and modes
+given before the seal survive it, directories' times follow their
+entries, an unlinked open page has no links, and a sealed page's
+metadata (not its content) can change. Each step is a subcommand; the
+shell script mounts and remounts between them.
+"""
+import errno
+import json
+import os
+import stat
+import sys
+import time
+
+PAGE = 1 << 20
+
+
+def fail(msg):
+    print(f'FAIL: {msg}', file=sys.stderr)
+    sys.exit(1)
+
+
+def stats(mnt):
+    with open(os.path.join(mnt, '.kvfs', 'stats')) as f:
+        return json.load(f)
+
+
+def layer(mnt):
+    return os.path.join(mnt, 'm', '0')
+
+
+def fill(mnt):
+    """24 pages of 1 MiB in a 32 MiB store: under the high watermark."""
+    os.makedirs(layer(mnt), exist_ok=True)
+    for i in range(24):
+        with open(os.path.join(layer(mnt), f'p{i:02d}'), 'wb') as f:
+            f.write(bytes([i]) * PAGE)
+
+
+def refused_at_once(mnt, name, offset, want):
+    """One byte at offset: refused with want within 100 ms, nothing evicted."""
+    before = stats(mnt)['ssd']
+    fd = os.open(os.path.join(layer(mnt), name), os.O_CREAT | os.O_WRONLY, 0o644)
+    t0 = time.monotonic()
+    try:
+        os.pwrite(fd, b'x', offset)
+        fail(f'1-byte write at {offset} succeeded')
+    except OSError as e:
+        took = time.monotonic() - t0
+        if e.errno != want:
+            fail(f'write at {offset}: {errno.errorcode.get(e.errno)}, want {errno.errorcode[want]}')
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass     # the close reports the lost page
+    if took > 0.1:
+        fail(f'write at {offset} took {took * 1000:.0f} ms to be refused (limit 100 ms)')
+    after = stats(mnt)['ssd']
+    if after['evictions'] != before['evictions'] or after['eviction_runs'] != before['eviction_runs']:
+        fail(f'write at {offset} evicted: {before["evictions"]} -> {after["evictions"]} pages, '
+             f'{before["eviction_runs"]} -> {after["eviction_runs"]} runs')
+    names = sorted(os.listdir(layer(mnt)))
+    if names != [f'p{i:02d}' for i in range(24)]:
+        fail(f'pages after a refused write at {offset}: {names}')
+
+
+def wipe(mnt):
+    fill(mnt)
+    # Past max_page (64 MiB) and the capacity: the reported store-wipe.
+    refused_at_once(mnt, 'w1', 3 << 30, errno.EFBIG)
+    # Under max_page but past the whole capacity: no eviction can help.
+    refused_at_once(mnt, 'w2', 48 << 20, errno.EFBIG)
+    for i in range(24):
+        with open(os.path.join(layer(mnt), f'p{i:02d}'), 'rb') as f:
+            if f.read() != bytes([i]) * PAGE:
+                fail(f'p{i:02d} changed')
+
+
+T_PAST = 1_000_000_000 * 1_500_000_000 + 123456789     # 2017, with nanoseconds
+
+
+def times(mnt):
+    """futimens and fchmod before the close that seals must survive it."""
+    d = layer(mnt)
+    fd = os.open(os.path.join(d, 't1'), os.O_CREAT | os.O_WRONLY, 0o600)
+    os.write(fd, b'a' * 5000)
+    os.utime(fd, ns=(T_PAST, T_PAST))
+    os.fchmod(fd, 0o640)
+    os.close(fd)
+    check_t1(mnt)
+
+
+def check_t1(mnt):
+    st = os.stat(os.path.join(layer(mnt), 't1'))
+    if st.st_mtime_ns != T_PAST:
+        fail(f'mtime of t1 is {st.st_mtime_ns}, set to {T_PAST} before the seal')
+    if stat.S_IMODE(st.st_mode) != 0o640:
+        fail(f'mode of t1 is {oct(st.st_mode)}, set to 0640 before the seal')
+
+
+def dirs(mnt):
+    d = layer(mnt)
+    m = os.path.join(mnt, 'm')
+
+    def changed(path, before, what):
+        st = os.stat(path)
+        if st.st_mtime_ns <= before.st_mtime_ns or st.st_ctime_ns <= before.st_ctime_ns:
+            fail(f'{what}: {path} mtime/ctime did not change')
+        return st
+
+    b = os.stat(d)
+    time.sleep(0.02)
+    with open(os.path.join(d, 'd1'), 'wb') as f:
+        f.write(b'1')
+    b = changed(d, b, 'create')
+    time.sleep(0.02)
+    os.rename(os.path.join(d, 'd1'), os.path.join(d, 'd2'))
+    b = changed(d, b, 'rename')
+    os.mkdir(os.path.join(m, '1'))
+    bm = os.stat(m)
+    b1 = os.stat(os.path.join(m, '1'))
+    time.sleep(0.02)
+    os.rename(os.path.join(d, 'd2'), os.path.join(m, '1', 'd3'))
+    b = changed(d, b, 'rename out')
+    b1 = changed(os.path.join(m, '1'), b1, 'rename in')
+    time.sleep(0.02)
+    os.unlink(os.path.join(m, '1', 'd3'))
+    changed(os.path.join(m, '1'), b1, 'unlink')
+    time.sleep(0.02)
+    os.rmdir(os.path.join(m, '1'))
+    changed(m, bm, 'rmdir')
+    time.sleep(0.02)
+    with open(os.path.join(d, 'd4'), 'wb') as f:
+        f.write(b'4')
+    changed(d, b, 'create')
+
+
+def dirs_after(mnt):
+    with open(os.environ['T'] + '/dir_mtime') as f:
+        want = int(f.read())
+    got = os.stat(layer(mnt)).st_mtime_ns
+    if got != want:
+        fail(f'layer mtime after remount {got}, before {want}')
+
+
+def nlink(mnt):
+    p = os.path.join(layer(mnt), 'n1')
+    with open(p, 'wb') as f:
+        f.write(b'n' * 100)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_nlink != 1:
+            fail('a linked page has st_nlink != 1')
+        os.unlink(p)
+        st = os.fstat(fd)
+        if st.st_nlink != 0:
+            fail(f'an unlinked open page has st_nlink {st.st_nlink}, not 0')
+        if os.read(fd, 200) != b'n' * 100:
+            fail('an unlinked open page lost its bytes')
+    finally:
+        os.close(fd)
+
+
+def sealed_meta(mnt):
+    """A sealed page's mode, owner and times change; its bytes do not."""
+    p = os.path.join(layer(mnt), 's1')
+    with open(p, 'wb') as f:
+        f.write(b's' * 4096)
+    os.chmod(p, 0o604)
+    os.chown(p, 1234, 5678)
+    os.utime(p, ns=(T_PAST, T_PAST))
+    st = os.stat(p)
+    if (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns) != (0o604, 1234, 5678, T_PAST):
+        fail(f'sealed page metadata after chmod/chown/utime: {oct(st.st_mode)} {st.st_uid} {st.st_gid} {st.st_mtime_ns}')
+    for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+        try:
+            os.close(os.open(p, flags))
+            fail(f'sealed page opened with flags {flags:#o}')
+        except OSError as e:
+            if e.errno != errno.EPERM:
+                fail(f'open for writing of a sealed page: {e}, want EPERM')
+    try:
+        os.truncate(p, 10)
+        fail('truncate of a sealed page succeeded')
+    except OSError as e:
+        if e.errno != errno.EPERM:
+            fail(f'truncate of a sealed page: {e}, want EPERM')
+    # chmod +t is pinning, as user.kvfs.pinned.
+    os.chmod(p, 0o1604)
+    if os.getxattr(p, 'user.kvfs.pinned') != b'1':
+        fail('chmod +t did not pin the page')
+    os.chmod(p, 0o604)
+    with open(os.environ['T'] + '/dir_mtime', 'w') as f:
+        f.write(str(os.stat(layer(mnt)).st_mtime_ns))
+
+
+def sealed_meta_after(mnt):
+    st = os.stat(os.path.join(layer(mnt), 's1'))
+    if (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns) != (0o604, 1234, 5678, T_PAST):
+        fail(f's1 metadata after remount: {oct(st.st_mode)} {st.st_uid} {st.st_gid} {st.st_mtime_ns}')
+    with open(os.path.join(layer(mnt), 's1'), 'rb') as f:
+        if f.read() != b's' * 4096:
+            fail('s1 bytes after remount')
+    check_t1(mnt)
+    dirs_after(mnt)
+
+
+if __name__ == '__main__':
+    globals()[sys.argv[1]](sys.argv[2])

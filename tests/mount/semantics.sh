@@ -1,0 +1,21 @@
+#!/bin/bash
+# POSIX semantics that ordinary tools rely on (semantics.py): a write that
+# can never succeed is refused at once without evicting anything, times and
+# modes set before the seal survive it and a remount, directory times follow
+# their entries, unlinked open pages have no links, sealed pages' metadata
+# changes under the usual rules while their bytes stay immutable.
+. "$(dirname "$0")/lib.sh"
+SEM="python3 $(dirname "$0")/semantics.py"
+export T
+
+mkfs --capacity 32M
+mount_kvfs
+for step in wipe times dirs nlink sealed_meta; do
+	$SEM $step "$MNT" || fail "$step"
+done
+umount_kvfs
+mount_kvfs
+$SEM sealed_meta_after "$MNT" || fail "metadata after a remount"
+umount_kvfs
+no_errors_in_log "refused at once|will not be stored|discarded at close"
+echo "PASS: semantics"
