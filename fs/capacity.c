@@ -105,6 +105,8 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 
 	if (p->state != KV_PAGE_DURABLE)
 		return 0;     /* still in write-back: not ours to drop */
+	if (p->extent_id == KV_EXTENT_EMPTY && !vs->older_than_ns)
+		return 0;     /* frees nothing: only an age sweep takes it */
 	if (vs->older_than_ns && p->atime_ns >= vs->older_than_ns)
 		return 0;
 	if (vs->n == vs->cap) {

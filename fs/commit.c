@@ -660,7 +660,7 @@ static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 						 kv_extent_footprint(&o->node.ext));
 			}
 		}
-		if (o->shares) {
+		if (o->shares && o->node.extent_id != KV_EXTENT_EMPTY) {
 			atomic_fetch_add(&fs->st.pages_deduped, 1);
 			atomic_fetch_add(&fs->st.bytes_deduped, o->node.size);
 		}

@@ -381,6 +381,11 @@ static void plan_page(struct kvfs *fs, const struct kv_node_info *n,
 	memcpy(p->hash, now.hash, KV_HASH_LEN);
 	kvfs_page_touch(fs, &now);
 	p->mode = now.attr.mode;
+	if (now.extent_id == KV_EXTENT_EMPTY) {    /* no bytes to read */
+		p->ram = kvfs_data_new(0);
+		p->src = p->ram ? FP_CACHE : FP_FAIL;
+		return;
+	}
 	p->ram = kvfs_ram_get(fs, now.extent_id);
 	if (p->ram)
 		p->src = FP_CACHE;

@@ -44,8 +44,9 @@ int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit, bool *exa
 	return 0;
 }
 
-/* The size rules a sealed page obeys: at least one byte, and exactly the
- * geometry's page size where the model has one. */
+/* The size rules a sealed page obeys: exactly the geometry's page size
+ * where the model has one (which forbids empty pages), else at most the
+ * page size limit. */
 static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
 			   uint64_t size)
 {
@@ -56,9 +57,9 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
 	rc = kvfs_page_limit(fs, n->parent, &limit, &exact);
 	if (rc < 0)
 		return rc;
-	if (size == 0) {
-		kv_log(KV_LOG_WARN, "page %s: empty page not stored (a page holds at least one byte)",
-		       n->name);
+	if (size == 0 && exact) {
+		kv_log(KV_LOG_WARN, "page %s: empty page not stored (the model geometry makes "
+		       "a page %llu bytes)", n->name, (unsigned long long)limit);
 		return -ENODATA;
 	}
 	if ((exact && size != limit) || size > limit) {
@@ -102,6 +103,16 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 	int rc;
 
 	*shared = false;
+	if (d->size == 0) {
+		/* Nothing to place: every empty page names KV_EXTENT_EMPTY, as
+		 * a share of an extent that is always durable. */
+		*shared = true;
+		n->extent_id = KV_EXTENT_EMPTY;
+		memset(&n->ext, 0, sizeof(n->ext));
+		kv_hash128(NULL, 0, n->hash);
+		n->size = 0;
+		return 0;
+	}
 	if (kvfs_seal_plan_fits(plan, d) && plan->share.id &&
 	    kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) == 0 &&
 	    !(plan->share.id == lone_id && count < 3 &&
@@ -146,6 +157,8 @@ static void unplace_payload(struct kvfs *fs, const struct kv_node_info *n,
 {
 	uint32_t count = 1;
 
+	if (n->extent_id == KV_EXTENT_EMPTY)
+		return;
 	kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
 	if (!shared && count == 0)
 		kv_extent_free(fs->store, &n->ext);
@@ -216,6 +229,10 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	}
 	if (n->state == KV_PAGE_WRITING)
 		return 0;      /* no row and no extent yet; release discards it */
+	if (n->extent_id == KV_EXTENT_EMPTY) {
+		kvfs_commit_del_page(fs, n, false, true, with_next);
+		return 0;
+	}
 	rc = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
 	if (rc < 0)
 		kv_log(KV_LOG_ERR, "page %s: extent %llu missing from the index",
@@ -313,6 +330,8 @@ int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
 	if (n.state == KV_PAGE_WRITING)
 		return -EBUSY;
 	kvfs_page_touch(fs, &n);
+	if (n.extent_id == KV_EXTENT_EMPTY)
+		return (*out = kvfs_data_new(0)) ? 0 : -ENOMEM;
 	*out = kvfs_ram_get(fs, n.extent_id);
 	if (*out) {
 		atomic_fetch_add(&fs->st.bytes_read_ram, n.size);

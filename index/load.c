@@ -63,7 +63,18 @@ static int load_layer(void *arg, const struct kv_layer_rec *r)
 
 static int load_extent(void *arg, const struct kv_extent_rec *r)
 {
-	int rc = idx_xent_put_locked(arg, r);
+	int rc;
+
+	if (r->id == KV_EXTENT_EMPTY) {
+		/* Empty pages need no extent in the index (nothing to place,
+		 * read or free): the row only keeps the foreign key whole. */
+		if (r->ext.length == 0)
+			return 0;
+		kv_log(KV_LOG_ERR, "manifest: extent 0 (empty pages) has length %" PRIu64,
+		       r->ext.length);
+		return KV_ERR_CORRUPT;
+	}
+	rc = idx_xent_put_locked(arg, r);
 
 	if (rc == 0)
 		idx_xent_find(arg, r->id)->durable = true;
@@ -87,6 +98,12 @@ static int load_page(void *arg, const struct kv_page_rec *r)
 	struct xent *e = idx_xent_find(x, r->extent_id);
 	int rc;
 
+	if (r->extent_id == KV_EXTENT_EMPTY && r->size == 0) {
+		kv_hash128(NULL, 0, n.hash);
+		memcpy(n.name, r->name, sizeof(n.name));
+		rc = idx_add_locked(x, &n);
+		return rc ? load_fail(rc, "page", r->ino, r->name, r->layer_ino) : 0;
+	}
 	if (!e || e->ext.length != r->size) {
 		kv_log(KV_LOG_ERR, "manifest: page %" PRIu64 " '%s': extent %" PRIu64 " %s",
 		       r->ino, r->name, r->extent_id,

@@ -134,8 +134,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_DEL_EXTENT] = "DELETE FROM extents WHERE id = ?1",
 	[ST_DEL_PAGE] = "DELETE FROM pages WHERE ino = ?1",
 	/* Never to 0: the row goes with its last page (del_extent). */
-	[ST_REF_EXTENT] = "UPDATE extents SET refcount = refcount + ?2 "
-		"WHERE id = ?1 AND refcount + ?2 BETWEEN 1 AND 4294967295",
+	[ST_REF_EXTENT] = "UPDATE extents SET refcount = refcount + ?2 WHERE id = ?1 "
+		"AND refcount + ?2 BETWEEN (CASE WHEN ?1 = 0 THEN 0 ELSE 1 END) AND 4294967295",
 	/* Only forward: a late flush never undoes a newer row's time. */
 	[ST_TOUCH_PAGE] = "UPDATE pages SET atime_ns = ?2 WHERE ino = ?1 AND atime_ns < ?2",
 };
@@ -784,7 +784,8 @@ int kv_manifest_put_page(struct kv_manifest *m, const struct kv_page_rec *r)
 
 	if ((rc = txn_alive(m)))
 		return rc;
-	if (!id_ok(r->ino) || !id_ok(r->layer_ino) || !id_ok(r->extent_id) ||
+	if (!id_ok(r->ino) || !id_ok(r->layer_ino) ||
+	    (r->extent_id == KV_EXTENT_EMPTY ? r->size != 0 : !id_ok(r->extent_id)) ||
 	    r->size > INT64_MAX || kv_name_check(r->name) < 0)
 		return bad_arg(m, "page %" PRIu64 " '%.*s' in layer %" PRIu64 " (extent %"
 			       PRIu64 ", size %" PRIu64 ")", r->ino, (int)KV_NAME_MAX,
@@ -835,6 +836,27 @@ int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino)
 }
 
 
+/* The row of KV_EXTENT_EMPTY, made on first use (stores made before empty
+ * pages existed have none). */
+static int empty_extent_row(struct kv_manifest *m)
+{
+	uint8_t hash[KV_HASH_LEN];
+	sqlite3_stmt *st;
+	int rc;
+
+	kv_hash128(NULL, 0, hash);
+	rc = sqlite3_prepare_v2(m->db, "INSERT OR IGNORE INTO extents (id, stripe, segment, "
+				"\"offset\", length, hash, refcount) VALUES (0, 0, 0, 0, 0, ?1, 0)",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing the empty pages' extent row");
+	sqlite3_bind_blob(st, 1, hash, KV_HASH_LEN, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "adding the empty pages' extent row");
+	sqlite3_finalize(st);
+	return rc;
+}
+
 int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta)
 {
 	sqlite3_stmt *st = m->st[ST_REF_EXTENT];
@@ -842,8 +864,10 @@ int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta)
 
 	if ((rc = txn_alive(m)))
 		return rc;
-	if (!id_ok(id) || delta == 0)
+	if ((!id_ok(id) && id != KV_EXTENT_EMPTY) || delta == 0)
 		return bad_arg(m, "refcount change %+d of extent %" PRIu64, delta, id);
+	if (id == KV_EXTENT_EMPTY && delta > 0 && (rc = empty_extent_row(m)))
+		return rc;
 	sqlite3_bind_int64(st, 1, (int64_t)id);
 	sqlite3_bind_int64(st, 2, delta);
 	rc = run(m, ST_REF_EXTENT, false, "refcount %+d of extent %" PRIu64, delta, id);

@@ -82,6 +82,13 @@ struct kv_layer_rec {
 	struct kv_obj_attr attr;
 };
 
+/*
+ * The extent of every empty page: no bytes and no place on any stripe. Its
+ * row (id 0, length 0) is made by the first reference to it and its
+ * refcount counts the empty pages; it may drop to 0, and the row stays.
+ */
+#define KV_EXTENT_EMPTY 0
+
 struct kv_extent_rec {
 	uint64_t id;
 	struct kv_extent ext;

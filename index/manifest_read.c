@@ -177,6 +177,16 @@ static int row_extent(struct load *l, sqlite3_stmt *st)
 	struct kv_extent_rec rec;
 
 	memset(&rec, 0, sizeof(rec));
+	if (sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
+	    sqlite3_column_int64(st, 0) == KV_EXTENT_EMPTY) {
+		/* The empty pages' extent: no place, no bytes. */
+		if (sqlite3_column_int64(st, 4) != 0)
+			col_bad(&r, 4, "of extent 0 (empty pages) is not 0");
+		rec.refcount = (uint32_t)col_int(&r, 6, 0, UINT32_MAX);
+		if (r.bad)
+			return bad_row(l, "extents", "id", &r);
+		return l->v && l->v->extent ? l->v->extent(l->arg, &rec) : 0;
+	}
 	rec.id = (uint64_t)col_int(&r, 0, 1, INT64_MAX);
 	rec.ext.stripe = (uint32_t)col_int(&r, 1, 0, l->nstripes - 1);
 	rec.ext.segment = (uint32_t)col_int(&r, 2, 0, UINT32_MAX);
@@ -204,8 +214,11 @@ static int row_page(struct load *l, sqlite3_stmt *st)
 	rec.ino = (uint64_t)col_int(&r, 0, 1, INT64_MAX);
 	rec.layer_ino = (uint64_t)col_int(&r, 1, 1, INT64_MAX);
 	col_name(&r, 2, rec.name);
-	rec.extent_id = (uint64_t)col_int(&r, 3, 1, INT64_MAX);
+	rec.extent_id = (uint64_t)col_int(&r, 3, 0, INT64_MAX);
 	rec.size = (uint64_t)col_int(&r, 4, 0, INT64_MAX);
+	if (!r.bad && (rec.extent_id == KV_EXTENT_EMPTY) != (rec.size == 0))
+		col_bad(&r, 3, "= %" PRIu64 " for a page of %" PRIu64 " bytes (extent 0 "
+			"is for empty pages only)", rec.extent_id, rec.size);
 	col_attr(&r, 5, &rec.attr);
 	/* Column 11 is the extent's length, NULL when the extent is missing:
 	 * that is a reference problem the visitor reports, not a range one. */

@@ -306,6 +306,12 @@ int check_extents(struct fsck *f)
 		struct ext *e = &f->ext[i];
 
 		progress_set(f->pr, i + 1);
+		if (e->r.id == KV_EXTENT_EMPTY) {
+			/* Empty pages' extent: no place to check. */
+			if (e->r.length != 0)
+				extent_bad(f, e, "the empty pages' extent has a length");
+			continue;
+		}
 		if (!extent_values_ok(f, e))
 			continue;
 		check_extent_place(f, e);
@@ -378,6 +384,8 @@ void check_refcounts(struct fsck *f)
 	for (size_t i = 0; i < f->next; i++) {
 		struct ext *e = &f->ext[i];
 
+		if (e->pages == 0 && e->r.id == KV_EXTENT_EMPTY && e->r.refcount == 0)
+			continue;     /* no empty page left: the row stays */
 		if (e->pages == 0)
 			problem(f, true, "extent %" PRIu64 " (stripe %" PRId64 " segment %" PRId64
 				" offset %" PRId64 "): leaked extent: no page refers to it",

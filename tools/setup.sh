@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS="meson ninja-build pkg-config gcc libfuse3-dev fuse3 liburing-dev
       libsqlite3-dev sqlite3 libxxhash-dev xxhash libcmocka-dev attr python3 python3-numpy
-      clang libclang-rt-dev xfsprogs e2fsprogs mount util-linux man-db"
+      clang libclang-rt-dev xfsprogs e2fsprogs mount util-linux man-db
+      rsync tar coreutils findutils"
 
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
 	grep -q "install ok installed" || echo "$p"; done)
