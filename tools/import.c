@@ -19,8 +19,12 @@
  * --replace, which overwrites them. Every problem is one line on stderr
  * naming the file, and the import goes on with the rest.
  *
- * Exit: 0 every page imported (or already there), 1 some failed or the
- * import could not run, 2 usage.
+ * An import that stops early (the mount went away, SIGINT or SIGTERM)
+ * says how many files it never reached: every file is counted once, as
+ * imported, skipped, failed or not reached.
+ *
+ * Exit: 0 every page imported (or already there), 1 some failed, were not
+ * reached, or the import could not run, 2 usage.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +32,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -97,6 +102,21 @@ struct import {
 	struct { char *path, *why; } errs[ERRORS_KEPT];
 	unsigned nerrs;
 };
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+/* Files neither imported, skipped nor failed: the import stopped first. */
+static uint64_t not_reached(const struct import *im)
+{
+	uint64_t seen = im->imported + im->skipped + im->failed;
+
+	return im->total > seen ? im->total - seen : 0;
+}
 
 static double now_secs(void)
 {
@@ -484,6 +504,13 @@ static int import_layer(struct import *im, const struct src_layer *l)
 	int rc = 0;
 
 	for (i = 0; rc == 0 && i < l->nfiles; i++) {
+		if (stop_signal) {
+			progress_clear(im->pr);
+			fprintf(stderr, "kvfs import: interrupted by %s: %u page(s) of the "
+				"current batch are not written\n", strsignal(stop_signal),
+				kvfs_batch_count(im->wb));
+			return -EINTR;
+		}
 		add_file(im, l, l->files[i]);
 		if (kvfs_batch_count(im->wb) == im->slots)
 			rc = flush_batch(im, l);
@@ -546,10 +573,12 @@ static void summary(const struct import *im, double secs, int status)
 
 	if (!im->o->json) {
 		printf("kvfs import: %s -> %s: %" PRIu64 " pages imported (%.1f MiB), %" PRIu64
-		       " skipped (already there, same bytes), %" PRIu64 " failed; %.2f s, "
-		       "%.3f GB/s\n", im->o->src,
+		       " skipped (already there, same bytes), %" PRIu64 " failed, %" PRIu64
+		       " not reached%s; %.2f s, %.3f GB/s\n", im->o->src,
 		       im->o->model, im->imported, (double)im->bytes / (1 << 20), im->skipped,
-		       im->failed, secs, gbps);
+		       im->failed, not_reached(im),
+		       not_reached(im) ? " (the import stopped early: run it again to finish)" : "",
+		       secs, gbps);
 		return;
 	}
 	printf("{\"src\": ");
@@ -558,10 +587,10 @@ static void summary(const struct import *im, double secs, int status)
 	kvfs_json_str(stdout, im->o->model);
 	printf(", \"page_bytes\": %" PRIu64 ", \"layers\": %zu, \"files\": %" PRIu64
 	       ", \"imported\": %" PRIu64 ", \"skipped\": %" PRIu64 ", \"failed\": %" PRIu64
-	       ", \"bytes\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"secs\": %.3f"
+	       ", \"not_reached\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"secs\": %.3f"
 	       ", \"gbps\": %.4f, \"pages_per_s\": %.1f, \"replace\": %s, \"durable\": %s"
 	       ", \"errors\": [", im->page_bytes, im->nlayers, im->total, im->imported,
-	       im->skipped, im->failed, im->bytes, im->batches, secs, gbps,
+	       im->skipped, im->failed, not_reached(im), im->bytes, im->batches, secs, gbps,
 	       secs > 0 ? (double)im->imported / secs : 0, im->o->replace ? "true" : "false",
 	       im->durable ? "true" : "false");
 	for (i = 0; i < im->nerrs; i++) {
@@ -654,8 +683,12 @@ int kvfs_cmd_import(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	t0 = now_secs();
+	/* No SA_RESTART: a read of a stuck source file returns EINTR. */
+	struct sigaction sa = { .sa_handler = on_stop_signal };
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 	rc = import_run(&im);
-	status = rc < 0 || im.failed ? 1 : 0;
+	status = rc < 0 || im.failed || not_reached(&im) ? 1 : 0;
 	/* a refusal before anything ran (no model, no SRC) was said already */
 	if (im.c || o.json)
 		summary(&im, now_secs() - t0, status);
