@@ -361,9 +361,23 @@ static int make_dirs(const char *dir)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	return 0;
+	/* The manifest names every page: the store is its owner's alone. */
+	return chmod(path, 0700) < 0 ? -errno : 0;
+}
+
+/* A store made without --capacity gets a budget it can keep: 95% of the
+ * free space the stripes' filesystems have now (each counted once), so
+ * that eviction, not ENOSPC from a full disk, is what a cache sees. */
+#define DEFAULT_CAPACITY_PCT 95
+
+static uint64_t default_capacity(struct kv_store *s)
+{
+	struct kv_store_usage u;
+
+	kv_store_usage(s, &u);     /* no budget yet: avail is the free space */
+	return u.avail / 100 * DEFAULT_CAPACITY_PCT / KV_ALIGN * KV_ALIGN;
 }
 
 int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
@@ -393,8 +407,21 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 	rc = open_store(dir, m, true, false, &s);
 	if (rc < 0)
 		goto out;
+	if (!m->capacity)
+		m->capacity = default_capacity(s);
 	kv_store_close(s);
+	if (m->capacity < KV_SEGMENT_SIZE_MIN) {
+		kv_log(KV_LOG_ERR, "mkfs: a capacity of %llu bytes is below the 1 MiB minimum%s",
+		       (unsigned long long)m->capacity,
+		       o->capacity ? "" : " (the stripes' filesystems are nearly full)");
+		rc = o->capacity ? -EINVAL : -ENOSPC;
+		goto out;
+	}
+	if (o->capacity_made)
+		*o->capacity_made = m->capacity;
 	rc = kv_manifest_create(dir, m);
+	if (rc == 0 && chmod(db, 0600) < 0)
+		rc = -errno;
 out:
 	free(m);
 	return rc;
@@ -402,12 +429,44 @@ out:
 
 /* ---- open / close ---- */
 
+/* A budget the stripes cannot hold ends in ENOSPC from the disk instead of
+ * eviction: refuse a -o capacity like that, warn about a stored one (the
+ * disk may have filled since mkfs). Counts the store's own bytes (the
+ * reclaim at mount has not run yet: what it frees only adds room). */
+static int check_capacity_fits(struct kvfs *fs)
+{
+	struct kv_store_usage u;
+	uint64_t can;
+
+	if (!fs->meta.capacity)
+		return 0;
+	kv_store_usage(fs->store, &u);
+	can = u.used + u.avail;   /* avail: the smaller of budget room and free space */
+	if (can >= fs->meta.capacity)
+		return 0;
+	kv_log(fs->opts.capacity ? KV_LOG_ERR : KV_LOG_WARN,
+	       "capacity %llu bytes%s is more than the stripes can hold (%llu used + %llu "
+	       "free): writes will meet a full disk before eviction starts; %s",
+	       (unsigned long long)fs->meta.capacity,
+	       fs->opts.capacity ? " (-o capacity)" : "", (unsigned long long)u.used,
+	       (unsigned long long)(can - u.used),
+	       fs->opts.capacity ? "give a smaller -o capacity" : "free space or lower it with -o capacity");
+	return fs->opts.capacity ? -EINVAL : 0;
+}
+
 /*
  * One daemon per store: two would allocate the same extents and interleave
  * manifest transactions. The lock is an flock on STORE/kvfs.lock, released
  * by the kernel however the daemon ends, so a killed daemon never leaves a
  * stale lock behind. The file holds the owner's pid for the error message.
  */
+void kvfs_unlock_store(int fd)
+{
+	if (ftruncate(fd, 0) < 0 && errno != EINVAL && errno != EBADF)
+		kv_log(KV_LOG_DEBUG, "clearing the pid in the store lock: %s", strerror(errno));
+	close(fd);      /* drops the flock */
+}
+
 int kvfs_lock_store(const char *dir, bool read_only_ok, int *fd_out,
 		    char *holder, size_t holder_len)
 {
@@ -545,7 +604,7 @@ static void fs_free(struct kvfs *fs)
 	kvfs_ram_fini(fs);
 	kvfs_cap_free(fs);
 	if (fs->lock_fd >= 0)
-		close(fs->lock_fd);   /* drops the flock */
+		kvfs_unlock_store(fs->lock_fd);
 	free(fs->live);
 	free(fs->store_dir);
 	free(fs);
@@ -585,6 +644,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (fs->opts.capacity)
 		fs->meta.capacity = fs->opts.capacity;   /* -o capacity: this mount's budget */
 	rc = open_store(dir, &fs->meta, false, fs->opts.no_direct, &fs->store);
+	if (rc == 0)
+		rc = check_capacity_fits(fs);
 	if (rc < 0)
 		goto fail;
 	rc = kv_index_new(&fs->idx);

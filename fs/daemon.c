@@ -58,7 +58,7 @@ static void reopen_log(void)
 	log_reopen = 0;
 	if (!detached_log_path[0])
 		return;
-	fd = open(detached_log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	fd = open(detached_log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;   /* keep writing to the old one */
 	dup2(fd, STDERR_FILENO);
@@ -233,7 +233,8 @@ static int add_options(struct mount_cfg *c, const char *list)
 	for (opt = strtok_r(dup, ",", &save); opt && rc >= 0; opt = strtok_r(NULL, ",", &save)) {
 		rc = kvfs_option(c, opt);
 		if (rc < 0)
-			fprintf(stderr, "kvfs mount: bad option value: %s\n", opt);
+			fprintf(stderr, "kvfs mount: bad option value: %s (see kvfs mount --help)\n",
+				opt);
 		else if (rc == 0)
 			snprintf(c->fuse_opts + strlen(c->fuse_opts),
 				 sizeof(c->fuse_opts) - strlen(c->fuse_opts), ",%s", opt);
@@ -241,6 +242,9 @@ static int add_options(struct mount_cfg *c, const char *list)
 	free(dup);
 	return rc < 0 ? rc : 0;
 }
+
+/* parse_args: a bad option, named on stderr already (no usage dump). */
+#define OPTION_REPORTED (-EDOM)
 
 static int parse_args(struct mount_cfg *c, int argc, char **argv)
 {
@@ -257,10 +261,10 @@ static int parse_args(struct mount_cfg *c, int argc, char **argv)
 			c->debug = c->foreground = true;
 		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
 			if (add_options(c, argv[++i]) < 0)
-				return -EINVAL;
+				return OPTION_REPORTED;
 		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
 			if (add_options(c, argv[i] + 2) < 0)
-				return -EINVAL;
+				return OPTION_REPORTED;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			mount_usage(stdout);
 			exit(0);
@@ -279,6 +283,11 @@ static int parse_args(struct mount_cfg *c, int argc, char **argv)
 	}
 	if (npos != 2)
 		return -EINVAL;
+	if (c->opts.evict_low >= c->opts.evict_high) {
+		fprintf(stderr, "kvfs mount: evict_low (%u%%) must be below evict_high (%u%%)\n",
+			c->opts.evict_low, c->opts.evict_high);
+		return OPTION_REPORTED;
+	}
 	if (!c->log_path[0])
 		snprintf(c->log_path, sizeof(c->log_path), "%s/kvfs.log", c->store);
 	return 0;
@@ -381,7 +390,7 @@ static int serve(struct fuse_session *se)
 /* Detached: log to the log file, tell the waiting parent we are up. */
 static int open_startup_log(struct mount_cfg *c)
 {
-	int log = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	int log = open(c->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 
 	if (log < 0) {
 		fprintf(stderr, "kvfs mount: cannot open log %s: %s\n", c->log_path,
@@ -561,9 +570,12 @@ static int run_detached(struct mount_cfg *c)
 int kvfs_mount_main(int argc, char **argv)
 {
 	struct mount_cfg c;
+	int rc;
 
-	if (parse_args(&c, argc, argv) < 0) {
-		mount_usage(stderr);
+	rc = parse_args(&c, argc, argv);
+	if (rc < 0) {
+		if (rc != OPTION_REPORTED)
+			mount_usage(stderr);
 		return 2;
 	}
 	if (check_mountpoint(c.mnt) < 0)

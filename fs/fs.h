@@ -43,10 +43,12 @@ struct kvfs_mkfs_opts {
 	unsigned nstripes;
 	const char *const *stripes;  /* NULL/0: one stripe, STORE/stripe0 */
 	uint64_t segment_size;       /* 0: default 1 GiB */
-	uint64_t capacity;           /* 0: the stripes' filesystems */
+	uint64_t capacity;           /* 0: 95% of the stripes' free space now */
+	uint64_t *capacity_made;     /* (may be NULL) gets the capacity set */
 };
 
-/* Create a new store in store_dir (created if missing, must hold no store). */
+/* Create a new store in store_dir (created if missing, must hold no store;
+ * it and its manifest are made private to the owner: 0700, 0600). */
 int kvfs_mkfs(const char *store_dir, const struct kvfs_mkfs_opts *o);
 
 /*
@@ -58,6 +60,9 @@ int kvfs_mkfs(const char *store_dir, const struct kvfs_mkfs_opts *o);
  */
 int kvfs_lock_store(const char *dir, bool read_only_ok, int *fd,
 		    char *holder, size_t holder_len);
+/* Release it: the pid is cleared first, so the file never names a daemon
+ * that exited cleanly (after a kill the next locker overwrites it). */
+void kvfs_unlock_store(int fd);
 
 /* Open a store: load the manifest, reclaim uncommitted space, start threads. */
 int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);

@@ -407,10 +407,14 @@ static int check_move(struct kvfs *fs, const struct kv_node_info *n,
 		rc = kvfs_page_limit(fs, np->ino, &limit, &exact);
 		if (rc < 0)
 			return rc;
+		/* EXDEV, not EINVAL (which mv reports as "a subdirectory of
+		 * itself"): the page cannot live there as it is, and a tool
+		 * that falls back to copying gets the size error on its own
+		 * write or close, with the source left in place. */
 		if (n->state != KV_PAGE_WRITING && exact && n->size != limit) {
 			kv_log(KV_LOG_ERR, "rename of page %s refused: %llu bytes, the geometry of the target model needs %llu",
 			       n->name, (unsigned long long)n->size, (unsigned long long)limit);
-			return -EINVAL;
+			return -EXDEV;
 		}
 		return 0;
 	case KV_KIND_LAYER:

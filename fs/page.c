@@ -130,7 +130,11 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 	if (rc == -ENOSPC)
 		kvfs_space_refused(fs);
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "page %s: no space for %llu bytes: %s", n->name,
+		/* A fast-path write (respect_reserved) waits for eviction and
+		 * tries again, and its caller gets the final status: not an
+		 * error yet. */
+		kv_log(rc == -ENOSPC && respect_reserved ? KV_LOG_DEBUG : KV_LOG_ERR,
+		       "page %s: no space for %llu bytes: %s", n->name,
 		       (unsigned long long)d->size, kv_strerror(rc));
 		return rc;
 	}

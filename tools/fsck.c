@@ -278,7 +278,7 @@ static void fsck_free(struct fsck *f)
 	if (f->m)
 		kv_manifest_close(f->m);
 	if (f->lock_fd >= 0)
-		close(f->lock_fd);   /* drops the flock */
+		kvfs_unlock_store(f->lock_fd);
 }
 
 static int parse_args(struct fsck *f, int argc, char **argv)

@@ -58,8 +58,9 @@ static void usage(FILE *f)
 	"                       are placed round-robin (default: STORE/stripe0)\n" \
 	"  --segment-size SIZE  largest segment file; a page must fit in one\n" \
 	"                       (default 1G, at least 1M)\n" \
-	"  --capacity SIZE      budget on the bytes the store occupies (default: the\n" \
-	"                       stripes' free space; a mount may override it)\n" \
+	"  --capacity SIZE      budget on the bytes the store occupies (default: 95%\n" \
+	"                       of the stripes' free space now; -o capacity may\n" \
+	"                       override it for a mount)\n" \
 	"  SIZE takes K, M, G, T suffixes (powers of 1024).\n"
 
 static int cmd_mkfs(int argc, char **argv)
@@ -72,7 +73,8 @@ static int cmd_mkfs(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *stripes[KV_MAX_STRIPES];
-	struct kvfs_mkfs_opts o = { .stripes = stripes };
+	uint64_t capacity = 0;
+	struct kvfs_mkfs_opts o = { .stripes = stripes, .capacity_made = &capacity };
 	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -109,8 +111,9 @@ static int cmd_mkfs(int argc, char **argv)
 		fprintf(stderr, "kvfs mkfs: %s: %s\n", argv[optind], kv_strerror(rc));
 		return 1;
 	}
-	printf("kvfs: created store %s with %u stripe(s)\n", argv[optind],
-	       o.nstripes ? o.nstripes : 1);
+	printf("kvfs: created store %s with %u stripe(s), capacity %.1f GiB%s\n", argv[optind],
+	       o.nstripes ? o.nstripes : 1, (double)capacity / (1 << 30),
+	       o.capacity ? "" : " (95% of the stripes' free space; set it with --capacity)");
 	return 0;
 bad:
 	fprintf(stderr, "kvfs mkfs: bad size \"%s\" (use e.g. 64M, 1G, 2T)\n", optarg);

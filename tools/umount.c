@@ -20,7 +20,8 @@
  * --force when the daemon does not answer or does not exit in time.
  * --store guards scripted use: act only if MOUNTPOINT serves that store
  * (a unit whose start failed must not unmount another store's mount).
- * Exit: 0 unmounted, 1 failed, 2 usage.
+ * Exit: 0 unmounted, 1 failed, 2 usage, 32 busy (files open in it: as
+ * umount(8)).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -108,16 +109,54 @@ static bool store_locked(const char *store)
 	return held;
 }
 
-static bool wait_unlocked(const char *store, int secs)
+#define UMOUNT_BUSY 32
+
+static bool wait_unlocked_ms(const char *store, int ms)
 {
 	struct timespec tick = { 0, 50 * 1000 * 1000 };
 
-	for (int i = 0; i < secs * 20; i++) {
+	for (int i = 0; i < ms / 50; i++) {
 		if (!store_locked(store))
 			return true;
 		nanosleep(&tick, NULL);
 	}
 	return !store_locked(store);
+}
+
+/* Is process pid stopped (SIGSTOP, a debugger)? Then it cannot exit. */
+static bool process_stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');     /* the state follows the command name */
+	return p && (p[2] == 'T' || p[2] == 't');
+}
+
+/* Wait up to secs for the store's lock to go; after the first second, say
+ * what we wait for (a daemon that never exits must not look like a hang
+ * of ours). */
+static bool wait_unlocked(const char *store, pid_t daemon, int secs, bool will_kill)
+{
+	int first = secs < 1 ? secs * 1000 : 1000;
+
+	if (wait_unlocked_ms(store, first) || secs <= 1)
+		return !store_locked(store);
+	fprintf(stderr, "kvfs umount: waiting up to %d more s for daemon pid %d to commit "
+		"and release %s%s%s\n", secs - 1, (int)daemon, store,
+		daemon && process_stopped(daemon) ? "; it is stopped (SIGSTOP) and cannot exit "
+		"until continued" : "", will_kill ? "; then it is killed" : "");
+	return wait_unlocked_ms(store, (secs - 1) * 1000);
 }
 
 /* Unprivileged users go through the setuid helper, as fusermount3 would. */
@@ -143,7 +182,7 @@ static int detach(const char *mnt, bool lazy)
  * store), or is ended. */
 static int reap_daemon(struct umount_ctx *u, bool kill_if_stuck)
 {
-	if (wait_unlocked(u->store, u->wait_s))
+	if (wait_unlocked(u->store, u->daemon, u->wait_s, kill_if_stuck && u->daemon))
 		return 0;
 	if (!kill_if_stuck || !u->daemon) {
 		fprintf(stderr, "kvfs umount: %s is unmounted but its daemon (pid %d) still "
@@ -154,7 +193,7 @@ static int reap_daemon(struct umount_ctx *u, bool kill_if_stuck)
 	fprintf(stderr, "kvfs umount: daemon pid %d did not exit within %d s; killing it\n",
 		(int)u->daemon, u->wait_s);
 	kill(u->daemon, SIGKILL);
-	if (wait_unlocked(u->store, 10))
+	if (wait_unlocked_ms(u->store, 10000))
 		return 0;
 	fprintf(stderr, "kvfs umount: daemon pid %d survives SIGKILL (blocked in the "
 		"kernel); %s stays locked until it ends\n", (int)u->daemon, u->store);
@@ -198,7 +237,7 @@ static int plain_umount(struct umount_ctx *u)
 	if (rc == -EBUSY) {
 		fprintf(stderr, "kvfs umount: %s is busy (files open or a working directory "
 			"in it); close them, or detach it lazily: umount -l %s\n", u->mnt, u->mnt);
-		return 1;
+		return UMOUNT_BUSY;
 	}
 	if (rc < 0) {
 		fprintf(stderr, "kvfs umount: %s: %s\n", u->mnt, strerror(-rc));

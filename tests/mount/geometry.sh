@@ -30,6 +30,18 @@ sleep 0.2
 [ ! -e "$MNT/tiny/00/dd" ] || fail "truncated page from dd was stored"
 grep -q "model geometry" "$LOG" || fail "no log line naming the geometry"
 expect_errno EINVAL "os.mkdir('$MNT/tiny/03')"
+# mv of a wrong-size page into the model: EXDEV, so mv copies, the copy's
+# close reports the size, and the source stays (not "a subdirectory of
+# itself", mv's words for EINVAL).
+mkdir -p "$MNT/plain/00"
+cp "$T/short" "$MNT/plain/00/p" || fail "page in a model without geometry"
+expect_errno EXDEV "os.rename('$MNT/plain/00/p', '$MNT/tiny/00/p')"
+mv "$MNT/plain/00/p" "$MNT/tiny/00/p" 2>"$T/err" && fail "mv of a wrong-size page succeeded"
+grep -q "subdirectory of itself" "$T/err" && fail "mv: $(cat "$T/err")"
+grep -q "Invalid argument" "$T/err" || fail "mv of a short page: $(cat "$T/err")"
+cmp "$T/short" "$MNT/plain/00/p" || fail "the source of a refused mv changed"
+sleep 0.2
+[ ! -e "$MNT/tiny/00/p" ] || fail "a refused mv left a page behind"
 # Geometry cannot change under existing pages.
 expect_errno ENOTEMPTY "os.setxattr('$MNT/tiny', 'user.kvfs.geometry', b'layers=3 kv_heads=1 head_dim=8 dtype=bf16 page_tokens=4')"
 expect_errno EINVAL "os.setxattr('$MNT/tiny', 'user.kvfs.geometry', b'layers=3 dtype=nope')"

@@ -32,6 +32,8 @@ timeout 60 "$KVFS" umount --force --wait 2 "$MNT" >"$T/force.out" 2>&1 ||
 	fail "umount --force: $(cat "$T/force.out")"
 [ $((SECONDS - start)) -le 20 ] || fail "umount --force took $((SECONDS - start)) s"
 grep -q "aborted the FUSE connection" "$T/force.out" || fail "no abort reported: $(cat "$T/force.out")"
+grep -q "waiting up to .* it is stopped (SIGSTOP)" "$T/force.out" ||
+	fail "umount --force did not say what it waits for: $(cat "$T/force.out")"
 mounted_gone "umount --force"
 wait "$reader" && fail "the blocked reader succeeded on an aborted connection"
 grep -qE "connection abort|not connected" "$T/reader.err" ||
@@ -42,6 +44,11 @@ DPID=
 
 mount_kvfs
 [ "$($PAGETOOL verify "$MNT/m/00" durable 50 0)" = 50 ] || fail "fsync'ed pages after the hung daemon"
+# A busy mount is umount(8)'s status 32, not a generic failure.
+exec 8<"$MNT/m/00/durable000001"
+rc=0; "$KVFS" umount "$MNT" 2>"$T/busy.err" || rc=$?
+exec 8<&-
+[ $rc -eq 32 ] && grep -q "is busy" "$T/busy.err" || fail "umount of a busy mount: exit $rc, $(cat "$T/busy.err")"
 
 # ---- hung, then it wakes up: it notices the abort and exits cleanly ----
 $PAGETOOL write "$MNT/m/00" late 20 4096 || fail "writes before the second stop"

@@ -9,6 +9,12 @@ SEM="python3 $(dirname "$0")/semantics.py"
 export T
 
 mkfs --capacity 32M
+# A bad option is named, without the whole usage.
+for o in dirty=abc evict_low=95,evict_high=90; do
+	rc=0; "$KVFS" mount "$STORE" "$MNT" -o "$o" 2>"$T/opt.err" || rc=$?
+	[ $rc -eq 2 ] && grep -q "${o%%=*}" "$T/opt.err" && ! grep -q "usage:" "$T/opt.err" ||
+		fail "mount -o $o: exit $rc, $(cat "$T/opt.err")"
+done
 mount_kvfs
 for step in wipe times dirs nlink sealed_meta; do
 	$SEM $step "$MNT" || fail "$step"
