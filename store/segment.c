@@ -235,7 +235,7 @@ static int mkdir_p(const char *path)
 		char saved = buf[i];
 
 		buf[i] = '\0';
-		if (mkdir(buf, 0755) == 0) {
+		if (mkdir(buf, 0700) == 0) {
 			rc = fsync_parent(buf);
 			if (rc)
 				return rc;
