@@ -6,16 +6,22 @@
  *
  * Charges are taken where payload memory is filled (FUSE write(), the
  * fast-path write's copy-in) and given back when the page is durable (the
- * committer), withdrawn or discarded. A charge blocks while the budget is
- * full and something is draining; it never fails. If nothing is draining,
- * the whole budget is held by pages still being written, whose writers may
- * be the very threads waiting here: the charge goes through and is counted
- * as an overrun instead of deadlocking. Budgets larger than (concurrent
- * writers x page size) never overrun.
+ * committer), withdrawn or discarded. A charge that does not fit waits, and
+ * never fails: the budget is exact whatever the number of writers. Pages
+ * being filled are finished by their writers, so waiting for them is safe,
+ * unless those writers are the very ones waiting here (a page written in
+ * several write() calls, a batch staging its pages): when every filling
+ * byte is held by a waiter and nothing drains, one charge goes through as
+ * an overrun instead of deadlocking. A holder blocked outside (one thread
+ * with two pages open, writing the second) cannot be seen: after
+ * DIRTY_STALL_MS with nothing draining the charge goes through too.
  *
  * Lock order: ns_lock before dirty.lock; take() is never called with
  * ns_lock held, so it can sleep.
  */
+#include <errno.h>
+#include <time.h>
+
 #include "kvfs_i.h"
 
 void kvfs_dirty_init(struct kvfs *fs, uint64_t budget)
@@ -44,17 +50,35 @@ static void note_peak(struct kvfs_dirty *d)
 		d->peak = d->filling + d->draining;
 }
 
-void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes)
+#define DIRTY_STALL_MS 2000
+
+void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 {
 	struct kvfs_dirty *d = &fs->dirty;
 	bool waited = false;
+	struct timespec until;
+	int rc;
 
 	if (bytes == 0)
 		return;
 	pthread_mutex_lock(&d->lock);
-	while (d->filling + d->draining + bytes > d->budget && d->draining) {
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += DIRTY_STALL_MS / 1000;
+	while (d->filling + d->draining + bytes > d->budget) {
+		if (!d->draining && d->waiting_held + held >= d->filling)
+			break;      /* nobody who could give bytes back is free */
 		waited = true;
-		pthread_cond_wait(&d->cv, &d->lock);
+		d->waiting_held += held;
+		if (held)      /* others may now see that everyone waits */
+			pthread_cond_broadcast(&d->cv);
+		rc = pthread_cond_timedwait(&d->cv, &d->lock, &until);
+		d->waiting_held -= held;
+		if (rc == ETIMEDOUT && !d->draining)
+			break;
+		if (rc == ETIMEDOUT) {   /* still draining: keep waiting */
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += DIRTY_STALL_MS / 1000;
+		}
 	}
 	if (waited)
 		d->waits++;

@@ -66,6 +66,7 @@ struct wbatch {
 	uint32_t published;
 	uint32_t logged, unlogged; /* per-descriptor failure lines */
 	bool region_lost;          /* a copy faulted: the region is gone */
+	uint64_t staged;           /* dirty bytes charged to staged pages */
 };
 
 /* Per-descriptor failures are the engine's business and can be many: one
@@ -224,6 +225,7 @@ static int resolve_all(struct wbatch *w)
 
 static void unstage(struct wbatch *w, struct wpage *p)
 {
+	w->staged -= p->charged;
 	kvfs_dirty_give(w->b.fs, p->charged, false);
 	kvfs_data_put(p->data);
 	p->data = NULL;
@@ -239,7 +241,8 @@ static int32_t stage(struct wbatch *w, struct wpage *p)
 	int rc;
 
 	p->charged = cap;
-	kvfs_dirty_take(w->b.fs, cap);
+	kvfs_dirty_take(w->b.fs, cap, w->staged);
+	w->staged += cap;
 	p->data = kvfs_data_new(cap);
 	if (!p->data) {
 		unstage(w, p);
@@ -272,6 +275,7 @@ static void publish(struct wbatch *w, struct wpage *p)
 	}
 	kvfs_data_put(p->data);
 	p->data = NULL;
+	w->staged -= p->charged;    /* the page holds it now */
 	p->charged = 0;
 	w->b.d[p->idx].handle = fp_handle_of(fs, n.ino);
 	w->b.d[p->idx].bytes = p->size;

@@ -127,6 +127,7 @@ struct kvfs_dirty {
 	uint64_t budget;
 	uint64_t filling;    /* charged by pages still being written */
 	uint64_t draining;   /* charged by sealed pages the committer will retire */
+	uint64_t waiting_held; /* filling bytes held by writers waiting in take */
 	uint64_t peak;       /* largest filling + draining seen */
 	uint64_t waits;      /* times a writer blocked on the budget */
 	uint64_t overruns;   /* charges let through with nothing draining */
@@ -236,12 +237,14 @@ int kvfs_page_publish(struct kvfs *fs, uint64_t layer_ino, const char *name,
 /* ---- dirty budget (fs/dirty.c) ---- */
 void kvfs_dirty_init(struct kvfs *fs, uint64_t budget);
 void kvfs_dirty_fini(struct kvfs *fs);
-/* Charge bytes of write-back memory about to be filled. Blocks (never fails)
- * while the budget is full and sealed pages are draining; with nothing
- * draining it lets the charge through (counted as an overrun) rather than
- * deadlock writers that wait on each other's unsealed pages. Never call it
- * holding ns_lock. */
-void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes);
+/* Charge bytes of write-back memory about to be filled; held: what the
+ * caller already holds for pages it has not sealed (its page so far, a
+ * batch's staged pages). Blocks (never fails) until the charge fits; lets
+ * it through over the budget (an overrun, counted) only when waiting could
+ * not end: every byte being filled is held by writers waiting here, or
+ * nothing drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g.
+ * one thread writing two pages at once). Never call it holding ns_lock. */
+void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
 /* Give a charge back (the page is durable, withdrawn or discarded). */

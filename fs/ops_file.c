@@ -370,17 +370,17 @@ static int write_possible(struct kvfs *fs, struct kvfs_fh *fh, uint64_t end)
 /* Dirty bytes a write up to end adds to the page (its buffer only grows).
  * The kernel serialises writes to one inode, so the charge read here is
  * still the page's when dirty_charge_add runs. */
-static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end)
+static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
+				 uint64_t *have)
 {
 	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
 	struct kvfs_live *l;
-	uint64_t have;
 
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, ino);
-	have = l ? l->dirty : 0;
+	*have = l ? l->dirty : 0;
 	pthread_mutex_unlock(&fs->ns_lock);
-	return need > have ? need - have : 0;
+	return need > *have ? need - *have : 0;
 }
 
 static void dirty_charge_add(struct kvfs *fs, uint64_t ino, uint64_t charge)
@@ -401,7 +401,7 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	uint64_t end = (uint64_t)off + size;
 	struct kvfs_data *d = NULL;
 	struct kv_node_info n;
-	uint64_t charge;
+	uint64_t charge, held;
 	int rc, space;
 
 	(void)ino;
@@ -411,8 +411,8 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	rc = write_possible(fs, fh, end);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
-	charge = dirty_charge_for(fs, fh->ino, end);
-	kvfs_dirty_take(fs, charge);      /* may block: write-back is full */
+	charge = dirty_charge_for(fs, fh->ino, end, &held);
+	kvfs_dirty_take(fs, charge, held);   /* may block: write-back is full */
 	/* May block while the evictor makes room (cache mode); others may
 	 * take that room first, so the check under the lock can send us back
 	 * to wait, until the evictor has nothing left to give. */
