@@ -123,9 +123,11 @@ cp "$T"/backup/00/* "$MNT/stuck/00/" && cp "$T"/backup/01/* "$MNT/stuck/01/" || 
 python3 -c 'import os, sys, time
 fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, b"x" * 8192)
 keep = os.dup(fd); os.close(fd)    # closed once (flushed), not yet released
-time.sleep(30)' "$MNT/stuck/00/zz-open" &
+open(sys.argv[2], "w").close()
+time.sleep(30)' "$MNT/stuck/00/zz-open" "$T/writer-ready" &
 wpid=$!
-sleep 0.3
+for _ in $(seq 100); do [ -e "$T/writer-ready" ] && break; sleep 0.1; done
+[ -e "$T/writer-ready" ] || fail "the holding writer did not start"
 "$KVFS" import --json "$MNT/stuck" "$MNT/i" >"$T/j4" 2>"$T/err4" &
 ipid=$!
 sleep 1
