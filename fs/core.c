@@ -610,6 +610,14 @@ static void fs_free(struct kvfs *fs)
 	free(fs);
 }
 
+static bool kvfs_has_journal(const char *dir)
+{
+	char path[4096 + 32];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, KV_JOURNAL_FILE);
+	return access(path, F_OK) == 0;
+}
+
 int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 {
 	struct kvfs *fs;
@@ -626,6 +634,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	rc = kv_manifest_open(dir, &fs->man);
 	if (rc == 0)
 		rc = lock_store(fs);
+	if (rc == 0)
+		rc = kv_manifest_recover(fs->man, NULL);
 	if (rc < 0)
 		goto fail;
 	rc = kv_manifest_meta(fs->man, &fs->meta);
@@ -670,7 +680,13 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	return 0;
 fail:
 	kv_log(KV_LOG_ERR, "cannot open store %s: %s", dir, kv_strerror(rc));
-	if (rc == KV_ERR_CORRUPT)
+	if ((rc == KV_ERR_CORRUPT || rc == KV_ERR_NOTSTORE || rc == -ENOENT) &&
+	    kvfs_has_journal(dir))
+		kv_log(KV_LOG_ERR, "%s/%s is missing or damaged, but %s/%s holds the "
+		       "store's history: run `kvfs fsck --rebuild %s` to make the manifest "
+		       "anew from it (the old one is kept aside)", dir, KV_MANIFEST_FILE,
+		       dir, KV_JOURNAL_FILE, dir);
+	else if (rc == KV_ERR_CORRUPT)
 		kv_log(KV_LOG_ERR, "run `kvfs fsck %s` to see what is damaged, and "
 		       "`kvfs fsck --repair %s` to drop what cannot be trusted", dir, dir);
 	kvfs_cap_stop(fs);

@@ -93,6 +93,21 @@ static int fk_row(sqlite3_stmt *st, void *a)
 	return 0;
 }
 
+/* A model or layer row whose identity check fails: every page under it
+ * would be served under a name it was not written with. Not repaired in
+ * place: the journal holds the row as it was (fsck --rebuild). */
+static int ident_row(sqlite3_stmt *st, void *a)
+{
+	struct db_check *c = a;
+
+	reportf(c->report, c->arg, "manifest: %s %lld '%s': its identity check fails "
+		"(name, number, parent or inode changed outside kvfs); `kvfs fsck "
+		"--rebuild` restores it from the journal", mf_col_str(st, 0),
+		sqlite3_column_int64(st, 1), mf_col_str(st, 2));
+	c->problems++;
+	return 0;
+}
+
 /* format, schema_version and user_version: what open accepted, spelled out. */
 static int check_versions(struct kv_manifest *m, struct db_check *c)
 {
@@ -138,6 +153,12 @@ int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void
 	if (rc)
 		return rc;
 	rc = check_versions(m, &c);
+	if (rc == 0)
+		rc = each_row(m, "SELECT 'model', ino, name FROM models WHERE ident IS NOT "
+			      "kvfs_ident_model(ino, name, layers, kv_heads, head_dim, "
+			      "page_tokens, dtype) UNION ALL SELECT 'layer', ino, name FROM "
+			      "layers WHERE ident IS NOT kvfs_ident_layer(ino, model_ino, "
+			      "layer, name)", ident_row, &c);
 	return rc ? rc : c.problems;
 }
 
@@ -193,6 +214,9 @@ static int page_row(sqlite3_stmt *st, void *a)
 	p.ino = sqlite3_column_int64(st, 0);
 	p.extent_id = sqlite3_column_int64(st, 1);
 	p.size = sqlite3_column_int64(st, 2);
+	p.ident_ok = sqlite3_column_int64(st, 7) ==
+		     mf_ident_page(p.ino, (uint64_t)sqlite3_column_int64(st, 6),
+				   mf_col_str(st, 3), p.extent_id, (uint64_t)p.size);
 	/* Missing parents print as "?": the path is for a human to recognise
 	 * the page, the foreign key check reports the missing row itself. */
 	snprintf(path, sizeof(path), "%s/%s/%s",
@@ -209,7 +233,8 @@ int kv_manifest_walk_pages(struct kv_manifest *m,
 {
 	struct walk w = { .page = fn, .arg = arg };
 
-	return each_row(m, "SELECT p.ino, p.extent_id, p.size, p.name, l.name, mo.name "
+	return each_row(m, "SELECT p.ino, p.extent_id, p.size, p.name, l.name, mo.name, "
+			"p.layer_ino, p.ident "
 			"FROM pages AS p LEFT JOIN layers AS l ON l.ino = p.layer_ino "
 			"LEFT JOIN models AS mo ON mo.ino = l.model_ino ORDER BY p.ino",
 			page_row, &w);

@@ -9,21 +9,23 @@
  * file is the write side (create, open, transactions, puts, deletes);
  * manifest_read.c validates what is read back (meta, load, check).
  *
- * Schema version 1 (PRAGMA user_version and meta.schema_version both hold it;
- * the larger of the two is what open compares with KV_SCHEMA_VERSION):
+ * Schema version 2 (PRAGMA user_version and meta.schema_version both hold it;
+ * the larger of the two is what open compares with KV_SCHEMA_VERSION;
+ * version 1 is upgraded at open: it lacked the ident columns):
  *
  *   meta(key TEXT PRIMARY KEY, value NOT NULL)
  *       format = 'kvfs', schema_version, uuid (text, 36 chars),
- *       segment_size, capacity (0 = no budget), created_ns
+ *       segment_size, capacity (0 = no budget), created_ns,
+ *       journal_seq (the last journaled batch committed: journal.c)
  *   stripes(id INTEGER PRIMARY KEY, path TEXT NOT NULL)
  *       id = stripe index, 0..n-1 without gaps
  *   models(ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
  *          mode, uid, gid, ctime_ns, mtime_ns, atime_ns,
- *          layers, kv_heads, head_dim, page_tokens, dtype)
+ *          layers, kv_heads, head_dim, page_tokens, dtype, ident)
  *       geometry all 0 and dtype '' = not set
  *   layers(ino INTEGER PRIMARY KEY, model_ino INTEGER NOT NULL
  *          REFERENCES models(ino), layer INTEGER NOT NULL, name TEXT NOT NULL,
- *          mode, uid, gid, ctime_ns, mtime_ns, atime_ns,
+ *          mode, uid, gid, ctime_ns, mtime_ns, atime_ns, ident,
  *          UNIQUE(model_ino, layer), UNIQUE(model_ino, name))
  *       name = layer in decimal, leading zeros allowed
  *   extents(id INTEGER PRIMARY KEY, stripe, segment, "offset", length,
@@ -33,10 +35,12 @@
  *   pages(ino INTEGER PRIMARY KEY, layer_ino INTEGER NOT NULL
  *         REFERENCES layers(ino), name TEXT NOT NULL, extent_id INTEGER NOT
  *         NULL REFERENCES extents(id), size, mode, uid, gid, ctime_ns,
- *         mtime_ns, atime_ns, UNIQUE(layer_ino, name))
+ *         mtime_ns, atime_ns, ident, UNIQUE(layer_ino, name))
  *       INDEX pages_extent(extent_id): deleting an extent checks for pages
  *       still using it, and fsck counts references, without a table scan.
  *       size == the extent's length.
+ *   ident (models, layers, pages): XXH3-64 of the row's identity (ident.c);
+ *       a row whose ident does not match is refused at load.
  *
  * Every column is NOT NULL and every integer is stored as an SQLite integer
  * (inode numbers and ids 1..2^63-1, modes are permission bits only).
@@ -74,10 +78,12 @@ static const char schema_sql[] =
 	"CREATE TABLE stripes (id INTEGER PRIMARY KEY, path TEXT NOT NULL);"
 	"CREATE TABLE models (ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, "
 	ATTR_DEF ", layers INTEGER NOT NULL, kv_heads INTEGER NOT NULL, "
-	"head_dim INTEGER NOT NULL, page_tokens INTEGER NOT NULL, dtype TEXT NOT NULL);"
+	"head_dim INTEGER NOT NULL, page_tokens INTEGER NOT NULL, dtype TEXT NOT NULL, "
+	"ident INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE layers (ino INTEGER PRIMARY KEY, "
 	"model_ino INTEGER NOT NULL REFERENCES models(ino), "
 	"layer INTEGER NOT NULL, name TEXT NOT NULL, " ATTR_DEF ", "
+	"ident INTEGER NOT NULL DEFAULT 0, "
 	"UNIQUE (model_ino, layer), UNIQUE (model_ino, name));"
 	"CREATE TABLE extents (id INTEGER PRIMARY KEY, stripe INTEGER NOT NULL, "
 	"segment INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
@@ -86,7 +92,8 @@ static const char schema_sql[] =
 	"CREATE TABLE pages (ino INTEGER PRIMARY KEY, "
 	"layer_ino INTEGER NOT NULL REFERENCES layers(ino), name TEXT NOT NULL, "
 	"extent_id INTEGER NOT NULL REFERENCES extents(id), "
-	"size INTEGER NOT NULL, " ATTR_DEF ", UNIQUE (layer_ino, name));"
+	"size INTEGER NOT NULL, " ATTR_DEF ", ident INTEGER NOT NULL DEFAULT 0, "
+	"UNIQUE (layer_ino, name));"
 	"CREATE INDEX pages_extent ON pages (extent_id);"
 	"PRAGMA user_version = " STR(KV_SCHEMA_VERSION) ";";
 
@@ -106,16 +113,18 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_ROLLBACK] = "ROLLBACK",
 	[ST_PUT_MODEL] =
 		"INSERT INTO models (ino, name, " ATTR_COLS ", layers, kv_heads, "
-		"head_dim, page_tokens, dtype) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-		"?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT (ino) DO UPDATE SET "
+		"head_dim, page_tokens, dtype, ident) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+		"?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (ino) DO UPDATE SET "
 		"name = excluded.name, " ATTR_SET ", layers = excluded.layers, "
 		"kv_heads = excluded.kv_heads, head_dim = excluded.head_dim, "
-		"page_tokens = excluded.page_tokens, dtype = excluded.dtype",
+		"page_tokens = excluded.page_tokens, dtype = excluded.dtype, "
+		"ident = excluded.ident",
 	[ST_PUT_LAYER] =
-		"INSERT INTO layers (ino, model_ino, layer, name, " ATTR_COLS ") "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+		"INSERT INTO layers (ino, model_ino, layer, name, " ATTR_COLS ", ident) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
 		"ON CONFLICT (ino) DO UPDATE SET model_ino = excluded.model_ino, "
-		"layer = excluded.layer, name = excluded.name, " ATTR_SET,
+		"layer = excluded.layer, name = excluded.name, " ATTR_SET ", "
+		"ident = excluded.ident",
 	[ST_PUT_EXTENT] =
 		"INSERT INTO extents (id, stripe, segment, \"offset\", length, hash, "
 		"refcount) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
@@ -125,10 +134,10 @@ static const char *const stmt_sql[ST_COUNT] = {
 		"refcount = excluded.refcount",
 	[ST_PUT_PAGE] =
 		"INSERT INTO pages (ino, layer_ino, name, extent_id, size, " ATTR_COLS
-		") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+		", ident) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
 		"ON CONFLICT (ino) DO UPDATE SET layer_ino = excluded.layer_ino, "
 		"name = excluded.name, extent_id = excluded.extent_id, "
-		"size = excluded.size, " ATTR_SET,
+		"size = excluded.size, " ATTR_SET ", ident = excluded.ident",
 	[ST_DEL_MODEL] = "DELETE FROM models WHERE ino = ?1",
 	[ST_DEL_LAYER] = "DELETE FROM layers WHERE ino = ?1",
 	[ST_DEL_EXTENT] = "DELETE FROM extents WHERE id = ?1",
@@ -138,6 +147,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 		"AND refcount + ?2 BETWEEN (CASE WHEN ?1 = 0 THEN 0 ELSE 1 END) AND 4294967295",
 	/* Only forward: a late flush never undoes a newer row's time. */
 	[ST_TOUCH_PAGE] = "UPDATE pages SET atime_ns = ?2 WHERE ino = ?1 AND atime_ns < ?2",
+	[ST_SET_JOURNAL_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_seq', ?1)",
 };
 
 /* ---- errors ---- */
@@ -188,7 +198,7 @@ static int map_sqlite(sqlite3 *db, int rc, bool deleting)
 	}
 }
 
-static int vfail(sqlite3 *db, const char *path, int rc, bool deleting,
+int mf_vfail(sqlite3 *db, const char *path, int rc, bool deleting,
 		 const char *fmt, va_list ap)
 {
 	char what[512];
@@ -205,7 +215,7 @@ int mf_db_fail(sqlite3 *db, const char *path, int rc, const char *fmt, ...)
 	int ret;
 
 	va_start(ap, fmt);
-	ret = vfail(db, path, rc, false, fmt, ap);
+	ret = mf_vfail(db, path, rc, false, fmt, ap);
 	va_end(ap);
 	return ret;
 }
@@ -220,19 +230,6 @@ int mf_corrupt(char *err, size_t errlen, const char *fmt, ...)
 		va_end(ap);
 	}
 	return KV_ERR_CORRUPT;
-}
-
-__attribute__((format(printf, 2, 3)))
-static int bad_arg(const struct kv_manifest *m, const char *fmt, ...)
-{
-	char what[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	kv_log(KV_LOG_ERR, "manifest %s: refusing to store %s", m->path, what);
-	return -EINVAL;
 }
 
 /* ---- small query helpers (declared in manifest_i.h) ---- */
@@ -303,6 +300,14 @@ int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,
 
 /* ---- create / open / close ---- */
 
+/* dir/name, malloc'ed; NULL when out of memory. */
+static char *kv_path_join(const char *dir, const char *name)
+{
+	char *p;
+
+	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}
+
 static void remove_sidecars(const char *path)
 {
 	static const char *const sfx[] = { "-wal", "-shm", "-journal" };
@@ -345,7 +350,7 @@ static int create_tables(sqlite3 *db, const char *path, const struct kv_store_me
 	return rc;
 }
 
-int kv_manifest_create(const char *store_dir, const struct kv_store_meta *meta)
+int kv_manifest_create_bare(const char *store_dir, const struct kv_store_meta *meta)
 {
 	sqlite3 *db = NULL;
 	char *path = NULL;
@@ -400,7 +405,7 @@ out:
 }
 
 /* KV_ERR_NOTSTORE / KV_ERR_SCHEMA / KV_ERR_CORRUPT before anything is written. */
-static int check_identity(struct kv_manifest *m)
+static int check_identity(struct kv_manifest *m, int64_t *version)
 {
 	sqlite3_stmt *st;
 	char err[512] = "";
@@ -451,6 +456,43 @@ static int check_identity(struct kv_manifest *m)
 		       m->path, ver);
 		return KV_ERR_CORRUPT;
 	}
+	*version = ver;
+	return 0;
+}
+
+/*
+ * Version 1 -> 2: every model, layer and page row gets its identity check,
+ * computed from the row as it stands (damage done before the upgrade cannot
+ * be told from intent). One transaction: a crash leaves version 1.
+ */
+static int upgrade(struct kv_manifest *m, int64_t version)
+{
+	static const char sql[] =
+		"ALTER TABLE models ADD COLUMN ident INTEGER NOT NULL DEFAULT 0;"
+		"ALTER TABLE layers ADD COLUMN ident INTEGER NOT NULL DEFAULT 0;"
+		"ALTER TABLE pages ADD COLUMN ident INTEGER NOT NULL DEFAULT 0;"
+		"UPDATE models SET ident = kvfs_ident_model(ino, name, layers, kv_heads, "
+		"head_dim, page_tokens, dtype);"
+		"UPDATE layers SET ident = kvfs_ident_layer(ino, model_ino, layer, name);"
+		"UPDATE pages SET ident = kvfs_ident_page(ino, layer_ino, name, extent_id, size);"
+		"UPDATE meta SET value = 2 WHERE key = 'schema_version';"
+		"PRAGMA user_version = 2;";
+	int rc;
+
+	if (version == KV_SCHEMA_VERSION)
+		return 0;
+	rc = mf_exec(m->db, m->path, "BEGIN IMMEDIATE", "starting the schema upgrade");
+	if (rc < 0)
+		return rc;
+	rc = mf_exec(m->db, m->path, sql, "upgrading the schema to version 2");
+	if (rc == 0)
+		rc = mf_exec(m->db, m->path, "COMMIT", "committing the schema upgrade");
+	if (rc < 0) {
+		mf_exec(m->db, m->path, "ROLLBACK", "rolling back the schema upgrade");
+		return rc == -EIO || rc == -EINVAL ? KV_ERR_CORRUPT : rc;
+	}
+	kv_log(KV_LOG_INFO, "manifest %s: upgraded from schema version %" PRId64
+	       " to %d (row identity checks)", m->path, version, KV_SCHEMA_VERSION);
 	return 0;
 }
 
@@ -506,6 +548,7 @@ static int prepare_all(struct kv_manifest *m)
 int kv_manifest_open(const char *store_dir, struct kv_manifest **out)
 {
 	struct kv_manifest *m;
+	int64_t version = 0;
 	struct stat sb;
 	int rc;
 
@@ -514,8 +557,11 @@ int kv_manifest_open(const char *store_dir, struct kv_manifest **out)
 	if (!m)
 		return -ENOMEM;
 	pthread_mutex_init(&m->fault_lock, NULL);
-	if (asprintf(&m->path, "%s/%s", store_dir, KV_MANIFEST_FILE) < 0) {
-		m->path = NULL;
+	mf_journal_init(&m->j);
+	m->store_dir = strdup(store_dir);
+	m->path = kv_path_join(store_dir, KV_MANIFEST_FILE);
+	m->j.path = kv_path_join(store_dir, KV_JOURNAL_FILE);
+	if (!m->store_dir || !m->path || !m->j.path) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -539,7 +585,9 @@ int kv_manifest_open(const char *store_dir, struct kv_manifest **out)
 	sqlite3_busy_timeout(m->db, BUSY_TIMEOUT_MS);
 	/* Identity and version first: nothing may be written (not even the
 	 * switch to WAL) into a file we do not understand. */
-	if ((rc = check_identity(m)) || (rc = configure(m)) || (rc = prepare_all(m)))
+	if ((rc = check_identity(m, &version)) || (rc = configure(m)) ||
+	    (rc = mf_ident_register(m->db) == SQLITE_OK ? 0 : -ENOMEM) ||
+	    (rc = upgrade(m, version)) || (rc = prepare_all(m)))
 		goto fail;
 	*out = m;
 	return 0;
@@ -564,331 +612,23 @@ void kv_manifest_close(struct kv_manifest *m)
 	if (m->db && sqlite3_close(m->db) != SQLITE_OK)
 		kv_log(KV_LOG_ERR, "manifest %s: close: %s", m->path, sqlite3_errmsg(m->db));
 	pthread_mutex_destroy(&m->fault_lock);
+	mf_journal_fini(&m->j);
+	free(m->store_dir);
 	free(m->path);
 	free(m);
 }
 
-/* ---- fault injection ---- */
-
-void kv_manifest_fault_arm(struct kv_manifest *m, unsigned what, unsigned nth,
-			   int err, unsigned count)
+int kv_manifest_create(const char *store_dir, const struct kv_store_meta *meta)
 {
-	pthread_mutex_lock(&m->fault_lock);
-	m->fault_what = what;
-	m->fault_err = err < 0 ? err : -EIO;
-	m->fault_count = count ? count : 1;
-	atomic_store(&m->fault_nth, nth);
-	pthread_mutex_unlock(&m->fault_lock);
-}
+	struct kv_manifest *m;
+	int rc = kv_manifest_create_bare(store_dir, meta);
 
-/* The error an armed fault gives this operation of kind what, or 0. One
- * atomic load when disarmed: this runs for every row change. */
-static int fault_fire(struct kv_manifest *m, unsigned what, const char *doing)
-{
-	int err = 0;
-
-	if (!atomic_load_explicit(&m->fault_nth, memory_order_relaxed))
-		return 0;
-	pthread_mutex_lock(&m->fault_lock);
-	if (m->fault_nth && (m->fault_what & what) && --m->fault_nth == 0) {
-		err = m->fault_err;
-		if (--m->fault_count > 0)
-			m->fault_nth = 1;       /* the next one fails too */
-	}
-	pthread_mutex_unlock(&m->fault_lock);
-	if (err)
-		kv_log(KV_LOG_ERR, "manifest %s: %s: %s (injected fault)", m->path, doing,
-		       kv_strerror(err));
-	return err;
-}
-
-/* ---- transactions ---- */
-
-/* Step a cached statement to completion, then make it reusable. */
-__attribute__((format(printf, 4, 5)))
-static int run(struct kv_manifest *m, enum stmt s, bool deleting, const char *fmt, ...)
-{
-	sqlite3_stmt *st = m->st[s];
-	va_list ap;
-	int rc;
-
-	if (s >= ST_PUT_MODEL && (rc = fault_fire(m, KV_MF_FAULT_WRITE, "changing a row")))
-		return rc;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE) {
-		rc = 0;
-	} else {
-		va_start(ap, fmt);
-		rc = vfail(m->db, m->path, rc, deleting, fmt, ap);
-		va_end(ap);
-	}
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	return rc;
-}
-
-/*
- * After some errors (SQLITE_FULL, IOERR, NOMEM) SQLite rolls the whole
- * transaction back by itself. The next put would then autocommit on its own,
- * making half a batch durable: refuse instead.
- */
-static int txn_alive(struct kv_manifest *m)
-{
-	if (m->in_txn && sqlite3_get_autocommit(m->db)) {
-		kv_log(KV_LOG_ERR, "manifest %s: the transaction was already rolled back "
-		       "after an earlier error", m->path);
-		return -EIO;
-	}
-	return 0;
-}
-
-int kv_manifest_begin(struct kv_manifest *m)
-{
-	int rc;
-
-	if (m->in_txn) {
-		kv_log(KV_LOG_ERR, "manifest %s: begin inside an open transaction", m->path);
-		return -EINVAL;
-	}
-	rc = run(m, ST_BEGIN, false, "beginning a transaction");
-	if (rc == 0)
-		m->in_txn = true;
-	return rc;
-}
-
-int kv_manifest_commit(struct kv_manifest *m)
-{
-	int rc;
-
-	if (!m->in_txn) {
-		kv_log(KV_LOG_ERR, "manifest %s: commit without a transaction", m->path);
-		return -EINVAL;
-	}
-	rc = txn_alive(m);
-	if (rc == 0)
-		rc = fault_fire(m, KV_MF_FAULT_COMMIT, "committing");
-	if (rc == 0)
-		rc = run(m, ST_COMMIT, false, "committing");
 	if (rc < 0)
-		kv_manifest_rollback(m);
-	m->in_txn = false;
-	return rc;
-}
-
-void kv_manifest_rollback(struct kv_manifest *m)
-{
-	if (!m->in_txn)
-		return;
-	m->in_txn = false;
-	if (!sqlite3_get_autocommit(m->db))
-		run(m, ST_ROLLBACK, false, "rolling back");
-}
-
-/* ---- puts and deletes ---- */
-
-static bool id_ok(uint64_t v)
-{
-	return v >= 1 && v <= INT64_MAX;
-}
-
-static void bind_attr(sqlite3_stmt *st, int col, const struct kv_obj_attr *a)
-{
-	/* Type bits are implied by the table; only permissions are stored. */
-	sqlite3_bind_int64(st, col, a->mode & 07777);
-	sqlite3_bind_int64(st, col + 1, a->uid);
-	sqlite3_bind_int64(st, col + 2, a->gid);
-	sqlite3_bind_int64(st, col + 3, a->ctime_ns);
-	sqlite3_bind_int64(st, col + 4, a->mtime_ns);
-	sqlite3_bind_int64(st, col + 5, a->atime_ns);
-}
-
-/*
- * Binding a fixed-index parameter to a prepared statement cannot fail except
- * for out-of-memory on a text, which leaves the parameter NULL: every column
- * is NOT NULL, so the step then fails and is reported. Hence unchecked binds.
- */
-
-int kv_manifest_put_model(struct kv_manifest *m, const struct kv_model_rec *r)
-{
-	sqlite3_stmt *st = m->st[ST_PUT_MODEL];
-	int rc;
-
-	if ((rc = txn_alive(m)))
 		return rc;
-	if (!id_ok(r->ino) || kv_name_check(r->name) < 0)
-		return bad_arg(m, "model %" PRIu64 " '%.*s': bad inode or name", r->ino,
-			       (int)KV_NAME_MAX, r->name);
-	if (kv_geometry_check(&r->geo) < 0)
-		return bad_arg(m, "model %" PRIu64 " '%s': bad geometry", r->ino, r->name);
-	sqlite3_bind_int64(st, 1, (int64_t)r->ino);
-	sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
-	bind_attr(st, 3, &r->attr);
-	sqlite3_bind_int64(st, 9, r->geo.layers);
-	sqlite3_bind_int64(st, 10, r->geo.kv_heads);
-	sqlite3_bind_int64(st, 11, r->geo.head_dim);
-	sqlite3_bind_int64(st, 12, r->geo.page_tokens);
-	sqlite3_bind_text(st, 13, r->geo.dtype, -1, SQLITE_STATIC);
-	return run(m, ST_PUT_MODEL, false, "put model %" PRIu64 " '%s'", r->ino, r->name);
-}
-
-int kv_manifest_put_layer(struct kv_manifest *m, const struct kv_layer_rec *r)
-{
-	sqlite3_stmt *st = m->st[ST_PUT_LAYER];
-	uint32_t num;
-	int rc;
-
-	if ((rc = txn_alive(m)))
-		return rc;
-	if (!id_ok(r->ino) || !id_ok(r->model_ino) || kv_name_check(r->name) < 0 ||
-	    kv_layer_name_parse(r->name, &num) < 0 || num != r->layer)
-		return bad_arg(m, "layer %" PRIu64 " '%.*s' (layer %" PRIu32 ") of model %"
-			       PRIu64 ": bad inode, or name not the layer number",
-			       r->ino, (int)KV_NAME_MAX, r->name, r->layer, r->model_ino);
-	sqlite3_bind_int64(st, 1, (int64_t)r->ino);
-	sqlite3_bind_int64(st, 2, (int64_t)r->model_ino);
-	sqlite3_bind_int64(st, 3, r->layer);
-	sqlite3_bind_text(st, 4, r->name, -1, SQLITE_STATIC);
-	bind_attr(st, 5, &r->attr);
-	return run(m, ST_PUT_LAYER, false, "put layer %" PRIu64 " '%s' of model %" PRIu64,
-		   r->ino, r->name, r->model_ino);
-}
-
-int kv_manifest_put_extent(struct kv_manifest *m, const struct kv_extent_rec *r)
-{
-	sqlite3_stmt *st = m->st[ST_PUT_EXTENT];
-	const struct kv_extent *e = &r->ext;
-	int rc;
-
-	if ((rc = txn_alive(m)))
-		return rc;
-	if (!id_ok(r->id) || e->stripe >= KV_MAX_STRIPES || e->offset % KV_ALIGN ||
-	    e->length == 0 || e->offset > INT64_MAX || e->length > INT64_MAX ||
-	    r->refcount == 0)
-		return bad_arg(m, "extent %" PRIu64 " (stripe %" PRIu32 " segment %" PRIu32
-			       " offset %" PRIu64 " length %" PRIu64 " refcount %" PRIu32 ")",
-			       r->id, e->stripe, e->segment, e->offset, e->length, r->refcount);
-	sqlite3_bind_int64(st, 1, (int64_t)r->id);
-	sqlite3_bind_int64(st, 2, e->stripe);
-	sqlite3_bind_int64(st, 3, e->segment);
-	sqlite3_bind_int64(st, 4, (int64_t)e->offset);
-	sqlite3_bind_int64(st, 5, (int64_t)e->length);
-	sqlite3_bind_blob(st, 6, r->hash, KV_HASH_LEN, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 7, r->refcount);
-	return run(m, ST_PUT_EXTENT, false, "put extent %" PRIu64, r->id);
-}
-
-int kv_manifest_put_page(struct kv_manifest *m, const struct kv_page_rec *r)
-{
-	sqlite3_stmt *st = m->st[ST_PUT_PAGE];
-	int rc;
-
-	if ((rc = txn_alive(m)))
-		return rc;
-	if (!id_ok(r->ino) || !id_ok(r->layer_ino) ||
-	    (r->extent_id == KV_EXTENT_EMPTY ? r->size != 0 : !id_ok(r->extent_id)) ||
-	    r->size > INT64_MAX || kv_name_check(r->name) < 0)
-		return bad_arg(m, "page %" PRIu64 " '%.*s' in layer %" PRIu64 " (extent %"
-			       PRIu64 ", size %" PRIu64 ")", r->ino, (int)KV_NAME_MAX,
-			       r->name, r->layer_ino, r->extent_id, r->size);
-	sqlite3_bind_int64(st, 1, (int64_t)r->ino);
-	sqlite3_bind_int64(st, 2, (int64_t)r->layer_ino);
-	sqlite3_bind_text(st, 3, r->name, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, (int64_t)r->extent_id);
-	sqlite3_bind_int64(st, 5, (int64_t)r->size);
-	bind_attr(st, 6, &r->attr);
-	return run(m, ST_PUT_PAGE, false, "put page %" PRIu64 " '%s' in layer %" PRIu64,
-		   r->ino, r->name, r->layer_ino);
-}
-
-static int del_row(struct kv_manifest *m, enum stmt s, const char *what, uint64_t key)
-{
-	int rc;
-
-	if ((rc = txn_alive(m)))
-		return rc;
-	if (!id_ok(key))
-		return -ENOENT;
-	sqlite3_bind_int64(m->st[s], 1, (int64_t)key);
-	rc = run(m, s, true, "delete %s %" PRIu64, what, key);
-	if (rc == 0 && sqlite3_changes(m->db) == 0)
-		rc = -ENOENT;
-	return rc;
-}
-
-int kv_manifest_del_model(struct kv_manifest *m, uint64_t ino)
-{
-	return del_row(m, ST_DEL_MODEL, "model", ino);
-}
-
-int kv_manifest_del_layer(struct kv_manifest *m, uint64_t ino)
-{
-	return del_row(m, ST_DEL_LAYER, "layer", ino);
-}
-
-int kv_manifest_del_extent(struct kv_manifest *m, uint64_t id)
-{
-	return del_row(m, ST_DEL_EXTENT, "extent", id);
-}
-
-int kv_manifest_del_page(struct kv_manifest *m, uint64_t ino)
-{
-	return del_row(m, ST_DEL_PAGE, "page", ino);
-}
-
-
-/* The row of KV_EXTENT_EMPTY, made on first use (stores made before empty
- * pages existed have none). */
-static int empty_extent_row(struct kv_manifest *m)
-{
-	uint8_t hash[KV_HASH_LEN];
-	sqlite3_stmt *st;
-	int rc;
-
-	kv_hash128(NULL, 0, hash);
-	rc = sqlite3_prepare_v2(m->db, "INSERT OR IGNORE INTO extents (id, stripe, segment, "
-				"\"offset\", length, hash, refcount) VALUES (0, 0, 0, 0, 0, ?1, 0)",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return mf_db_fail(m->db, m->path, rc, "preparing the empty pages' extent row");
-	sqlite3_bind_blob(st, 1, hash, KV_HASH_LEN, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "adding the empty pages' extent row");
-	sqlite3_finalize(st);
-	return rc;
-}
-
-int kv_manifest_ref_extent(struct kv_manifest *m, uint64_t id, int delta)
-{
-	sqlite3_stmt *st = m->st[ST_REF_EXTENT];
-	int rc;
-
-	if ((rc = txn_alive(m)))
-		return rc;
-	if ((!id_ok(id) && id != KV_EXTENT_EMPTY) || delta == 0)
-		return bad_arg(m, "refcount change %+d of extent %" PRIu64, delta, id);
-	if (id == KV_EXTENT_EMPTY && delta > 0 && (rc = empty_extent_row(m)))
-		return rc;
-	sqlite3_bind_int64(st, 1, (int64_t)id);
-	sqlite3_bind_int64(st, 2, delta);
-	rc = run(m, ST_REF_EXTENT, false, "refcount %+d of extent %" PRIu64, delta, id);
-	if (rc == 0 && sqlite3_changes(m->db) == 0) {
-		kv_log(KV_LOG_ERR, "manifest %s: extent %" PRIu64 " is missing or its "
-		       "refcount cannot change by %+d", m->path, id, delta);
-		rc = -ENOENT;
+	rc = kv_manifest_open(store_dir, &m);
+	if (rc == 0) {
+		rc = kv_manifest_journal_rewrite(m);
+		kv_manifest_close(m);
 	}
 	return rc;
-}
-
-int kv_manifest_touch_page(struct kv_manifest *m, uint64_t ino, int64_t atime_ns)
-{
-	sqlite3_stmt *st = m->st[ST_TOUCH_PAGE];
-	int rc;
-
-	if ((rc = txn_alive(m)))
-		return rc;
-	if (!id_ok(ino))
-		return bad_arg(m, "access time of page %" PRIu64, ino);
-	sqlite3_bind_int64(st, 1, (int64_t)ino);
-	sqlite3_bind_int64(st, 2, atime_ns);
-	return run(m, ST_TOUCH_PAGE, false, "access time of page %" PRIu64, ino);
 }

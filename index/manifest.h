@@ -34,7 +34,8 @@
 #include "store.h"
 
 #define KV_MANIFEST_FILE "kvfs.db"
-#define KV_SCHEMA_VERSION 1
+#define KV_JOURNAL_FILE "kvfs.journal"
+#define KV_SCHEMA_VERSION 2
 #define KV_NAME_MAX 255u          /* bytes in one model, layer or page name */
 #define KV_DTYPE_MAX 15u
 
@@ -113,6 +114,15 @@ struct kv_page_rec {
  * created_ns 0 means now. Nothing is left behind on failure.
  */
 int kv_manifest_create(const char *store_dir, const struct kv_store_meta *meta);
+/* Register the SQL functions kvfs_ident_model(ino, name, layers, kv_heads,
+ * head_dim, page_tokens, dtype), kvfs_ident_layer(ino, model_ino, layer,
+ * name) and kvfs_ident_page(ino, layer_ino, name, extent_id, size) in a
+ * connection: they compute the ident column a row must hold (for tools and
+ * tests that edit rows by hand). SQLITE_OK or an SQLite error code. */
+struct sqlite3;
+int kv_manifest_register_sql(struct sqlite3 *db);
+/* The same without the journal (kv_manifest_rebuild writes its own). */
+int kv_manifest_create_bare(const char *store_dir, const struct kv_store_meta *meta);
 
 /*
  * Open an existing manifest: WAL, synchronous=FULL, foreign keys on. The
@@ -136,6 +146,45 @@ void kv_manifest_close(struct kv_manifest *m);
 #define KV_MF_FAULT_WRITE  (1u << 1)
 void kv_manifest_fault_arm(struct kv_manifest *m, unsigned what, unsigned nth,
 			   int err, unsigned count);
+
+/*
+ * The journal, STORE/kvfs.journal (index/journal.c): every committed change,
+ * appended and synced before its transaction commits, so the manifest can be
+ * rolled forward (a deleted kvfs.db-wal) or rebuilt (a lost kvfs.db).
+ *
+ * kv_manifest_recover, once the store lock is held: applies the batches the
+ * journal holds and the manifest lacks (one after an ordinary crash; more
+ * means the manifest lost commits, logged as an error), drops a torn tail,
+ * writes a new journal where it is missing, damaged or behind, and attaches
+ * it: from then on every commit is journaled first. KV_ERR_CORRUPT (logged,
+ * naming `kvfs fsck --rebuild`) when the manifest is older than the
+ * journal's snapshot.
+ */
+struct kv_recover_stats {
+	uint64_t batches;   /* journaled batches applied to the manifest */
+	uint64_t changes;   /* row changes in them */
+	uint64_t skipped;   /* changes already there or refused */
+	bool rewritten;     /* the journal was (re)written from the manifest */
+};
+int kv_manifest_recover(struct kv_manifest *m, struct kv_recover_stats *st);
+/* Batches the journal holds beyond the manifest (read-only; fsck -n). */
+int kv_manifest_journal_behind(struct kv_manifest *m, uint64_t *batches);
+/* Rewrite the journal as a snapshot of the manifest (after an offline
+ * repair changed rows, or to compact it). Outside a transaction. */
+int kv_manifest_journal_rewrite(struct kv_manifest *m);
+/*
+ * Make a new STORE/kvfs.db from STORE/kvfs.journal alone: the old kvfs.db
+ * (and its -wal, -shm), if any, are moved aside to st->aside; the rows are
+ * the journal's snapshot plus every batch after it, refcounts recounted.
+ * Whether the extents still hold their bytes is for the caller (fsck) to
+ * verify. Needs the store lock.
+ */
+struct kv_rebuild_stats {
+	char aside[4200];        /* where the old manifest went ("" if none) */
+	uint64_t batches, changes, skipped;
+	uint64_t dropped_bytes;  /* torn or damaged journal tail */
+};
+int kv_manifest_rebuild(const char *store_dir, struct kv_rebuild_stats *st);
 
 /* Read the meta and stripes back; KV_ERR_CORRUPT (logged) if invalid. */
 int kv_manifest_meta(struct kv_manifest *m, struct kv_store_meta *out);
@@ -225,6 +274,7 @@ struct kv_check_page {
 	uint64_t ino;
 	uint64_t extent_id;
 	int64_t size;
+	bool ident_ok;       /* the row's identity check matches */
 	const char *path;    /* "model/layer/name", "?" for a missing parent;
 	                      * valid during the callback only */
 };

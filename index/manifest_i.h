@@ -7,6 +7,7 @@
 #ifndef KV_MANIFEST_I_H
 #define KV_MANIFEST_I_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,7 +26,28 @@ enum stmt {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
 	ST_PUT_MODEL, ST_PUT_LAYER, ST_PUT_EXTENT, ST_PUT_PAGE,
 	ST_DEL_MODEL, ST_DEL_LAYER, ST_DEL_EXTENT, ST_DEL_PAGE, ST_REF_EXTENT, ST_TOUCH_PAGE,
+	ST_SET_JOURNAL_SEQ,
 	ST_COUNT
+};
+
+/*
+ * The store's journal (journal.c), STORE/kvfs.journal: every committed row
+ * change, appended and fdatasync'ed before the SQLite transaction commits.
+ * Attached by kv_manifest_recover; until then (and while replaying) changes
+ * are not recorded.
+ */
+struct mf_journal {
+	int fd;                /* -1: not attached */
+	char *path;
+	uint64_t end;          /* append offset: end of the last good frame */
+	uint64_t seq;          /* seq of the last batch written (or the snapshot) */
+	uint64_t snapshot_end; /* size right after the last rewrite */
+	uint8_t *buf;          /* records of the open transaction */
+	size_t len, cap;
+	bool nomem;            /* a record could not be buffered: commit fails */
+	bool replaying;        /* applying records: do not record them again */
+	bool snapshotting;     /* a rewrite's buffer: records rows regardless */
+	uint64_t pending_end;  /* end of the written, not yet committed batch */
 };
 
 struct kv_manifest {
@@ -38,8 +60,14 @@ struct kv_manifest {
 	unsigned fault_what, fault_count;
 	int fault_err;
 	pthread_mutex_t fault_lock;
+	struct mf_journal j;
+	char *store_dir;
 };
 
+/* Log an SQLite failure (va_list form of mf_db_fail; deleting maps a
+ * foreign-key refusal to -ENOTEMPTY). */
+int mf_vfail(sqlite3 *db, const char *path, int rc, bool deleting,
+	     const char *fmt, va_list ap);
 /* Log an SQLite failure with what was being done; return it as -errno. */
 int mf_db_fail(sqlite3 *db, const char *path, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -66,5 +94,38 @@ int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,
  * and write it with the stripes (inside mkfs's transaction). */
 int mf_meta_validate(const struct kv_store_meta *meta);
 int mf_write_meta(sqlite3 *db, const char *path, const struct kv_store_meta *meta);
+
+/* ident.c: the identity check of a row (see there), and the same functions
+ * registered in SQL (kvfs_ident_model/layer/page) for the schema upgrade. */
+int64_t mf_ident_model(uint64_t ino, const char *name, const struct kv_geometry *g);
+int64_t mf_ident_layer(uint64_t ino, uint64_t model_ino, uint32_t layer, const char *name);
+int64_t mf_ident_page(uint64_t ino, uint64_t layer_ino, const char *name,
+		      uint64_t extent_id, uint64_t size);
+int mf_ident_register(sqlite3 *db);
+
+/* journal.c: recording the changes of the open transaction, and writing
+ * them as one batch (durable) before the transaction commits. */
+enum mf_rec_kind {
+	MF_REC_MODEL = 1, MF_REC_LAYER, MF_REC_EXTENT, MF_REC_PAGE,
+	MF_REC_DEL_MODEL, MF_REC_DEL_LAYER, MF_REC_DEL_EXTENT, MF_REC_DEL_PAGE,
+	MF_REC_REF_EXTENT,
+};
+void mf_journal_init(struct mf_journal *j);
+void mf_journal_fini(struct mf_journal *j);
+void mf_journal_model(struct mf_journal *j, const struct kv_model_rec *r);
+void mf_journal_layer(struct mf_journal *j, const struct kv_layer_rec *r);
+void mf_journal_extent(struct mf_journal *j, const struct kv_extent_rec *r);
+void mf_journal_page(struct mf_journal *j, const struct kv_page_rec *r);
+void mf_journal_del(struct mf_journal *j, enum mf_rec_kind kind, uint64_t key);
+void mf_journal_ref(struct mf_journal *j, uint64_t id, int delta);
+/* Forget the open transaction's records (rollback). */
+void mf_journal_discard(struct mf_journal *j);
+/* Write the records as batch j->seq + 1 and fdatasync; *seq gets its number
+ * (0: nothing to write). The transaction then records *seq in meta. */
+int mf_journal_write_batch(struct kv_manifest *m, uint64_t *seq);
+/* The batch committed: advance past it. */
+void mf_journal_batch_done(struct mf_journal *j, uint64_t seq);
+/* After a commit: rewrite a journal grown well past its snapshot. */
+void mf_journal_maybe_rewrite(struct kv_manifest *m);
 
 #endif

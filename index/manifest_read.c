@@ -147,6 +147,9 @@ static int row_model(struct load *l, sqlite3_stmt *st)
 	col_text(&r, 12, rec.geo.dtype, sizeof(rec.geo.dtype), false);
 	if (!r.bad && kv_geometry_check(&rec.geo) < 0)
 		col_bad(&r, 8, "and the other geometry columns are inconsistent");
+	if (!r.bad && sqlite3_column_int64(st, 13) != mf_ident_model(rec.ino, rec.name, &rec.geo))
+		col_bad(&r, 13, "does not match the row: its name, inode or geometry "
+			"changed outside kvfs");
 	if (r.bad)
 		return bad_row(l, "models", "ino", &r);
 	return l->v && l->v->model ? l->v->model(l->arg, &rec) : 0;
@@ -166,6 +169,10 @@ static int row_layer(struct load *l, sqlite3_stmt *st)
 	col_attr(&r, 4, &rec.attr);
 	if (!r.bad && (kv_layer_name_parse(rec.name, &num) < 0 || num != rec.layer))
 		col_bad(&r, 3, "'%s' does not spell layer %" PRIu32, rec.name, rec.layer);
+	if (!r.bad && sqlite3_column_int64(st, 10) !=
+		      mf_ident_layer(rec.ino, rec.model_ino, rec.layer, rec.name))
+		col_bad(&r, 10, "does not match the row: its name, number, model or "
+			"inode changed outside kvfs");
 	if (r.bad)
 		return bad_row(l, "layers", "ino", &r);
 	return l->v && l->v->layer ? l->v->layer(l->arg, &rec) : 0;
@@ -227,6 +234,10 @@ static int row_page(struct load *l, sqlite3_stmt *st)
 		col_bad(&r, 4, "= %" PRIu64 " differs from extent %" PRIu64
 			" length %lld", rec.size, rec.extent_id,
 			sqlite3_column_int64(st, 11));
+	if (!r.bad && sqlite3_column_int64(st, 12) !=
+		      mf_ident_page(rec.ino, rec.layer_ino, rec.name, rec.extent_id, rec.size))
+		col_bad(&r, 12, "does not match the row: its name, layer, extent, size "
+			"or inode changed outside kvfs");
 	if (r.bad)
 		return bad_row(l, "pages", "ino", &r);
 	return l->v && l->v->page ? l->v->page(l->arg, &rec) : 0;
@@ -281,11 +292,11 @@ static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT ino, name, " ATTR_COLS ", layers, kv_heads, "
-			"head_dim, page_tokens, dtype FROM models ORDER BY ino", row_model);
+			"head_dim, page_tokens, dtype, ident FROM models ORDER BY ino", row_model);
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT ino, model_ino, layer, name, " ATTR_COLS
-			" FROM layers ORDER BY ino", row_layer);
+			", ident FROM layers ORDER BY ino", row_layer);
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT id, stripe, segment, \"offset\", length, hash, "
@@ -294,7 +305,7 @@ static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 		return rc;
 	return load_table(&l, "SELECT p.ino, p.layer_ino, p.name, p.extent_id, "
 			  "p.size, p.mode, p.uid, p.gid, p.ctime_ns, p.mtime_ns, "
-			  "p.atime_ns, e.length FROM pages AS p LEFT JOIN extents AS e "
+			  "p.atime_ns, e.length, p.ident FROM pages AS p LEFT JOIN extents AS e "
 			  "ON e.id = p.extent_id ORDER BY p.ino", row_page);
 }
 

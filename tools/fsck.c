@@ -52,10 +52,14 @@
 #define EXIT_USAGE 16
 
 static const char fsck_usage[] =
-	"usage: kvfs fsck STORE [--verify-data] [--repair | -n] [--json] [--progress | -q]\n"
+	"usage: kvfs fsck STORE [--verify-data] [--repair | --rebuild | -n] [--json]\n"
+	"                 [--progress | -q]\n"
 	"  check a store that is not mounted (see docs/fsck.md)\n"
 	"  --verify-data  also read every extent and check its XXH3-128\n"
-	"  --repair       fix what can be fixed (pages with unreadable data are deleted)\n"
+	"  --repair       fix what can be fixed (pages with unreadable data are deleted);\n"
+	"                 a missing or unopenable kvfs.db is rebuilt from kvfs.journal\n"
+	"  --rebuild      make kvfs.db anew from kvfs.journal (the old one is kept\n"
+	"                 aside), then verify every page's data and repair\n"
 	"  -n             read-only (the default)\n"
 	"  --json         print the summary as one JSON object on stdout (problem\n"
 	"                 lines go to stderr)\n"
@@ -118,6 +122,76 @@ static int lock_store(struct fsck *f)
 	return rc;
 }
 
+static bool journal_exists(const struct fsck *f)
+{
+	char path[4096 + 32];
+
+	snprintf(path, sizeof(path), "%s/%s", f->store, KV_JOURNAL_FILE);
+	return access(path, F_OK) == 0;
+}
+
+/* A new manifest from the journal; then every page's bytes are verified
+ * against it and what fails is dropped, as by --repair --verify-data. */
+static int rebuild(struct fsck *f, const char *why)
+{
+	struct kv_rebuild_stats st;
+	int rc;
+
+	if (f->m) {
+		kv_manifest_close(f->m);
+		f->m = NULL;
+	}
+	problem(f, true, "manifest: %s", why);
+	rc = kv_manifest_rebuild(f->store, &st);
+	if (rc < 0) {
+		fprintf(stderr, "kvfs fsck: rebuilding %s/%s from %s failed: %s\n", f->store,
+			KV_MANIFEST_FILE, KV_JOURNAL_FILE, kv_strerror(rc));
+		return rc;
+	}
+	fprintf(f->out, "rebuild: %s/%s made from %s (its snapshot and %" PRIu64
+		" batches after it: %" PRIu64 " changes)%s%s\n", f->store, KV_MANIFEST_FILE,
+		KV_JOURNAL_FILE, st.batches, st.changes,
+		st.aside[0] ? "; the old manifest is kept as " : "", st.aside);
+	f->pre_fixed++;
+	f->repair = f->verify = true;
+	rc = kv_manifest_open(f->store, &f->m);
+	if (rc == 0)
+		rc = kv_manifest_recover(f->m, NULL);
+	return rc;
+}
+
+/* Journaled batches the manifest lacks (a lost kvfs.db-wal): applied with
+ * --repair (the mount would apply them too), reported without. */
+static int roll_forward(struct fsck *f)
+{
+	struct kv_recover_stats st;
+	uint64_t behind = 0;
+	int rc;
+
+	if (!f->repair) {
+		rc = kv_manifest_journal_behind(f->m, &behind);
+		if (rc == 0 && behind > 1)
+			problem(f, true, "manifest: %" PRIu64 " committed batches are in %s but "
+				"not in %s (kvfs.db-wal lost?); --repair or the next mount "
+				"applies them", behind, KV_JOURNAL_FILE, KV_MANIFEST_FILE);
+		return 0;
+	}
+	rc = kv_manifest_recover(f->m, &st);
+	if (rc < 0) {
+		fprintf(stderr, "kvfs fsck: applying %s/%s to the manifest failed: %s\n",
+			f->store, KV_JOURNAL_FILE, kv_strerror(rc));
+		return rc;
+	}
+	if (st.batches > 1) {
+		problem(f, true, "manifest: %" PRIu64 " committed batches were in %s but not "
+			"in %s (kvfs.db-wal lost?)", st.batches, KV_JOURNAL_FILE,
+			KV_MANIFEST_FILE);
+		fprintf(f->out, "repair: applied them (%" PRIu64 " changes)\n", st.changes);
+		f->pre_fixed++;
+	}
+	return 0;
+}
+
 static int open_store(struct fsck *f)
 {
 	char path[4096 + 16];
@@ -134,16 +208,33 @@ static int open_store(struct fsck *f)
 		return -ENOTDIR;
 	}
 	snprintf(path, sizeof(path), "%s/%s", f->store, KV_MANIFEST_FILE);
-	if (access(path, F_OK) < 0) {
-		fprintf(stderr, "kvfs fsck: %s is not a kvfs store (no %s: %s)\n", f->store,
-			KV_MANIFEST_FILE, strerror(errno));
+	if (access(path, F_OK) < 0 && !journal_exists(f)) {
+		fprintf(stderr, "kvfs fsck: %s is not a kvfs store (no %s and no %s: %s)\n",
+			f->store, KV_MANIFEST_FILE, KV_JOURNAL_FILE, strerror(errno));
 		return -ENOENT;
 	}
 	rc = lock_store(f);
 	if (rc < 0)
 		return rc;
+	if (access(path, F_OK) < 0) {
+		if (f->repair || f->rebuild)
+			return rebuild(f, "kvfs.db is missing; rebuilding it from the journal");
+		problem(f, true, "manifest: %s is missing, but %s/%s holds the store's "
+			"history: run `kvfs fsck --rebuild %s`", path, f->store,
+			KV_JOURNAL_FILE, f->store);
+		return KV_ERR_NOTSTORE;
+	}
 	rc = kv_manifest_open(f->store, &f->m);
-	if (rc < 0)
+	if (rc == KV_ERR_NOTSTORE && journal_exists(f))
+		rc = KV_ERR_CORRUPT;   /* kvfs.db truncated or overwritten */
+	if (rc == KV_ERR_CORRUPT && journal_exists(f) && (f->repair || f->rebuild))
+		return rebuild(f, "kvfs.db is damaged beyond opening; rebuilding it from "
+			       "the journal");
+	if (rc == 0 && f->rebuild)
+		return rebuild(f, "rebuilding kvfs.db from the journal (--rebuild)");
+	if (rc == 0)
+		return roll_forward(f);
+	if (rc != KV_ERR_CORRUPT)
 		fprintf(stderr, "kvfs fsck: cannot open the manifest of %s: %s\n", f->store,
 			kv_strerror(rc));
 	return rc;
@@ -237,10 +328,19 @@ static int fsck_run(struct fsck *f)
 
 	rc = open_store(f);
 	if (rc == KV_ERR_CORRUPT) {
-		problem(f, false, "manifest: %s/%s is damaged beyond opening", f->store,
-			KV_MANIFEST_FILE);
+		if (journal_exists(f))
+			problem(f, true, "manifest: %s/%s is damaged beyond opening; run `kvfs "
+				"fsck --rebuild %s` to rebuild it from %s", f->store,
+				KV_MANIFEST_FILE, f->store, KV_JOURNAL_FILE);
+		else
+			problem(f, false, "manifest: %s/%s is damaged beyond opening and there "
+				"is no %s to rebuild it from: the store's pages cannot be "
+				"recovered; make a new store with `kvfs mkfs`", f->store,
+				KV_MANIFEST_FILE, KV_JOURNAL_FILE);
 		return EXIT_LEFT;
 	}
+	if (rc == KV_ERR_NOTSTORE && f->problems)
+		return EXIT_LEFT;     /* kvfs.db missing, the journal there: said so */
 	if (rc < 0)
 		return EXIT_OPERATIONAL;
 	rc = run_checks(f);
@@ -251,9 +351,13 @@ static int fsck_run(struct fsck *f)
 		return EXIT_OPERATIONAL;
 	}
 	if (f->repair && f->fixable) {
-		if (repair(f) < 0)
+		if (f->fixable > f->pre_fixed && repair(f) < 0)
 			return EXIT_OPERATIONAL | EXIT_LEFT;
 		f->fixed = f->fixable;
+		/* Rows changed outside the journal (refcounts): make it match. */
+		if (kv_manifest_journal_rewrite(f->m) < 0)
+			fprintf(stderr, "kvfs fsck: the journal could not be rewritten after "
+				"the repair; the next mount rewrites it\n");
 		if (f->problems == f->fixed)
 			final_check(f, "after repair");
 	}
@@ -286,6 +390,7 @@ static int parse_args(struct fsck *f, int argc, char **argv)
 	static const struct option lo[] = {
 		{ "verify-data", no_argument, NULL, 'v' },
 		{ "repair", no_argument, NULL, 'r' },
+		{ "rebuild", no_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'P' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -299,6 +404,7 @@ static int parse_args(struct fsck *f, int argc, char **argv)
 		switch (c) {
 		case 'v': f->verify = true; break;
 		case 'r': f->repair = true; break;
+		case 'R': f->rebuild = true; break;
 		case 'j': f->json = true; break;
 		case 'n': ro = true; break;
 		case 'P': f->pm = PROGRESS_ON; break;
@@ -311,8 +417,9 @@ static int parse_args(struct fsck *f, int argc, char **argv)
 			return -1;
 		}
 	}
-	if (ro && f->repair) {
-		fprintf(stderr, "kvfs fsck: -n (read-only) and --repair exclude each other\n");
+	if (ro && (f->repair || f->rebuild)) {
+		fprintf(stderr, "kvfs fsck: -n (read-only) and --repair or --rebuild exclude "
+			"each other\n");
 		return -1;
 	}
 	if (optind + 1 != argc) {

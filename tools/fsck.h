@@ -40,13 +40,14 @@ struct page {
 	int64_t size;
 	char *path;
 	struct ext *e;       /* NULL: dangling */
+	bool ident_ok;       /* its row's identity check matches */
 	bool lost;           /* repair deletes it */
 	const char *why;
 };
 
 struct fsck {
 	const char *store;
-	bool repair, verify, json;
+	bool repair, verify, json, rebuild;
 	enum progress_mode pm;       /* --progress, --quiet, or on a terminal */
 	struct progress *pr;         /* the running phase's status line */
 	FILE *out;                   /* problem lines */
@@ -62,6 +63,7 @@ struct fsck {
 	struct ext **byloc;          /* extents with a segment, by (seg, offset) */
 	size_t nloc;
 	unsigned problems, fixable, fixed;
+	unsigned pre_fixed;          /* fixed before the checks: rebuild, roll-forward */
 	uint64_t lost_pages, orphan_bytes, punched_bytes, verified, verified_bytes;
 	int lock_fd;
 };

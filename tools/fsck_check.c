@@ -62,6 +62,7 @@ static int add_page(void *arg, const struct kv_check_page *r)
 	p->ino = r->ino;
 	p->extent_id = r->extent_id;
 	p->size = r->size;
+	p->ident_ok = r->ident_ok;
 	p->path = strdup(r->path);
 	if (!p->path)
 		return -ENOMEM;
@@ -361,6 +362,14 @@ void check_page_refs(struct fsck *f)
 		struct page *p = &f->pg[i];
 
 		p->e = find_extent(f, p->extent_id);
+		if (!p->ident_ok) {
+			/* Its checksum would pass: the bytes are some page's. */
+			problem(f, true, "page %s (ino %" PRIu64 "): its identity check fails "
+				"(name, layer, extent or size changed outside kvfs): its bytes "
+				"may be another page's", p->path, p->ino);
+			p->lost = true;
+			p->why = "its row's identity check fails";
+		}
 		if (!p->e) {
 			problem(f, true, "page %s (ino %" PRIu64 "): dangling row: extent %" PRIu64
 				" does not exist", p->path, p->ino, p->extent_id);

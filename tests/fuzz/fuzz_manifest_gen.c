@@ -188,7 +188,19 @@ static const struct { enum expect exp; const char *sql; } edits[] = {
 	{ REFUSE, "UPDATE pages SET layer_ino = 2 WHERE ino = 101" },
 	{ REFUSE, "UPDATE layers SET model_ino = 10 WHERE ino = 12" },
 	{ REFUSE, "INSERT INTO pages SELECT 200, layer_ino, 'dup', extent_id, size, mode, uid, "
-		  "gid, ctime_ns, mtime_ns, atime_ns FROM pages WHERE ino = 101" },
+		  "gid, ctime_ns, mtime_ns, atime_ns, kvfs_ident_page(200, layer_ino, 'dup', "
+		  "extent_id, size) FROM pages WHERE ino = 101" },
+	/* Identity: one field of a row changed outside kvfs, its ident not. */
+	{ REFUSE, "UPDATE pages SET name = 'zz' WHERE ino = 101" },
+	{ REFUSE, "UPDATE pages SET name = 'x\xc3\xbc' WHERE ino = 101" },
+	{ REFUSE, "UPDATE pages SET name = printf('%.255c', 'n') WHERE ino = 101" },
+	{ REFUSE, "UPDATE pages SET name = '...' WHERE ino = 101" },
+	{ REFUSE, "UPDATE layers SET name = '0001' WHERE ino = 11" },
+	{ REFUSE, "UPDATE layers SET layer = 4294967295, name = '4294967295' WHERE ino = 12" },
+	{ REFUSE, "UPDATE pages SET ino = 9223372036854775807 WHERE ino = 105" },
+	{ REFUSE, "UPDATE models SET dtype = 'BF16' WHERE ino = 2" },
+	{ REFUSE, "UPDATE models SET name = 'other' WHERE ino = 3" },
+	{ REFUSE, "UPDATE pages SET ident = ident + 1 WHERE ino = 101" },
 	{ REFUSE, "UPDATE pages SET ino = 2 WHERE ino = 101" },
 	{ REFUSE, "UPDATE pages SET ino = 1 WHERE ino = 101" },
 	{ REFUSE, "UPDATE pages SET ino = 12 WHERE ino = 105" },
@@ -223,7 +235,7 @@ static const struct { enum expect exp; const char *sql; } edits[] = {
 	{ REFUSE, "UPDATE meta SET value = printf('%.40c', 'u') WHERE key = 'uuid'" },
 	{ REFUSE, "UPDATE meta SET value = x'0102' WHERE key = 'uuid'" },
 	{ REFUSE, "UPDATE meta SET value = 'xfs' WHERE key = 'format'" },
-	{ REFUSE, "UPDATE meta SET value = 2 WHERE key = 'schema_version'" },
+	{ REFUSE, "UPDATE meta SET value = 3 WHERE key = 'schema_version'" },
 	{ REFUSE, "UPDATE meta SET value = 0 WHERE key = 'schema_version'; PRAGMA user_version = 0" },
 	{ REFUSE, "UPDATE meta SET value = 'one' WHERE key = 'schema_version'" },
 	{ REFUSE, "PRAGMA user_version = 9" },
@@ -239,14 +251,22 @@ static const struct { enum expect exp; const char *sql; } edits[] = {
 	{ REFUSE, "DELETE FROM extents WHERE id = 3" },
 	{ REFUSE, "DELETE FROM layers WHERE ino = 12" },
 	{ REFUSE, "DELETE FROM models WHERE ino = 3" },
-	{ ACCEPT, "UPDATE pages SET name = 'x\xc3\xbc' WHERE ino = 101" },
-	{ ACCEPT, "UPDATE pages SET name = printf('%.255c', 'n') WHERE ino = 101" },
-	{ ACCEPT, "UPDATE pages SET name = '...' WHERE ino = 101" },
-	{ ACCEPT, "UPDATE layers SET name = '0001' WHERE ino = 11" },
-	{ ACCEPT, "UPDATE layers SET layer = 4294967295, name = '4294967295' WHERE ino = 12" },
-	{ ACCEPT, "UPDATE pages SET ino = 9223372036854775807 WHERE ino = 105" },
+	/* The same edits with the ident recomputed are valid rows. */
+#define PAGE_IDENT "ident = kvfs_ident_page(ino, layer_ino, name, extent_id, size)"
+	{ ACCEPT, "UPDATE pages SET name = 'x\xc3\xbc' WHERE ino = 101; "
+		  "UPDATE pages SET " PAGE_IDENT " WHERE ino = 101" },
+	{ ACCEPT, "UPDATE pages SET name = printf('%.255c', 'n') WHERE ino = 101; "
+		  "UPDATE pages SET " PAGE_IDENT " WHERE ino = 101" },
+	{ ACCEPT, "UPDATE pages SET name = '...' WHERE ino = 101; "
+		  "UPDATE pages SET " PAGE_IDENT " WHERE ino = 101" },
+	{ ACCEPT, "UPDATE layers SET name = '0001' WHERE ino = 11; UPDATE layers SET "
+		  "ident = kvfs_ident_layer(ino, model_ino, layer, name) WHERE ino = 11" },
+	{ ACCEPT, "UPDATE pages SET ino = 9223372036854775807 WHERE ino = 105; UPDATE pages "
+		  "SET " PAGE_IDENT " WHERE ino = 9223372036854775807" },
 	{ ACCEPT, "UPDATE pages SET ctime_ns = -9223372036854775808 WHERE ino = 101" },
-	{ ACCEPT, "UPDATE models SET dtype = 'BF16' WHERE ino = 2" },
+	{ ACCEPT, "UPDATE models SET dtype = 'BF16' WHERE ino = 2; UPDATE models SET "
+		  "ident = kvfs_ident_model(ino, name, layers, kv_heads, head_dim, page_tokens, "
+		  "dtype) WHERE ino = 2" },
 	{ ACCEPT, "DELETE FROM pages WHERE ino = 102; UPDATE extents SET refcount = 1 WHERE id = 1" },
 	{ ACCEPT, "UPDATE extents SET segment = 4294967295 WHERE id = 2" },
 	{ ACCEPT, "UPDATE meta SET value = 9223372036854775807 WHERE key = 'capacity'" },
@@ -273,7 +293,8 @@ static bool apply_edit(struct image *im, size_t e)
 
 	clear_gen();
 	write_image(im);
-	require(sqlite3_open(gen_db, &db) == SQLITE_OK, "opening an image to edit");
+	require(sqlite3_open(gen_db, &db) == SQLITE_OK &&
+		kv_manifest_register_sql(db) == SQLITE_OK, "opening an image to edit");
 	ok = sqlite3_exec(db, edits[e].sql, NULL, NULL, NULL) == SQLITE_OK;
 	sqlite3_close(db);
 	if (ok) {

@@ -629,6 +629,7 @@ static void store_sql(struct store *s, const char *sql)
 
 	kv_manifest_close(s->m);
 	assert_int_equal(sqlite3_open(s->db, &db), SQLITE_OK);
+	assert_int_equal(kv_manifest_register_sql(db), SQLITE_OK);
 	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
@@ -714,7 +715,8 @@ static void test_load_missing_extent(void **state)
 
 	store_make(&s);
 	store_fill(&s);
-	store_sql(&s, "INSERT INTO pages VALUES (13, 3, 'lost', 99, 32768, 292, 0, 0, 0, 0, 0);");
+	store_sql(&s, "INSERT INTO pages VALUES (13, 3, 'lost', 99, 32768, 292, 0, 0, 0, 0, 0, "
+		  "kvfs_ident_page(13, 3, 'lost', 99, 32768));");
 	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
 	store_done(&s);
 }

@@ -97,6 +97,7 @@ static void raw_sql(const struct fx *f, const char *sql)
 	char *err = NULL;
 
 	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+	assert_int_equal(kv_manifest_register_sql(db), SQLITE_OK);
 	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
 		fail_msg("raw sql '%s': %s", sql, err);
 	sqlite3_close(db);
@@ -330,13 +331,13 @@ static void test_schema_newer(void **state)
 	struct kv_manifest *m = create_open(f);
 
 	kv_manifest_close(m);
-	raw_sql(f, "UPDATE meta SET value = 2 WHERE key = 'schema_version';");
+	raw_sql(f, "UPDATE meta SET value = 3 WHERE key = 'schema_version';");
 	logbuf[0] = '\0';
 	assert_int_equal(kv_manifest_open(f->dir, &m), KV_ERR_SCHEMA);
-	assert_true(logged("has schema version 2; this kvfs supports up to 1: upgrade kvfs"));
+	assert_true(logged("has schema version 3; this kvfs supports up to 2: upgrade kvfs"));
 
 	/* user_version alone being newer is refused too. */
-	raw_sql(f, "UPDATE meta SET value = 1 WHERE key = 'schema_version';"
+	raw_sql(f, "UPDATE meta SET value = 2 WHERE key = 'schema_version';"
 		   "PRAGMA user_version = 7;");
 	assert_int_equal(kv_manifest_open(f->dir, &m), KV_ERR_SCHEMA);
 	assert_true(logged("schema version 7"));
@@ -657,7 +658,8 @@ static void test_check(void **state)
 	/* Extent 3 starts inside extent 1's 64 KiB (same stripe and segment). */
 	raw_sql(f, "UPDATE extents SET refcount = 2 WHERE id = 2;"
 		   "INSERT INTO extents VALUES (3, 0, 3, 61440, 4096, zeroblob(16), 1);"
-		   "INSERT INTO pages VALUES (13, 3, 'cc', 3, 4096, 292, 0, 0, 0, 0, 0);");
+		   "INSERT INTO pages VALUES (13, 3, 'cc', 3, 4096, 292, 0, 0, 0, 0, 0, "
+		   "kvfs_ident_page(13, 3, 'cc', 3, 4096));");
 	assert_int_equal(kv_manifest_open(f->dir, &m), 0);
 	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), KV_ERR_CORRUPT);
 	assert_non_null(strstr(msg, "extents 1 and 3 overlap"));
@@ -665,7 +667,8 @@ static void test_check(void **state)
 
 	/* A page naming an extent that does not exist. */
 	raw_sql(f, "DELETE FROM pages WHERE ino = 13; DELETE FROM extents WHERE id = 3;"
-		   "INSERT INTO pages VALUES (14, 3, 'dd', 77, 4096, 292, 0, 0, 0, 0, 0);");
+		   "INSERT INTO pages VALUES (14, 3, 'dd', 77, 4096, 292, 0, 0, 0, 0, 0, "
+		   "kvfs_ident_page(14, 3, 'dd', 77, 4096));");
 	assert_int_equal(kv_manifest_open(f->dir, &m), 0);
 	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), KV_ERR_CORRUPT);
 	assert_non_null(strstr(msg, "pages"));

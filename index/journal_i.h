@@ -1,0 +1,34 @@
+/*
+ * Private to index/journal*.c: the journal's frame format (journal.c says
+ * what it is for and how it is laid out) and the helpers its writer and its
+ * reader (journal_replay.c) share.
+ */
+#ifndef KV_JOURNAL_I_H
+#define KV_JOURNAL_I_H
+
+#include "manifest_i.h"
+
+#define MFJ_MAGIC 0x314a564bu     /* "KVJ1" little-endian */
+#define MFJ_HEAD 32u
+#define MFJ_MAX_BODY (256u << 20) /* a larger length is damage, not a frame */
+
+enum mfj_kind {
+	MFJ_HEADER = 1,       /* store meta: uuid, sizes, stripes as recorded */
+	MFJ_SNAPSHOT = 2,     /* rows of the manifest as of seq */
+	MFJ_SNAPSHOT_END = 3, /* u64 record count of the snapshot */
+	MFJ_BATCH = 4,        /* one committed transaction */
+};
+
+void mfj_put_u64(struct mf_journal *j, uint64_t v);
+void mfj_put_name(struct mf_journal *j, const char *s, size_t max);
+void mfj_le64(uint8_t *p, uint64_t v);
+uint64_t mfj_get64(const uint8_t *p);
+uint64_t mfj_frame_check(const uint8_t *head, const uint8_t *body, size_t len);
+void mfj_frame_head(uint8_t head[MFJ_HEAD], uint32_t kind, uint64_t seq,
+		    const uint8_t *body, size_t len);
+int mfj_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_t off);
+/* Append one frame at *off (advanced past it). */
+int mfj_write_frame(int fd, const char *path, uint64_t *off, uint32_t kind,
+		    uint64_t seq, const uint8_t *body, size_t len);
+
+#endif

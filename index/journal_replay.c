@@ -1,0 +1,820 @@
+/*
+ * Reading the journal back (journal.c says what it is): kv_manifest_recover
+ * applies at open whatever committed batches the manifest lacks, and
+ * attaches the journal for appends; kv_manifest_journal_rewrite compacts it
+ * into a snapshot of the manifest; kv_manifest_rebuild makes a new manifest
+ * from the journal alone.
+ *
+ * Applying is idempotent where it can be (puts are upserts by key, a delete
+ * of a missing row is skipped) and refcounts are recounted from the pages
+ * afterwards, so a batch that was journaled, failed to commit and was
+ * retried (and so appears twice) replays to the same rows.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "journal_i.h"
+
+#define REWRITE_MIN (64ull << 20)   /* never compact a journal smaller than this */
+#define SNAPSHOT_FRAME (4u << 20)   /* snapshot rows per frame, in bytes */
+
+struct frame {
+	uint32_t kind;
+	uint64_t seq;
+	const uint8_t *body;
+	size_t len;
+};
+
+/* A parsed journal: its valid prefix, as frames. */
+struct jfile {
+	uint8_t *data;
+	size_t size, valid;
+	struct frame *fr;
+	size_t n;
+	size_t first_batch;        /* index of the first BATCH frame */
+	bool header, snapshot;     /* a header, and a complete snapshot */
+	uint64_t snap_seq, last_seq;
+};
+
+static void jfile_free(struct jfile *f)
+{
+	free(f->data);
+	free(f->fr);
+	memset(f, 0, sizeof(*f));
+}
+
+static int read_whole(const char *path, struct jfile *f)
+{
+	struct stat sb;
+	size_t got = 0;
+	int fd, rc = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	f->size = (size_t)sb.st_size;
+	f->data = malloc(f->size ? f->size : 1);
+	if (!f->data) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	while (got < f->size) {
+		ssize_t n = pread(fd, f->data + got, f->size - got, (off_t)got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			kv_log(KV_LOG_ERR, "journal %s: reading: %s", path, strerror(-rc));
+			goto out;
+		}
+		got += (size_t)n;
+	}
+out:
+	close(fd);
+	return rc;
+}
+
+static bool add_frame(struct jfile *f, const struct frame *fr)
+{
+	if ((f->n & (f->n - 1)) == 0 || f->n == 0) {
+		struct frame *nf = realloc(f->fr, (f->n ? f->n * 2 : 16) * sizeof(*nf));
+
+		if (!nf)
+			return false;
+		f->fr = nf;
+	}
+	f->fr[f->n++] = *fr;
+	return true;
+}
+
+/* Frames in order: HEADER, SNAPSHOT..., SNAPSHOT_END, BATCH seq+1, +2, ...
+ * The first frame that is torn, damaged or out of order ends the journal. */
+static int parse(const char *path, struct jfile *f)
+{
+	size_t off = 0;
+	int rc = read_whole(path, f);
+
+	if (rc < 0)
+		return rc;
+	while (off + MFJ_HEAD <= f->size) {
+		const uint8_t *h = f->data + off;
+		struct frame fr = {
+			.kind = (uint32_t)(mfj_get64(h) >> 32),
+			.seq = mfj_get64(h + 8),
+			.len = mfj_get64(h + 16),
+		};
+		bool ok;
+
+		if ((uint32_t)mfj_get64(h) != MFJ_MAGIC || fr.len > MFJ_MAX_BODY ||
+		    fr.len > f->size - off - MFJ_HEAD)
+			break;
+		fr.body = h + MFJ_HEAD;
+		if (mfj_frame_check(h, fr.body, fr.len) != mfj_get64(h + 24))
+			break;
+		switch (fr.kind) {
+		case MFJ_HEADER:
+			ok = f->n == 0;
+			break;
+		case MFJ_SNAPSHOT:
+			ok = f->header && !f->snapshot &&
+			     (f->n == 1 || f->fr[f->n - 1].seq == fr.seq);
+			break;
+		case MFJ_SNAPSHOT_END:
+			ok = f->header && !f->snapshot &&
+			     (f->n == 1 || f->fr[f->n - 1].seq == fr.seq);
+			break;
+		case MFJ_BATCH:
+			ok = f->snapshot && fr.seq == f->last_seq + 1;
+			break;
+		default:
+			ok = false;
+		}
+		if (!ok || !add_frame(f, &fr))
+			break;
+		if (fr.kind == MFJ_HEADER)
+			f->header = true;
+		if (fr.kind == MFJ_SNAPSHOT_END) {
+			f->snapshot = true;
+			f->snap_seq = f->last_seq = fr.seq;
+			f->first_batch = f->n;
+		}
+		if (fr.kind == MFJ_BATCH)
+			f->last_seq = fr.seq;
+		off += MFJ_HEAD + fr.len;
+	}
+	f->valid = off;
+	return 0;
+}
+
+/* ---- decoding and applying records ---- */
+
+struct reader {
+	const uint8_t *p, *end;
+	bool bad;
+};
+
+static uint64_t get_u64(struct reader *r)
+{
+	uint64_t v;
+
+	if (r->bad || r->end - r->p < 8) {
+		r->bad = true;
+		return 0;
+	}
+	v = mfj_get64(r->p);
+	r->p += 8;
+	return v;
+}
+
+static void get_name(struct reader *r, char *out, size_t max)
+{
+	size_t n;
+
+	if (r->bad || r->end - r->p < 2) {
+		r->bad = true;
+		return;
+	}
+	n = r->p[0] | (size_t)r->p[1] << 8;
+	r->p += 2;
+	if (n > max || (size_t)(r->end - r->p) < n) {
+		r->bad = true;
+		return;
+	}
+	memcpy(out, r->p, n);
+	out[n] = '\0';
+	r->p += n;
+}
+
+static void get_attr(struct reader *r, struct kv_obj_attr *a)
+{
+	a->mode = (uint32_t)get_u64(r);
+	a->uid = (uint32_t)get_u64(r);
+	a->gid = (uint32_t)get_u64(r);
+	a->ctime_ns = (int64_t)get_u64(r);
+	a->mtime_ns = (int64_t)get_u64(r);
+	a->atime_ns = (int64_t)get_u64(r);
+}
+
+static int apply_record(struct kv_manifest *m, struct reader *r)
+{
+	uint8_t kind = *r->p++;
+
+	switch (kind) {
+	case MF_REC_MODEL: {
+		struct kv_model_rec rec = { .ino = get_u64(r) };
+
+		get_attr(r, &rec.attr);
+		rec.geo.layers = (uint32_t)get_u64(r);
+		rec.geo.kv_heads = (uint32_t)get_u64(r);
+		rec.geo.head_dim = (uint32_t)get_u64(r);
+		rec.geo.page_tokens = (uint32_t)get_u64(r);
+		get_name(r, rec.geo.dtype, KV_DTYPE_MAX);
+		get_name(r, rec.name, KV_NAME_MAX);
+		return r->bad ? KV_ERR_CORRUPT : kv_manifest_put_model(m, &rec);
+	}
+	case MF_REC_LAYER: {
+		struct kv_layer_rec rec = { .ino = get_u64(r) };
+
+		rec.model_ino = get_u64(r);
+		rec.layer = (uint32_t)get_u64(r);
+		get_attr(r, &rec.attr);
+		get_name(r, rec.name, KV_NAME_MAX);
+		return r->bad ? KV_ERR_CORRUPT : kv_manifest_put_layer(m, &rec);
+	}
+	case MF_REC_EXTENT: {
+		struct kv_extent_rec rec = { .id = get_u64(r) };
+
+		rec.ext.stripe = (uint32_t)get_u64(r);
+		rec.ext.segment = (uint32_t)get_u64(r);
+		rec.ext.offset = get_u64(r);
+		rec.ext.length = get_u64(r);
+		if (!r->bad && r->end - r->p >= KV_HASH_LEN) {
+			memcpy(rec.hash, r->p, KV_HASH_LEN);
+			r->p += KV_HASH_LEN;
+		} else {
+			r->bad = true;
+		}
+		rec.refcount = (uint32_t)get_u64(r);
+		if (r->bad)
+			return KV_ERR_CORRUPT;
+		/* The empty pages' extent has no place; its row is made by its
+		 * first reference, and the recount sets its count. */
+		if (rec.id == KV_EXTENT_EMPTY)
+			return kv_manifest_ref_extent(m, KV_EXTENT_EMPTY, +1);
+		rec.refcount = rec.refcount ? rec.refcount : 1;
+		return kv_manifest_put_extent(m, &rec);
+	}
+	case MF_REC_PAGE: {
+		struct kv_page_rec rec = { .ino = get_u64(r) };
+
+		rec.layer_ino = get_u64(r);
+		rec.extent_id = get_u64(r);
+		rec.size = get_u64(r);
+		get_attr(r, &rec.attr);
+		get_name(r, rec.name, KV_NAME_MAX);
+		return r->bad ? KV_ERR_CORRUPT : kv_manifest_put_page(m, &rec);
+	}
+	case MF_REC_DEL_MODEL:
+	case MF_REC_DEL_LAYER:
+	case MF_REC_DEL_EXTENT:
+	case MF_REC_DEL_PAGE: {
+		uint64_t key = get_u64(r);
+
+		if (r->bad)
+			return KV_ERR_CORRUPT;
+		return kind == MF_REC_DEL_MODEL ? kv_manifest_del_model(m, key) :
+		       kind == MF_REC_DEL_LAYER ? kv_manifest_del_layer(m, key) :
+		       kind == MF_REC_DEL_EXTENT ? kv_manifest_del_extent(m, key) :
+		       kv_manifest_del_page(m, key);
+	}
+	case MF_REC_REF_EXTENT: {
+		uint64_t id = get_u64(r);
+		int64_t delta = (int64_t)get_u64(r);
+
+		if (r->bad || delta < -1000000 || delta > 1000000)
+			return KV_ERR_CORRUPT;
+		return kv_manifest_ref_extent(m, id, (int)delta);
+	}
+	}
+	r->bad = true;
+	return KV_ERR_CORRUPT;
+}
+
+/* Changes a replay skips rather than stops at: the same refusals the
+ * committer skips (a row already there, a delete of a row already gone). */
+static bool skippable(int rc)
+{
+	return rc == -EEXIST || rc == -EINVAL || rc == -ENOENT || rc == -ENOTEMPTY;
+}
+
+struct replay_stats {
+	uint64_t applied, skipped;
+};
+
+static int apply_body(struct kv_manifest *m, const struct frame *fr, struct replay_stats *rs)
+{
+	struct reader r = { .p = fr->body, .end = fr->body + fr->len };
+
+	while (r.p < r.end) {
+		int rc = apply_record(m, &r);
+
+		if (r.bad) {
+			kv_log(KV_LOG_ERR, "journal %s: batch %" PRIu64 " holds a record that "
+			       "cannot be decoded", m->j.path, fr->seq);
+			return KV_ERR_CORRUPT;
+		}
+		if (rc < 0 && !skippable(rc))
+			return rc;
+		if (rc < 0)
+			rs->skipped++;
+		else
+			rs->applied++;
+	}
+	return 0;
+}
+
+/* Refcounts from the pages themselves; extents no page names go (their
+ * space is reclaimed at mount). The empty pages' row stays. */
+static int recount(struct kv_manifest *m)
+{
+	int rc = mf_exec(m->db, m->path,
+			 "UPDATE extents SET refcount = (SELECT count(*) FROM pages "
+			 "WHERE pages.extent_id = extents.id)", "recounting references");
+
+	if (rc == 0)
+		rc = mf_exec(m->db, m->path, "DELETE FROM extents WHERE refcount = 0 "
+			     "AND id != 0", "dropping unreferenced extents");
+	return rc;
+}
+
+static int set_seq(struct kv_manifest *m, uint64_t seq)
+{
+	sqlite3_stmt *st = m->st[ST_SET_JOURNAL_SEQ];
+	int rc;
+
+	sqlite3_bind_int64(st, 1, (int64_t)seq);
+	rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "recording journal_seq");
+}
+
+/* Apply frames [from, to) of f in one transaction, recount, record seq. */
+static int replay(struct kv_manifest *m, const struct jfile *f, size_t from, size_t to,
+		  uint64_t seq, struct replay_stats *rs)
+{
+	size_t i;
+	int rc;
+
+	m->j.replaying = true;
+	rc = kv_manifest_begin(m);
+	for (i = from; rc == 0 && i < to; i++)
+		if (f->fr[i].kind == MFJ_SNAPSHOT || f->fr[i].kind == MFJ_BATCH)
+			rc = apply_body(m, &f->fr[i], rs);
+	if (rc == 0)
+		rc = recount(m);
+	if (rc == 0)
+		rc = set_seq(m, seq);
+	if (rc == 0)
+		rc = kv_manifest_commit(m);
+	else
+		kv_manifest_rollback(m);
+	m->j.replaying = false;
+	return rc;
+}
+
+/* ---- the header: what a rebuild needs to make a manifest ---- */
+
+static int encode_header(struct kv_manifest *m, struct mf_journal *b)
+{
+	struct kv_store_meta *meta = calloc(1, sizeof(*meta));
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if (!meta)
+		return -ENOMEM;
+	rc = kv_manifest_meta(m, meta);
+	if (rc < 0)
+		goto out;
+	b->snapshotting = true;
+	mfj_put_u64(b, meta->segment_size);
+	mfj_put_u64(b, meta->capacity);
+	mfj_put_u64(b, (uint64_t)meta->created_ns);
+	mfj_put_name(b, meta->uuid, sizeof(meta->uuid) - 1);
+	/* The stripes as recorded (relative inside the store), not as
+	 * resolved: a rebuilt copy of a store must use its own stripes. */
+	rc = sqlite3_prepare_v2(m->db, "SELECT path FROM stripes ORDER BY id", -1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		rc = mf_db_fail(m->db, m->path, rc, "reading stripes");
+		goto out;
+	}
+	mfj_put_u64(b, meta->nstripes);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		mfj_put_name(b, mf_col_str(st, 0), 4095);
+	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "reading stripes");
+	if (rc == 0 && b->nomem)
+		rc = -ENOMEM;
+out:
+	sqlite3_finalize(st);
+	free(meta);
+	return rc;
+}
+
+static int decode_header(const struct frame *fr, struct kv_store_meta *meta)
+{
+	struct reader r = { .p = fr->body, .end = fr->body + fr->len };
+	uint64_t i, n;
+
+	memset(meta, 0, sizeof(*meta));
+	meta->segment_size = get_u64(&r);
+	meta->capacity = get_u64(&r);
+	meta->created_ns = (int64_t)get_u64(&r);
+	get_name(&r, meta->uuid, sizeof(meta->uuid) - 1);
+	n = get_u64(&r);
+	if (n == 0 || n > KV_MAX_STRIPES)
+		return KV_ERR_CORRUPT;
+	for (i = 0; i < n && !r.bad; i++)
+		get_name(&r, meta->stripes[i], sizeof(meta->stripes[i]) - 1);
+	meta->nstripes = (unsigned)n;
+	return r.bad ? KV_ERR_CORRUPT : 0;
+}
+
+/* ---- rewriting: the journal as a snapshot of the manifest ---- */
+
+struct snap {
+	struct kv_manifest *m;
+	struct mf_journal b;       /* encoder (snapshotting) */
+	int fd;
+	const char *path;
+	uint64_t off, seq, records;
+};
+
+static int snap_flush(struct snap *s, bool force)
+{
+	int rc;
+
+	if (s->b.nomem)
+		return -ENOMEM;
+	if (s->b.len == 0 || (!force && s->b.len < SNAPSHOT_FRAME))
+		return 0;
+	rc = mfj_write_frame(s->fd, s->path, &s->off, MFJ_SNAPSHOT, s->seq, s->b.buf, s->b.len);
+	mf_journal_discard(&s->b);
+	return rc;
+}
+
+static int snap_model(void *a, const struct kv_model_rec *r)
+{
+	struct snap *s = a;
+
+	mf_journal_model(&s->b, r);
+	s->records++;
+	return snap_flush(s, false);
+}
+
+static int snap_layer(void *a, const struct kv_layer_rec *r)
+{
+	struct snap *s = a;
+
+	mf_journal_layer(&s->b, r);
+	s->records++;
+	return snap_flush(s, false);
+}
+
+static int snap_extent(void *a, const struct kv_extent_rec *r)
+{
+	struct snap *s = a;
+
+	mf_journal_extent(&s->b, r);
+	s->records++;
+	return snap_flush(s, false);
+}
+
+static int snap_page(void *a, const struct kv_page_rec *r)
+{
+	struct snap *s = a;
+
+	mf_journal_page(&s->b, r);
+	s->records++;
+	return snap_flush(s, false);
+}
+
+static int fsync_dir_of(const char *path)
+{
+	char *dir = strdup(path), *slash;
+	int fd, rc = 0;
+
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	return rc;
+}
+
+static uint64_t manifest_seq(struct kv_manifest *m)
+{
+	sqlite3_stmt *st;
+	uint64_t v = 0;
+
+	if (mf_query_row(m->db, m->path, "SELECT value FROM meta WHERE key = 'journal_seq'",
+			 NULL, &st) == 1) {
+		if (sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
+		    sqlite3_column_int64(st, 0) > 0)
+			v = (uint64_t)sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	return v;
+}
+
+int kv_manifest_journal_rewrite(struct kv_manifest *m)
+{
+	static const struct kv_manifest_visitor v = {
+		snap_model, snap_layer, snap_extent, snap_page,
+	};
+	struct snap s = { .m = m, .fd = -1, .seq = manifest_seq(m) };
+	uint8_t count[8];
+	char *tmp = NULL;
+	int rc;
+
+	if (m->in_txn)
+		return -EINVAL;
+	mf_journal_init(&s.b);
+	if (asprintf(&tmp, "%s/%s.tmp", m->store_dir, KV_JOURNAL_FILE) < 0)
+		return -ENOMEM;
+	s.path = tmp;
+	s.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (s.fd < 0) {
+		rc = -errno;
+		kv_log(KV_LOG_ERR, "journal %s: cannot create: %s", tmp, strerror(errno));
+		goto out;
+	}
+	rc = encode_header(m, &s.b);
+	if (rc == 0)
+		rc = mfj_write_frame(s.fd, tmp, &s.off, MFJ_HEADER, 0, s.b.buf, s.b.len);
+	mf_journal_discard(&s.b);
+	if (rc == 0)
+		rc = kv_manifest_load(m, &v, &s);
+	if (rc == 0)
+		rc = snap_flush(&s, true);
+	mfj_le64(count, s.records);
+	if (rc == 0)
+		rc = mfj_write_frame(s.fd, tmp, &s.off, MFJ_SNAPSHOT_END, s.seq, count, 8);
+	if (rc == 0 && fdatasync(s.fd) < 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, m->j.path) < 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = fsync_dir_of(m->j.path);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "journal %s: rewriting it failed: %s; the old one stays",
+		       m->j.path, kv_strerror(rc));
+		unlink(tmp);
+		goto out;
+	}
+	if (m->j.fd >= 0)
+		close(m->j.fd);
+	m->j.fd = s.fd;
+	s.fd = -1;
+	m->j.end = m->j.snapshot_end = s.off;
+	m->j.seq = s.seq;
+	kv_log(KV_LOG_DEBUG, "journal %s: rewritten as a snapshot of %" PRIu64 " rows "
+	       "(%" PRIu64 " bytes)", m->j.path, s.records, s.off);
+out:
+	if (s.fd >= 0)
+		close(s.fd);
+	mf_journal_fini(&s.b);
+	free(tmp);
+	return rc;
+}
+
+/* After a commit: a journal grown well past its last snapshot is
+ * rewritten, so it stays proportional to the manifest. */
+void mf_journal_maybe_rewrite(struct kv_manifest *m)
+{
+	uint64_t limit = m->j.snapshot_end * 4;
+
+	if (m->j.fd < 0 || m->j.end < REWRITE_MIN || m->j.end < limit)
+		return;
+	kv_manifest_journal_rewrite(m);
+}
+
+/* ---- recovery at open ---- */
+
+static int attach(struct kv_manifest *m, const struct jfile *f)
+{
+	int fd = open(m->j.path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		kv_log(KV_LOG_ERR, "journal %s: cannot open: %s", m->j.path, strerror(errno));
+		return -errno;
+	}
+	if (f->valid < f->size) {
+		/* A torn last frame after a crash, or damage: the next append
+		 * overwrites it anyway; cut it so the file says what it holds. */
+		kv_log(f->size - f->valid > (1u << 20) ? KV_LOG_WARN : KV_LOG_INFO,
+		       "journal %s: %zu bytes after batch %" PRIu64 " are torn or "
+		       "damaged; dropped", m->j.path, f->size - f->valid, f->last_seq);
+		if (ftruncate(fd, (off_t)f->valid) < 0)
+			kv_log(KV_LOG_WARN, "journal %s: truncating: %s", m->j.path,
+			       strerror(errno));
+	}
+	if (m->j.fd >= 0)
+		close(m->j.fd);
+	m->j.fd = fd;
+	m->j.end = f->valid;
+	m->j.seq = f->last_seq;
+	if (!m->j.snapshot_end)
+		m->j.snapshot_end = f->first_batch < f->n ?
+			(size_t)(f->fr[f->first_batch].body - f->data) - MFJ_HEAD : f->valid;
+	return 0;
+}
+
+static int uuid_of(struct kv_manifest *m, char uuid[37])
+{
+	sqlite3_stmt *st;
+	int rc = mf_query_row(m->db, m->path, "SELECT value FROM meta WHERE key = 'uuid'",
+			      NULL, &st);
+
+	if (rc <= 0)
+		return rc < 0 ? rc : KV_ERR_CORRUPT;
+	snprintf(uuid, 37, "%s", mf_col_str(st, 0));
+	sqlite3_finalize(st);
+	return 0;
+}
+
+/* Does f belong to this manifest's store? */
+static bool same_store(struct kv_manifest *m, const struct jfile *f)
+{
+	struct kv_store_meta *meta;
+	char uuid[37];
+	bool same;
+
+	if (!f->header || uuid_of(m, uuid) < 0)
+		return false;
+	meta = malloc(sizeof(*meta));
+	if (!meta)
+		return false;
+	same = decode_header(&f->fr[0], meta) == 0 && strcmp(meta->uuid, uuid) == 0;
+	free(meta);
+	return same;
+}
+
+int kv_manifest_recover(struct kv_manifest *m, struct kv_recover_stats *st)
+{
+	struct kv_recover_stats dummy;
+	struct replay_stats rs = { 0, 0 };
+	struct jfile f = { 0 };
+	uint64_t mseq = manifest_seq(m);
+	int rc;
+
+	st = st ? st : &dummy;
+	memset(st, 0, sizeof(*st));
+	rc = parse(m->j.path, &f);
+	if (rc == -ENOENT) {
+		kv_log(KV_LOG_INFO, "journal %s: none yet; writing one from the manifest",
+		       m->j.path);
+		st->rewritten = true;
+		return kv_manifest_journal_rewrite(m);
+	}
+	if (rc < 0)
+		goto out;
+	if (!same_store(m, &f) || !f.snapshot) {
+		kv_log(KV_LOG_WARN, "journal %s: %s; writing a new one from the manifest",
+		       m->j.path, !f.header ? "no valid header" : !f.snapshot ?
+		       "its snapshot is incomplete" : "it belongs to another store");
+		st->rewritten = true;
+		rc = kv_manifest_journal_rewrite(m);
+		goto out;
+	}
+	if (f.snap_seq > mseq) {
+		kv_log(KV_LOG_ERR, "manifest %s is older than its journal's snapshot "
+		       "(journal_seq %" PRIu64 " < %" PRIu64 "): was kvfs.db restored from "
+		       "an old copy? Run `kvfs fsck --rebuild %s` to rebuild it from the "
+		       "journal", m->path, mseq, f.snap_seq, m->store_dir);
+		rc = KV_ERR_CORRUPT;
+		goto out;
+	}
+	if (f.last_seq < mseq) {
+		kv_log(KV_LOG_WARN, "journal %s ends at batch %" PRIu64 " but the manifest "
+		       "has committed %" PRIu64 ": the journal lost its tail; writing a new "
+		       "one from the manifest", m->j.path, f.last_seq, mseq);
+		st->rewritten = true;
+		rc = kv_manifest_journal_rewrite(m);
+		goto out;
+	}
+	if (f.last_seq > mseq) {
+		size_t from = f.first_batch + (size_t)(mseq - f.snap_seq);
+
+		st->batches = f.last_seq - mseq;
+		rc = replay(m, &f, from, f.n, f.last_seq, &rs);
+		if (rc < 0) {
+			kv_log(KV_LOG_ERR, "journal %s: applying batches %" PRIu64 "..%" PRIu64
+			       " failed: %s", m->j.path, mseq + 1, f.last_seq, kv_strerror(rc));
+			goto out;
+		}
+		st->changes = rs.applied;
+		st->skipped = rs.skipped;
+		if (st->batches > 1)
+			kv_log(KV_LOG_ERR, "MANIFEST WAS BEHIND ITS JOURNAL: %s had committed "
+			       "only up to batch %" PRIu64 " of %" PRIu64 " (kvfs.db-wal deleted "
+			       "after a crash, or kvfs.db restored from an older copy?); applied "
+			       "the %" PRIu64 " missing batches (%" PRIu64 " changes) from %s, so "
+			       "nothing acknowledged was lost", m->path, mseq, f.last_seq,
+			       st->batches, rs.applied, m->j.path);
+		else
+			kv_log(KV_LOG_INFO, "journal %s: applied batch %" PRIu64 " (%" PRIu64
+			       " changes), journaled before a crash and not yet committed",
+			       m->j.path, f.last_seq, rs.applied);
+	}
+	rc = attach(m, &f);
+	if (rc == 0)
+		mf_journal_maybe_rewrite(m);
+out:
+	jfile_free(&f);
+	return rc;
+}
+
+int kv_manifest_journal_behind(struct kv_manifest *m, uint64_t *batches)
+{
+	struct jfile f = { 0 };
+	uint64_t mseq = manifest_seq(m);
+	int rc = parse(m->j.path, &f);
+
+	*batches = 0;
+	if (rc == 0 && same_store(m, &f) && f.snapshot && f.last_seq > mseq &&
+	    f.snap_seq <= mseq)
+		*batches = f.last_seq - mseq;
+	jfile_free(&f);
+	return rc;
+}
+
+/* ---- rebuilding the manifest from the journal alone ---- */
+
+static int set_aside(const char *store_dir, char *aside, size_t len)
+{
+	static const char *const sfx[] = { "", "-wal", "-shm" };
+	char from[4200], to[4200];
+	size_t i;
+
+	snprintf(aside, len, "%s/%s.damaged-%lld", store_dir, KV_MANIFEST_FILE,
+		 (long long)time(NULL));
+	for (i = 0; i < 3; i++) {
+		snprintf(from, sizeof(from), "%s/%s%s", store_dir, KV_MANIFEST_FILE, sfx[i]);
+		snprintf(to, sizeof(to), "%s%s", aside, sfx[i]);
+		if (rename(from, to) < 0 && errno != ENOENT) {
+			kv_log(KV_LOG_ERR, "rebuild: cannot move %s aside: %s", from,
+			       strerror(errno));
+			return -errno;
+		}
+	}
+	return 0;
+}
+
+int kv_manifest_rebuild(const char *store_dir, struct kv_rebuild_stats *st)
+{
+	struct kv_store_meta *meta = NULL;
+	struct kv_manifest *m = NULL;
+	struct replay_stats rs = { 0, 0 };
+	struct jfile f = { 0 };
+	char *jpath = NULL;
+	int rc;
+
+	memset(st, 0, sizeof(*st));
+	if (asprintf(&jpath, "%s/%s", store_dir, KV_JOURNAL_FILE) < 0)
+		return -ENOMEM;
+	rc = parse(jpath, &f);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "rebuild: cannot read the journal %s: %s", jpath,
+		       kv_strerror(rc));
+		goto out;
+	}
+	meta = calloc(1, sizeof(*meta));
+	rc = !meta ? -ENOMEM : !f.header || !f.snapshot ? KV_ERR_CORRUPT :
+	     decode_header(&f.fr[0], meta);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "rebuild: the journal %s has no valid header and "
+		       "snapshot: nothing to rebuild from", jpath);
+		goto out;
+	}
+	rc = set_aside(store_dir, st->aside, sizeof(st->aside));
+	if (rc == 0)
+		rc = kv_manifest_create_bare(store_dir, meta);
+	if (rc == 0)
+		rc = kv_manifest_open(store_dir, &m);
+	if (rc == 0)
+		rc = replay(m, &f, 1, f.n, f.last_seq, &rs);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "rebuild of %s/%s from %s failed: %s", store_dir,
+		       KV_MANIFEST_FILE, jpath, kv_strerror(rc));
+		goto out;
+	}
+	st->batches = f.last_seq - f.snap_seq;
+	st->changes = rs.applied;
+	st->skipped = rs.skipped;
+	st->dropped_bytes = f.size - f.valid;
+	/* The journal now describes exactly the rebuilt manifest. */
+	rc = kv_manifest_journal_rewrite(m);
+out:
+	kv_manifest_close(m);
+	jfile_free(&f);
+	free(meta);
+	free(jpath);
+	return rc;
+}
