@@ -77,6 +77,35 @@ def wipe(mnt):
                 fail(f'p{i:02d} changed')
 
 
+def proportional(mnt):
+    """A valid write that needs space evicts about what its bytes need, not
+    the store: a 12 MiB page into a full 32 MiB store of 1 MiB pages."""
+    d = layer(mnt)
+    names = [n for n in os.listdir(d) if n.startswith('p')]
+    if len(names) != 24:
+        fail(f'proportional: expected the 24 pages of wipe, found {len(names)}')
+    before = stats(mnt)['ssd']
+    big = 12 << 20
+    with open(os.path.join(d, 'big'), 'wb') as f:
+        f.write(b'B' * big)
+    # The eviction the write caused has run by the time its close returns
+    # (the page was charged before it sealed).
+    after = stats(mnt)['ssd']
+    evicted = after['evictions'] - before['evictions']
+    need = big // PAGE
+    if evicted == 0:
+        fail('a 12 MiB page fit into a full 32 MiB store without evicting')
+    if evicted > need + 1:
+        fail(f'one 12 MiB page evicted {evicted} pages of 1 MiB (its bytes need {need})')
+    left = [n for n in os.listdir(d) if n.startswith('p')]
+    if len(left) < 24 - (need + 1):
+        fail(f'{24 - len(left)} pages gone for one 12 MiB page')
+    with open(os.path.join(d, 'big'), 'rb') as f:
+        if f.read() != b'B' * big:
+            fail('the big page')
+    os.unlink(os.path.join(d, 'big'))
+
+
 T_PAST = 1_000_000_000 * 1_500_000_000 + 123456789     # 2017, with nanoseconds
 
 

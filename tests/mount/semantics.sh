@@ -16,7 +16,7 @@ for o in dirty=abc evict_low=95,evict_high=90; do
 		fail "mount -o $o: exit $rc, $(cat "$T/opt.err")"
 done
 mount_kvfs
-for step in wipe times dirs nlink sealed_meta; do
+for step in wipe proportional times dirs nlink sealed_meta; do
 	$SEM $step "$MNT" || fail "$step"
 done
 umount_kvfs
