@@ -443,12 +443,15 @@ static void *committer(void *arg)
 			kv_log(KV_LOG_ERR, "giving up at unmount after %u failed attempts: "
 			       "%llu manifest changes were not committed", failures,
 			       (unsigned long long)dropped);
+			atomic_fetch_add(&fs->lost_changes, dropped);
 			finish_batch(fs, batch, last->seq);
 			continue;
 		}
 		if (rc < 0) {
 			kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
 			       kv_strerror(rc));
+			if (rc == KV_ERR_CORRUPT)
+				kvfs_manifest_damaged(fs, rc);
 			fail_waiters(c, batch);
 			pthread_mutex_lock(&c->lock);
 			kvfs_commit_requeue_batch(c, batch);

@@ -456,58 +456,92 @@ static int check_capacity_fits(struct kvfs *fs)
 
 /*
  * One daemon per store: two would allocate the same extents and interleave
- * manifest transactions. The lock is an flock on STORE/kvfs.lock, released
- * by the kernel however the daemon ends, so a killed daemon never leaves a
- * stale lock behind. The file holds the owner's pid for the error message.
+ * manifest transactions. The lock is an flock on the store directory: a
+ * lock file alone can be deleted (`rm STORE/kvfs.lock`) and a second daemon
+ * would then lock a new one. STORE/kvfs.lock is still flocked and holds the
+ * owner's pid, for the error message and for older kvfs versions that only
+ * take the file. The kernel releases both however the daemon ends, so a
+ * killed daemon never leaves a stale lock behind.
  */
-void kvfs_unlock_store(int fd)
+void kvfs_unlock_store(struct kvfs_store_lock *lk)
 {
-	if (ftruncate(fd, 0) < 0 && errno != EINVAL && errno != EBADF)
-		kv_log(KV_LOG_DEBUG, "clearing the pid in the store lock: %s", strerror(errno));
-	close(fd);      /* drops the flock */
+	if (lk->file_fd >= 0) {
+		if (!lk->keep_contents && ftruncate(lk->file_fd, 0) < 0 &&
+		    errno != EINVAL && errno != EBADF)
+			kv_log(KV_LOG_DEBUG, "clearing the pid in the store lock: %s",
+			       strerror(errno));
+		close(lk->file_fd);      /* drops the flock */
+	}
+	if (lk->dir_fd >= 0)
+		close(lk->dir_fd);
+	*lk = KVFS_STORE_LOCK_NONE;
 }
 
-int kvfs_lock_store(const char *dir, bool read_only_ok, int *fd_out,
+static void read_holder(const char *path, char *holder, size_t holder_len)
+{
+	char pid[32] = "";
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? pread(fd, pid, sizeof(pid) - 1, 0) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	pid[n > 0 ? n : 0] = '\0';
+	pid[strcspn(pid, "\n")] = '\0';
+	snprintf(holder, holder_len, "%s", pid[0] ? pid : "unknown");
+}
+
+int kvfs_lock_store(const char *dir, bool read_only_ok, struct kvfs_store_lock *lk,
 		    char *holder, size_t holder_len)
 {
 	char path[PATH_MAX], pid[32] = "";
 	ssize_t n;
-	int fd, err;
+	int err;
 
+	*lk = KVFS_STORE_LOCK_NONE;
 	snprintf(path, sizeof(path), "%s/kvfs.lock", dir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0 && read_only_ok && (errno == EROFS || errno == EACCES))
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	lk->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (lk->dir_fd < 0)
 		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+	if (flock(lk->dir_fd, LOCK_EX | LOCK_NB) < 0) {
 		err = errno;
-		n = pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		snprintf(holder, holder_len, "%s", pid[0] ? pid : "unknown");
-		close(fd);
+		read_holder(path, holder, holder_len);
+		kvfs_unlock_store(lk);
+		return err == EWOULDBLOCK ? -EBUSY : -err;
+	}
+	lk->file_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lk->file_fd < 0 && read_only_ok && (errno == EROFS || errno == EACCES))
+		lk->file_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (lk->file_fd < 0) {
+		err = errno;
+		kvfs_unlock_store(lk);
+		return -err;
+	}
+	if (flock(lk->file_fd, LOCK_EX | LOCK_NB) < 0) {
+		err = errno;
+		read_holder(path, holder, holder_len);
+		close(lk->file_fd);
+		lk->file_fd = -1;
+		kvfs_unlock_store(lk);
 		return err == EWOULDBLOCK ? -EBUSY : -err;
 	}
 	/* So whoever is refused meanwhile can name us (best effort). */
 	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+	if (ftruncate(lk->file_fd, 0) < 0 || pwrite(lk->file_fd, pid, (size_t)n, 0) != n)
 		kv_log(KV_LOG_WARN, "cannot record pid %d in %s", (int)getpid(), path);
-	*fd_out = fd;
 	return 0;
 }
 
 static int lock_store(struct kvfs *fs)
 {
 	char holder[32];
-	int rc = kvfs_lock_store(fs->store_dir, false, &fs->lock_fd, holder,
+	int rc = kvfs_lock_store(fs->store_dir, false, &fs->lock, holder,
 				 sizeof(holder));
 
 	if (rc == -EBUSY)
 		kv_log(KV_LOG_ERR, "store %s is in use by another kvfs daemon (pid %s); "
 		       "unmount it first", fs->store_dir, holder);
 	else if (rc < 0)
-		kv_log(KV_LOG_ERR, "cannot lock store %s (%s/kvfs.lock): %s",
+		kv_log(KV_LOG_ERR, "cannot lock store %s (the directory and %s/kvfs.lock): %s",
 		       fs->store_dir, fs->store_dir, kv_strerror(rc));
 	return rc;
 }
@@ -548,7 +582,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	if (!fs)
 		return -ENOMEM;
 	fs->store_dir = strdup(dir);
-	fs->lock_fd = -1;
+	fs->lock = KVFS_STORE_LOCK_NONE;
 	fs->live_buckets = 4096;
 	fs->live = calloc(fs->live_buckets, sizeof(*fs->live));
 	if (!fs->store_dir || !fs->live) {
@@ -603,11 +637,35 @@ static void fs_free(struct kvfs *fs)
 	kvfs_dirty_fini(fs);
 	kvfs_ram_fini(fs);
 	kvfs_cap_free(fs);
-	if (fs->lock_fd >= 0)
-		kvfs_unlock_store(fs->lock_fd);
+	kvfs_unlock_store(&fs->lock);
 	free(fs->live);
 	free(fs->store_dir);
 	free(fs);
+}
+
+void kvfs_manifest_damaged(struct kvfs *fs, int err)
+{
+	int none = 0;
+
+	if (atomic_compare_exchange_strong(&fs->manifest_err, &none, err))
+		kv_log(KV_LOG_ERR, "the manifest of %s is damaged (%s): refusing every change "
+		       "from now on (EIO); unmount, then run `kvfs fsck --rebuild %s`",
+		       fs->store_dir, kv_strerror(err), fs->store_dir);
+}
+
+int kvfs_changes_refused(struct kvfs *fs)
+{
+	int64_t now, last;
+
+	if (!atomic_load_explicit(&fs->manifest_err, memory_order_relaxed))
+		return 0;
+	now = kvfs_now_ns();
+	last = atomic_load(&fs->refused_log_ns);
+	if (now - last > 60 * 1000000000ll &&
+	    atomic_compare_exchange_strong(&fs->refused_log_ns, &last, now))
+		kv_log(KV_LOG_ERR, "refusing a change to %s: its manifest is damaged "
+		       "(see above)", fs->store_dir);
+	return -EIO;
 }
 
 static bool kvfs_has_journal(const char *dir)
@@ -634,6 +692,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	rc = kv_manifest_open(dir, &fs->man);
 	if (rc == 0)
 		rc = lock_store(fs);
+	if (rc == 0)
+		rc = kv_manifest_quick_check(fs->man);
 	if (rc == 0)
 		rc = kv_manifest_recover(fs->man, NULL);
 	if (rc < 0)
@@ -695,11 +755,27 @@ fail:
 	return rc;
 }
 
-void kvfs_close(struct kvfs *fs)
+uint64_t kvfs_close(struct kvfs *fs)
 {
+	uint64_t lost;
+
 	if (!fs)
-		return;
+		return 0;
 	kvfs_cap_stop(fs);      /* the evictor queues deletes: stop it first */
 	kvfs_commit_stop(fs);
+	lost = atomic_load(&fs->lost_changes);
+	if (lost) {
+		char line[48];
+		int n = snprintf(line, sizeof(line), "lost %llu\n", (unsigned long long)lost);
+
+		kv_log(KV_LOG_ERR, "%llu changes were not committed to the manifest of %s: "
+		       "they are lost", (unsigned long long)lost, fs->store_dir);
+		/* Left in the lock file (not cleared at unlock) for kvfs umount. */
+		if (fs->lock.file_fd >= 0 && (ftruncate(fs->lock.file_fd, 0) < 0 ||
+		    pwrite(fs->lock.file_fd, line, (size_t)n, 0) != n))
+			kv_log(KV_LOG_WARN, "cannot record the loss in %s/kvfs.lock", fs->store_dir);
+		fs->lock.keep_contents = true;
+	}
 	fs_free(fs);
+	return lost;
 }

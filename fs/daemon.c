@@ -479,6 +479,7 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 {
 	struct fuse_session *se = NULL;
 	struct kvfs *fs = NULL;
+	uint64_t lost;
 	int rc;
 
 	if (c->debug)
@@ -523,7 +524,7 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 	kvfs_cap_stop(fs);
 	kvfs_fastpath_set_session(NULL);
 	fuse_session_unmount(se);
-	kvfs_close(fs);   /* commits everything still queued */
+	lost = kvfs_close(fs);   /* commits everything still queued */
 	fs = NULL;
 	if (rc > 0)
 		kv_log(KV_LOG_INFO, "signal %d: unmounted %s after committing everything", rc, c->mnt);
@@ -532,7 +533,7 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		       rc < 0 ? " after a FUSE session error" : "");
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
-	return rc < 0 ? 1 : 0;
+	return rc < 0 || lost ? 1 : 0;
 out:
 	if (se) {
 		fuse_remove_signal_handlers(se);

@@ -432,6 +432,9 @@ int kvfs_fast_write(struct kvfs *fs, fuse_req_t req, uint64_t model,
 
 	w.replace = a->flags & KVFS_WRITE_REPLACE;
 	w.durable = a->flags & KVFS_WRITE_DURABLE;
+	rc = kvfs_changes_refused(fs);
+	if (rc < 0)
+		return rc;
 	rc = fp_batch_begin(&w.b, fs, req, a, KVFS_BATCH_WRITE);
 	if (rc == 0)
 		rc = fp_resolver_init(&w.rv, &w.b, req, model);

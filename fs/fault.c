@@ -63,6 +63,8 @@ static int parse_err(const char *s, bool short_ok)
 		return -ENOSPC;
 	if (!strcmp(s, "EROFS"))
 		return -EROFS;
+	if (!strcmp(s, "CORRUPT"))
+		return KV_ERR_CORRUPT;     /* what SQLite's SQLITE_CORRUPT maps to */
 	if (short_ok && !strcmp(s, "short"))
 		return 0;
 	return 1;

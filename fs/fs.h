@@ -52,22 +52,34 @@ struct kvfs_mkfs_opts {
 int kvfs_mkfs(const char *store_dir, const struct kvfs_mkfs_opts *o);
 
 /*
- * Take STORE/kvfs.lock, the flock a daemon (or fsck) holds for as long as
- * it uses the store; the kernel drops it however the process ends. Our
- * pid is written into the file for the message others get. read_only_ok:
- * settle for a read-only open of the file (a read-only store). -EBUSY if
- * someone holds it (holder gets their pid, or "unknown"), else -errno.
+ * Take the store: an flock on the STORE directory itself (which no `rm` of
+ * a file inside can undo) and one on STORE/kvfs.lock, which holds our pid
+ * for the message others get. A daemon (or fsck) holds both for as long as
+ * it uses the store; the kernel drops them however the process ends.
+ * read_only_ok: settle for a read-only open of the file (a read-only
+ * store). -EBUSY if someone holds either (holder gets their pid, or
+ * "unknown"), else -errno.
  */
-int kvfs_lock_store(const char *dir, bool read_only_ok, int *fd,
+struct kvfs_store_lock {
+	int dir_fd;
+	int file_fd;
+	bool keep_contents;     /* unlock leaves the file's text ("lost N") */
+};
+#define KVFS_STORE_LOCK_NONE ((struct kvfs_store_lock){ -1, -1, false })
+int kvfs_lock_store(const char *dir, bool read_only_ok, struct kvfs_store_lock *lk,
 		    char *holder, size_t holder_len);
 /* Release it: the pid is cleared first, so the file never names a daemon
  * that exited cleanly (after a kill the next locker overwrites it). */
-void kvfs_unlock_store(int fd);
+void kvfs_unlock_store(struct kvfs_store_lock *lk);
 
 /* Open a store: load the manifest, reclaim uncommitted space, start threads. */
 int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);
 /* Commit everything pending, stop threads, close. */
-void kvfs_close(struct kvfs *fs);
+/* Commit what is queued and close. Returns the number of queued changes
+ * that could not be committed (the manifest kept failing at unmount), 0
+ * normally; a non-zero count is also left in STORE/kvfs.lock as
+ * "lost N", for `kvfs umount` to report. */
+uint64_t kvfs_close(struct kvfs *fs);
 
 /* `kvfs gc` on an open store (offline) or through the daemon (KVFS_IOC_GC):
  * check the request (exactly one of KVFS_GC_OLDER / KVFS_GC_TARGET, see

@@ -135,7 +135,10 @@ struct kvfs_dirty {
 
 struct kvfs {
 	char *store_dir;
-	int lock_fd;                  /* STORE/kvfs.lock, flock'ed while open */
+	struct kvfs_store_lock lock;  /* STORE and STORE/kvfs.lock, flock'ed while open */
+	_Atomic int manifest_err;     /* the manifest is damaged: changes are refused */
+	_Atomic uint64_t lost_changes;  /* queued changes never committed (unmount gave up) */
+	_Atomic int64_t refused_log_ns; /* last "changes refused" log line */
 	struct kvfs_opts opts;
 	struct kv_store_meta meta;
 	struct kv_store *store;
@@ -407,6 +410,15 @@ void kvfs_atime_flush(struct kvfs *fs);
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);
+/*
+ * Once the committer has found the manifest damaged (KV_ERR_CORRUPT), no
+ * change can become durable: every namespace change and write is refused
+ * with EIO (logged at most once a minute) rather than acknowledged and then
+ * lost. kvfs_manifest_damaged records it; kvfs_changes_refused is 0 or
+ * -EIO.
+ */
+void kvfs_manifest_damaged(struct kvfs *fs, int err);
+int kvfs_changes_refused(struct kvfs *fs);
 void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
 			   struct kv_page_rec *r);
 

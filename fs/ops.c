@@ -230,6 +230,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 	(void)fi;
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -EPERM);
+	if ((rc = kvfs_changes_refused(fs)) < 0)
+		return kvfs_reply_err(req, rc);
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_setattr(fs, ino, a, valid, &n);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -322,6 +324,8 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kv_node_info n;
 	int rc = kvfs_check_name(name);
 
+	if (rc == 0)
+		rc = kvfs_changes_refused(fs);
 	if (rc == 0 && ctl_reserved(parent, name))
 		rc = -EPERM;
 	if (rc == 0) {
@@ -357,6 +361,8 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kvfs *fs = req_fs(req);
 	int rc;
 
+	if ((rc = kvfs_changes_refused(fs)) < 0)
+		return kvfs_reply_err(req, rc);
 	if (ctl_reserved(parent, name))
 		return kvfs_reply_err(req, -EPERM);
 	pthread_mutex_lock(&fs->ns_lock);
@@ -382,6 +388,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kvfs *fs = req_fs(req);
 	int rc;
 
+	if ((rc = kvfs_changes_refused(fs)) < 0)
+		return kvfs_reply_err(req, rc);
 	if (ctl_reserved(parent, name))
 		return kvfs_reply_err(req, -EPERM);
 	pthread_mutex_lock(&fs->ns_lock);
@@ -502,6 +510,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	if (flags & ~RENAME_NOREPLACE)
 		return kvfs_reply_err(req, -EINVAL);   /* RENAME_EXCHANGE, WHITEOUT */
+	if (rc == 0)
+		rc = kvfs_changes_refused(fs);
 	if (rc == 0 && (ctl_reserved(parent, name) || ctl_reserved(newparent, newname)))
 		rc = -EPERM;
 	if (rc == 0) {

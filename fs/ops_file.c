@@ -107,6 +107,8 @@ void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct kvfs_fh *fh;
 	int rc = kvfs_check_name(name);
 
+	if (rc == 0)
+		rc = kvfs_changes_refused(fs);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	fh = fh_new(0, true);
@@ -408,7 +410,9 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	/* A write that can never succeed fails before it costs anything: it
 	 * must not wait for write-back room or make the evictor empty the
 	 * store for bytes that will be refused anyway. */
-	rc = write_possible(fs, fh, end);
+	rc = kvfs_changes_refused(fs);
+	if (rc == 0)
+		rc = write_possible(fs, fh, end);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	charge = dirty_charge_for(fs, fh->ino, end, &held);

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sqlite3.h>
@@ -268,4 +269,157 @@ int kv_manifest_set_refcount(struct kv_manifest *m, uint64_t id, uint32_t count)
 		rc = 0;
 	sqlite3_finalize(st);
 	return rc;
+}
+
+/* ---- inode numbers held twice ---- */
+
+struct dup_inodes {
+	int64_t *ino;
+	size_t n, cap;
+};
+
+static int dup_row(sqlite3_stmt *st, void *a)
+{
+	struct dup_inodes *d = a;
+
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 16;
+		int64_t *ni = realloc(d->ino, cap * sizeof(*ni));
+
+		if (!ni)
+			return -ENOMEM;
+		d->ino = ni;
+		d->cap = cap;
+	}
+	d->ino[d->n++] = sqlite3_column_int64(st, 0);
+	return 0;
+}
+
+/* Give the row(s) of one table holding ino a new number, its children and
+ * identity checks following. */
+static int renumber(struct kv_manifest *m, const char *table, int64_t ino, int64_t fresh)
+{
+	static const char *const sql[][2] = {
+		{ "models", "UPDATE models SET ino = ?2 WHERE ino = ?1;"
+			    "UPDATE layers SET model_ino = ?2 WHERE model_ino = ?1;"
+			    "UPDATE models SET ident = kvfs_ident_model(ino, name, layers, "
+			    "kv_heads, head_dim, page_tokens, dtype) WHERE ino = ?2;"
+			    "UPDATE layers SET ident = kvfs_ident_layer(ino, model_ino, layer, "
+			    "name) WHERE model_ino = ?2" },
+		{ "layers", "UPDATE layers SET ino = ?2 WHERE ino = ?1;"
+			    "UPDATE pages SET layer_ino = ?2 WHERE layer_ino = ?1;"
+			    "UPDATE layers SET ident = kvfs_ident_layer(ino, model_ino, layer, "
+			    "name) WHERE ino = ?2;"
+			    "UPDATE pages SET ident = kvfs_ident_page(ino, layer_ino, name, "
+			    "extent_id, size) WHERE layer_ino = ?2" },
+		{ "pages", "UPDATE pages SET ino = ?2 WHERE ino = ?1;"
+			   "UPDATE pages SET ident = kvfs_ident_page(ino, layer_ino, name, "
+			   "extent_id, size) WHERE ino = ?2" },
+	};
+	const char *tail;
+	size_t t;
+	int rc = 0;
+
+	for (t = 0; t < 3 && strcmp(sql[t][0], table) != 0; t++)
+		;
+	for (const char *s = sql[t][1]; rc == 0 && *s; s = tail) {
+		sqlite3_stmt *st;
+
+		rc = sqlite3_prepare_v2(m->db, s, -1, &st, &tail);
+		if (rc != SQLITE_OK)
+			return mf_db_fail(m->db, m->path, rc, "preparing a renumbering");
+		sqlite3_bind_int64(st, 1, ino);
+		sqlite3_bind_int64(st, 2, fresh);
+		rc = sqlite3_step(st);
+		rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "renumbering %s "
+							"inode %" PRId64, table, ino);
+		sqlite3_finalize(st);
+	}
+	return rc;
+}
+
+static int has_row(struct kv_manifest *m, const char *table, int64_t ino)
+{
+	char sql[96];
+	sqlite3_stmt *st;
+	int rc;
+
+	snprintf(sql, sizeof(sql), "SELECT 1 FROM %s WHERE ino = %" PRId64, table, ino);
+	rc = mf_query_row(m->db, m->path, sql, NULL, &st);
+	if (rc == 1)
+		sqlite3_finalize(st);
+	return rc;
+}
+
+int kv_manifest_check_inodes(struct kv_manifest *m, bool fix,
+			     kv_check_report_fn *report, void *arg)
+{
+	static const char *const tables[] = { "models", "layers", "pages" };
+	struct dup_inodes d = { 0 };
+	sqlite3_stmt *st;
+	int64_t next = 0;
+	int rc;
+
+	rc = each_row(m, "SELECT ino FROM (SELECT ino FROM models UNION ALL SELECT ino "
+		      "FROM layers UNION ALL SELECT ino FROM pages) GROUP BY ino HAVING "
+		      "count(*) > 1 OR ino = 1", dup_row, &d);
+	if (rc == 0 && fix && d.n) {
+		rc = mf_query_row(m->db, m->path, "SELECT max(ino) FROM (SELECT ino FROM models "
+				  "UNION ALL SELECT ino FROM layers UNION ALL SELECT ino FROM "
+				  "pages)", NULL, &st);
+		if (rc == 1) {
+			next = sqlite3_column_int64(st, 0);
+			sqlite3_finalize(st);
+		}
+		/* Children are moved before their renumbered parent is checked. */
+		rc = rc < 0 ? rc : mf_exec(m->db, m->path, "BEGIN IMMEDIATE; PRAGMA "
+					   "defer_foreign_keys = ON", "starting a renumbering");
+	}
+	for (size_t i = 0; rc == 0 && i < d.n; i++) {
+		bool kept = d.ino[i] == 1;     /* the root's: every row holding it moves */
+
+		for (size_t t = 0; rc == 0 && t < 3; t++) {
+			int held = has_row(m, tables[t], d.ino[i]);
+
+			if (held <= 0) {
+				rc = held;
+				continue;
+			}
+			if (!kept) {
+				kept = true;
+				continue;
+			}
+			reportf(report, arg, "manifest: inode %" PRId64 " is also held by a row "
+				"of %s (two daemons on one store?)%s", d.ino[i], tables[t],
+				fix ? "; renumbered" : "; --repair gives it a new number");
+			if (fix)
+				rc = renumber(m, tables[t], d.ino[i], ++next);
+		}
+	}
+	if (fix && d.n)
+		rc = mf_exec(m->db, m->path, rc == 0 ? "COMMIT" : "ROLLBACK",
+			     "ending the renumbering") ?: rc;
+	free(d.ino);
+	return rc < 0 ? rc : (int)d.n;
+}
+
+int kv_manifest_quick_check(struct kv_manifest *m)
+{
+	sqlite3_stmt *st;
+	int rc, bad = 0;
+
+	rc = sqlite3_prepare_v2(m->db, "PRAGMA quick_check(20)", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing quick_check");
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *s = mf_col_str(st, 0);
+
+		if (strcmp(s, "ok") == 0)
+			continue;
+		kv_log(KV_LOG_ERR, "manifest %s is damaged: quick_check: %s", m->path, s);
+		bad++;
+	}
+	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "running quick_check");
+	sqlite3_finalize(st);
+	return rc < 0 ? rc : bad ? KV_ERR_CORRUPT : 0;
 }

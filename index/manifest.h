@@ -286,6 +286,22 @@ int kv_manifest_walk_extents(struct kv_manifest *m,
 int kv_manifest_walk_pages(struct kv_manifest *m,
 			   int (*fn)(void *arg, const struct kv_check_page *p),
 			   void *arg);
+/* PRAGMA quick_check: every b-tree page of the database readable and well
+ * formed (not the index-to-table agreement integrity_check also proves).
+ * 0, or KV_ERR_CORRUPT with a log line per problem. The mount runs it: a
+ * damaged index page would otherwise fail only later, on some commit. */
+int kv_manifest_quick_check(struct kv_manifest *m);
+
+/*
+ * Inode numbers held by more than one row of models, layers and pages
+ * (which share one number space; two daemons on one store make these), or
+ * by a row at all for the root's (1). Each extra holder is one report()
+ * line; with fix, in one transaction, every row but the first (models, then
+ * layers, then pages) gets a number above all others, its children follow
+ * and identity checks are recomputed. Returns how many inodes, or -errno.
+ */
+int kv_manifest_check_inodes(struct kv_manifest *m, bool fix,
+			     kv_check_report_fn *report, void *arg);
 /* Repair: set extent id's refcount to count (>= 1). -ENOENT if no such row. */
 int kv_manifest_set_refcount(struct kv_manifest *m, uint64_t id, uint32_t count);
 

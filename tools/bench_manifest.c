@@ -141,6 +141,10 @@ int main(int argc, char **argv)
 		die("kv_manifest_load", rc);
 	printf("load (mount's validation) %.3f s for %" PRIu64 " pages\n", now_s() - t, seen);
 	t = now_s();
+	if ((rc = kv_manifest_quick_check(m)) < 0)
+		die("kv_manifest_quick_check", rc);
+	printf("quick_check             %.3f s\n", now_s() - t);
+	t = now_s();
 	for (uint64_t i = 0; i < pages; i++) {
 		uint8_t b[72];
 

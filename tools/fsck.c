@@ -103,13 +103,28 @@ static void report_line(void *arg, const char *line)
 	problem(f, false, "%s", line);
 }
 
+static void report_fixable(void *arg, const char *line)
+{
+	struct fsck *f = arg;
+
+	problem(f, true, "%s", line);
+	f->renumber = true;
+}
+
+static void report_repair(void *arg, const char *line)
+{
+	struct fsck *f = arg;
+
+	fprintf(f->out, "repair: %s\n", line);
+}
+
 /* ---- lock and open ---- */
 
 /* As the daemon: a store someone serves is not checked. */
 static int lock_store(struct fsck *f)
 {
 	char holder[32];
-	int rc = kvfs_lock_store(f->store, !f->repair, &f->lock_fd, holder,
+	int rc = kvfs_lock_store(f->store, !(f->repair || f->rebuild), &f->lock, holder,
 				 sizeof(holder));
 
 	if (rc == -EBUSY)
@@ -274,6 +289,9 @@ static int run_checks(struct fsck *f)
 	if (rc < 0 || (rc = read_rows(f)) < 0 || (rc = scan_stripes(f)) < 0 ||
 	    (rc = check_extents(f)) < 0)
 		return rc;
+	rc = kv_manifest_check_inodes(f->m, false, report_fixable, f);
+	if (rc < 0)
+		return rc;
 	check_overlaps(f);
 	check_page_refs(f);
 	check_refcounts(f);
@@ -353,6 +371,9 @@ static int fsck_run(struct fsck *f)
 	if (f->repair && f->fixable) {
 		if (f->fixable > f->pre_fixed && repair(f) < 0)
 			return EXIT_OPERATIONAL | EXIT_LEFT;
+		/* Last: renumbering changes the page inodes the repair named. */
+		if (f->renumber && kv_manifest_check_inodes(f->m, true, report_repair, f) < 0)
+			return EXIT_OPERATIONAL | EXIT_LEFT;
 		f->fixed = f->fixable;
 		/* Rows changed outside the journal (refcounts): make it match. */
 		if (kv_manifest_journal_rewrite(f->m) < 0)
@@ -381,8 +402,7 @@ static void fsck_free(struct fsck *f)
 	free(f->meta);
 	if (f->m)
 		kv_manifest_close(f->m);
-	if (f->lock_fd >= 0)
-		kvfs_unlock_store(f->lock_fd);
+	kvfs_unlock_store(&f->lock);
 }
 
 static int parse_args(struct fsck *f, int argc, char **argv)
@@ -433,7 +453,7 @@ static int parse_args(struct fsck *f, int argc, char **argv)
 
 int kvfs_cmd_fsck(int argc, char **argv)
 {
-	struct fsck f = { .lock_fd = -1 };
+	struct fsck f = { .lock = KVFS_STORE_LOCK_NONE };
 	int rc;
 
 	rc = parse_args(&f, argc, argv);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fs.h"
 #include "manifest.h"
 #include "progress.h"
 #include "store.h"
@@ -48,6 +49,7 @@ struct page {
 struct fsck {
 	const char *store;
 	bool repair, verify, json, rebuild;
+	bool renumber;               /* inodes held twice: --repair renumbers */
 	enum progress_mode pm;       /* --progress, --quiet, or on a terminal */
 	struct progress *pr;         /* the running phase's status line */
 	FILE *out;                   /* problem lines */
@@ -65,7 +67,7 @@ struct fsck {
 	unsigned problems, fixable, fixed;
 	unsigned pre_fixed;          /* fixed before the checks: rebuild, roll-forward */
 	uint64_t lost_pages, orphan_bytes, punched_bytes, verified, verified_bytes;
-	int lock_fd;
+	struct kvfs_store_lock lock;
 };
 
 /* fsck.c */

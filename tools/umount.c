@@ -90,18 +90,16 @@ static pid_t daemon_pid(const char *store)
 	return strncmp(buf, "kvfs", 4) ? 0 : (pid_t)pid;
 }
 
-/* Whether some process still holds STORE/kvfs.lock: the daemon's lock
- * outlives it only as long as its last thread, which is what matters (a
- * daemon whose main thread is a zombie can still hold the store). */
+/* Whether some process still holds the store (the flock on the STORE
+ * directory, kvfs_lock_store): the daemon's lock outlives it only as long
+ * as its last thread, which is what matters (a daemon whose main thread is
+ * a zombie can still hold the store). */
 static bool store_locked(const char *store)
 {
-	char path[KVFS_PATH_MAX + 32];
 	bool held;
 	int fd;
 
-	if (snprintf(path, sizeof(path), "%s/kvfs.lock", store) >= (int)sizeof(path))
-		return false;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
 	held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
@@ -178,12 +176,37 @@ static int detach(const char *mnt, bool lazy)
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EBUSY;
 }
 
+/* A daemon that could not commit everything leaves "lost N" in its lock
+ * file (kvfs_close): the unmount then did not keep what was acknowledged. */
+static int daemon_lost(const struct umount_ctx *u)
+{
+	char path[KVFS_PATH_MAX + 32], buf[64] = "";
+	unsigned long long n = 0;
+	ssize_t got;
+	int fd;
+
+	if (snprintf(path, sizeof(path), "%s/kvfs.lock", u->store) >= (int)sizeof(path))
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	got = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[got > 0 ? got : 0] = '\0';
+	if (sscanf(buf, "lost %llu", &n) != 1 || n == 0)
+		return 0;
+	fprintf(stderr, "kvfs umount: the daemon of %s exited without committing %llu "
+		"change(s) to the manifest: they are lost (see %s/kvfs.log, then run `kvfs "
+		"fsck %s`)\n", u->mnt, n, u->store, u->store);
+	return -EIO;
+}
+
 /* After the mount is gone: the daemon commits and exits (releasing the
  * store), or is ended. */
 static int reap_daemon(struct umount_ctx *u, bool kill_if_stuck)
 {
 	if (wait_unlocked(u->store, u->daemon, u->wait_s, kill_if_stuck && u->daemon))
-		return 0;
+		return daemon_lost(u);
 	if (!kill_if_stuck || !u->daemon) {
 		fprintf(stderr, "kvfs umount: %s is unmounted but its daemon (pid %d) still "
 			"holds %s after %d s%s\n", u->mnt, (int)u->daemon, u->store, u->wait_s,

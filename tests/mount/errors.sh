@@ -35,6 +35,15 @@ mkdir -p "$T/mnt2"
 out=$("$KVFS" mount "$STORE" "$T/mnt2" -f 2>&1) && fail "a second daemon opened the store"
 echo "$out" | grep -q "in use by another kvfs daemon (pid $DPID)" || fail "second daemon message: $out"
 is_mounted "$T/mnt2" && fail "second mount appeared"
+# ... even after the lock file is deleted: the store directory itself is locked.
+rm -f "$STORE/kvfs.lock"
+CLEANUP_HOOK='fusermount3 -u -z "$T/mnt2" 2>/dev/null'
+out=$(timeout 10 "$KVFS" mount "$STORE" "$T/mnt2" -f 2>&1) && fail "a second daemon opened the store once kvfs.lock was deleted"
+is_mounted "$T/mnt2" && fail "a second daemon mounted the store once kvfs.lock was deleted"
+echo "$out" | grep -q "in use by another kvfs daemon" || fail "second daemon message without kvfs.lock: $out"
+is_mounted "$T/mnt2" && fail "second mount appeared without kvfs.lock"
+out=$("$KVFS" fsck "$STORE" 2>&1) && fail "fsck ran on a mounted store without kvfs.lock"
+echo "$out" | grep -q "in use" || fail "fsck message without kvfs.lock: $out"
 
 # Unlink while open: the reader keeps its bytes, the space returns after close.
 python3 - "$MNT/m/00/a" "$T/big" <<'PY' || fail "unlink while open"

@@ -676,6 +676,55 @@ static void test_check(void **state)
 	kv_manifest_close(m);
 }
 
+/* Two daemons on one store hand out the same inode numbers: fsck gives
+ * every extra holder a new number, its children and identity following. */
+static void count_report(void *arg, const char *line)
+{
+	(void)line;
+	++*(int *)arg;
+}
+
+static void test_renumber(void **state)
+{
+	struct fx *f = *state;
+	struct kv_manifest *m = create_open(f);
+	struct seen s = { .n = 0 };
+	char msg[512];
+	int lines = 0;
+
+	fill(m);
+	kv_manifest_close(m);
+	/* Page 12 takes the layer's number 3 (and a valid identity for it);
+	 * a second layer takes page 10's. */
+	raw_sql(f, "PRAGMA foreign_keys = OFF;"
+		   "UPDATE pages SET ino = 3 WHERE ino = 12;"
+		   "UPDATE pages SET ident = kvfs_ident_page(ino, layer_ino, name, extent_id, "
+		   "size) WHERE ino = 3;"
+		   "INSERT INTO layers VALUES (10, 2, 1, '01', 493, 0, 0, 0, 0, 0, "
+		   "kvfs_ident_layer(10, 2, 1, '01'));");
+	assert_int_equal(kv_manifest_open(f->dir, &m), 0);
+	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), KV_ERR_CORRUPT);
+	assert_non_null(strstr(msg, "is held by 2 rows"));
+	assert_int_equal(kv_manifest_check_inodes(m, false, count_report, &lines), 2);
+	assert_int_equal(lines, 2);
+	lines = 0;
+	assert_int_equal(kv_manifest_check_inodes(m, true, count_report, &lines), 2);
+	assert_int_equal(lines, 2);
+	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), 0);
+	assert_int_equal(kv_manifest_check_inodes(m, false, count_report, &lines), 0);
+	assert_int_equal(kv_manifest_load(m, &visitor, &s), 0);
+	/* All three pages and both layers are still there, under new numbers
+	 * where they collided (pages yield to layers), and every page still
+	 * names its own layer. */
+	assert_int_equal(s.npages, 3);
+	assert_int_equal(s.nlayers, 2);
+	for (size_t i = 0; i < s.npages; i++) {
+		assert_int_equal(s.pages[i].layer_ino, 3);
+		assert_true(s.pages[i].ino != 3 && s.pages[i].ino != 10);
+	}
+	kv_manifest_close(m);
+}
+
 /* ---- geometry ---- */
 
 static void test_geometry(void **state)
@@ -731,6 +780,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_create_bad_meta, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_schema_newer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_renumber, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_garbage_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_kvfs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
