@@ -520,16 +520,19 @@ static int mark_extent(void *arg, const struct kv_extent_rec *r)
 static int recover_space(struct kvfs *fs)
 {
 	struct kv_reclaim_stats rs = { 0 };
+	bool walked;
 	int rc;
 
 	rc = kv_index_extent_walk(fs->idx, mark_extent, fs->store);
-	if (rc < 0) {
+	walked = rc == 0;
+	if (walked)
+		rc = kv_store_reclaim(fs->store, &rs);   /* refuses overlaps first */
+	if (rc < 0 && (!walked || rc == KV_ERR_CORRUPT)) {
 		kv_log(KV_LOG_ERR, "manifest extents do not match the segment files of %s: %s; "
 		       "nothing was changed (see docs/format.md, recovery)",
 		       fs->store_dir, kv_strerror(rc));
 		return rc;
 	}
-	rc = kv_store_reclaim(fs->store, &rs);
 	if (rc < 0)
 		return rc;
 	if (rs.bytes_reclaimed || rs.segments_removed)

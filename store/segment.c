@@ -115,20 +115,28 @@ int rangevec_insert_free(struct rangevec *rv, uint64_t off, uint64_t len)
 	return 0;
 }
 
-/*
- * Insert a marked extent, no merging. -EEXIST on overlap. Recovery usually
- * marks in allocation order, so appending is checked first and is O(1).
- */
-int rangevec_insert_mark(struct rangevec *rv, uint64_t off, uint64_t len)
+static int range_cmp(const void *a, const void *b)
 {
-	size_t i;
+	const struct range *x = a, *y = b;
 
-	if (rv->n == 0 || rv->v[rv->n - 1].off + rv->v[rv->n - 1].len <= off)
-		return rangevec_push(rv, off, len);
-	i = rangevec_lower(rv, off);
-	if (i < rv->n && rv->v[i].off < off + len)
-		return -EEXIST;
-	return rangevec_insert_at(rv, i, off, len);
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/*
+ * Recovery marks extents in whatever order the index hands them out (hash
+ * slots, not offsets), so they are pushed unsorted and sorted once here:
+ * O(n log n) in all, where inserting each in place was O(n^2) in memmove.
+ * Returns the index i of the first range that overlaps range i - 1, or 0
+ * if none does (the list is then sorted and disjoint).
+ */
+size_t rangevec_sort_check(struct rangevec *rv)
+{
+	if (rv->n > 1)
+		qsort(rv->v, rv->n, sizeof(rv->v[0]), range_cmp);
+	for (size_t i = 1; i < rv->n; i++)
+		if (rv->v[i - 1].off + rv->v[i - 1].len > rv->v[i].off)
+			return i;
+	return 0;
 }
 
 /*

@@ -114,10 +114,12 @@ int kv_store_open(const struct kv_store_opts *o, struct kv_store **out);
 void kv_store_close(struct kv_store *s);
 
 /*
- * Recovery, step 1: declare one committed extent. Returns KV_ERR_CORRUPT if it
- * lies outside its segment size, in a stripe that does not exist, in a segment
- * file that is missing or too short, or overlaps an extent already marked.
- * -EINVAL once kv_store_reclaim has run.
+ * Recovery, step 1: declare one committed extent, in any order. Returns
+ * KV_ERR_CORRUPT (and a log line) if it is empty or misaligned, lies outside
+ * its segment size, in a stripe that does not exist, or in a segment file
+ * that is missing or too short; -ENOMEM; -EINVAL once kv_store_reclaim has
+ * run. Two marked extents that overlap are refused by kv_store_reclaim,
+ * which sorts each segment's marks once (O(n log n) for n marks).
  */
 int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e);
 
@@ -132,8 +134,10 @@ struct kv_reclaim_stats {
  * Recovery, step 2: every byte of every segment not covered by a marked
  * extent is returned to the filesystem (punched, tail truncated, empty
  * segments unlinked), and the allocator is built from what remains. Runs
- * once (-EINVAL the second time); st may be NULL. On error the allocator
- * stays unusable: close the store.
+ * once (-EINVAL the second time); st may be NULL. KV_ERR_CORRUPT (and a log
+ * line naming both) if two marked extents overlap: then nothing has been
+ * punched, truncated or unlinked yet. On error the allocator stays
+ * unusable: close the store.
  */
 int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
 
