@@ -657,7 +657,7 @@ int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 	int rc;
 
 	*out = NULL;
-	io.buf = kv_buf_alloc(kv_extent_footprint(e));
+	io.buf = kv_buf_get(kv_extent_footprint(e));   /* the read fills it */
 	if (!io.buf)
 		return -ENOMEM;
 	rc = store_read_sync(s, &io);
@@ -678,6 +678,6 @@ int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 	return 0;
 
 fail:
-	free(io.buf);
+	kv_buf_put(io.buf, kv_extent_footprint(e));
 	return rc;
 }
