@@ -71,7 +71,9 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 	if (r->id == 0 || r->ext.length == 0 || r->ext.offset % KV_ALIGN ||
 	    r->refcount == 0)
 		return -EINVAL;
-	e = idx_xent_find(x, r->id);
+	/* next_ext is above every id put: a new one needs no probe (a
+	 * mount loads ids in ascending order, so every one is new). */
+	e = r->id < x->next_ext ? idx_xent_find(x, r->id) : NULL;
 	if (e) {
 		/* Out of the key table while its key changes; re-adding cannot
 		 * grow the table. */

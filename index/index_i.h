@@ -72,7 +72,7 @@ struct kv_index {
 	struct htab ext_by_key;       /* struct xent *, by (hash, length), multimap */
 	struct node *root;
 	uint64_t next_ino;            /* above every inode added or handed out */
-	uint64_t next_ext;
+	uint64_t next_ext;            /* above every extent id put or handed out */
 	struct kv_index_stats st;
 };
 
