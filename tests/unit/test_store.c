@@ -347,13 +347,13 @@ static void test_mark_used_corrupt(void **state)
 /* A store whose only segment file is size bytes long (sparse): extents can
  * be marked anywhere in it without writing them first. */
 static struct kv_store *open_sparse(struct tstore *t, const char *name,
-				    uint64_t size)
+				    uint64_t segsize, uint64_t size)
 {
 	struct kv_store *s;
 	char p[300];
 	int fd;
 
-	tstore_init(t, name, 1, 256 * MIB);
+	tstore_init(t, name, 1, segsize);
 	s = tstore_open(t);
 	kv_store_close(s);
 	seg_path(t, 0, 0, p, sizeof(p));
@@ -403,7 +403,7 @@ static void test_mark_out_of_order(void **state)
 	struct tstore t;
 	uint64_t marked = 0;
 
-	s = open_sparse(&t, "unsorted", (uint64_t)N * 4096);
+	s = open_sparse(&t, "unsorted", 256 * MIB, (uint64_t)N * 4096);
 	for (uint32_t i = 0; i < N; i++) {
 		if (blk[i] % 3 == 1)
 			continue;
@@ -432,6 +432,34 @@ static void test_mark_out_of_order(void **state)
 	free(blk);
 }
 
+/* Offsets far apart (keys of 23 bits: three radix passes), shuffled. */
+static void test_mark_far_apart(void **state)
+{
+	enum { N = 2000 };
+	const uint64_t stride = 16 * MIB + 4096;
+	uint32_t *blk = shuffled_blocks(N);
+	struct kv_store_usage u;
+	struct kv_extent e, n;
+	struct kv_store *s;
+	struct tstore t;
+
+	s = open_sparse(&t, "far", 32 * 1024 * MIB, N * stride);
+	for (uint32_t i = 0; i < N; i++) {
+		e = (struct kv_extent){ .offset = blk[i] * stride, .length = 4096 };
+		assert_int_equal(kv_store_mark_used(s, &e), 0);
+	}
+	e = (struct kv_extent){ .offset = 1000 * stride + 4096, .length = 4096 };
+	assert_int_equal(kv_store_mark_used(s, &e), 0);   /* touches, no overlap */
+	assert_int_equal(kv_store_reclaim(s, NULL), 0);
+	kv_store_usage(s, &u);
+	assert_int_equal(u.extents, N + 1);
+	/* first fit: the gap right after the extent at 0 */
+	assert_int_equal(kv_extent_alloc(s, 4096, &n), 0);
+	assert_int_equal(n.offset, 4096);
+	kv_store_close(s);
+	free(blk);
+}
+
 /*
  * Overlaps are found after the sort, wherever the two marks came in the
  * sequence: reclaim refuses them with KV_ERR_CORRUPT and a line naming
@@ -456,7 +484,7 @@ static void test_mark_overlap_refused(void **state)
 		char name[32];
 
 		snprintf(name, sizeof(name), "overlap%u", d);
-		s = open_sparse(&t, name, (uint64_t)(N + 1) * 4096);
+		s = open_sparse(&t, name, 256 * MIB, (uint64_t)(N + 1) * 4096);
 		before = seg_stat(&t, 0, 0);
 		for (uint32_t i = 0; i < N; i++) {
 			if (blk[i] == 2501)
@@ -577,6 +605,7 @@ int main(void)
 		cmocka_unit_test(test_recovery_reclaim),
 		cmocka_unit_test(test_mark_used_corrupt),
 		cmocka_unit_test(test_mark_out_of_order),
+		cmocka_unit_test(test_mark_far_apart),
 		cmocka_unit_test(test_mark_overlap_refused),
 		cmocka_unit_test(test_stray_files_ignored),
 		cmocka_unit_test(test_buffered_mode),
