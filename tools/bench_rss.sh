@@ -59,7 +59,7 @@ for _ in $(seq 100); do grep -q " $DIR/mnt fuse.kvfs " /proc/mounts && break; sl
 	--kv-heads 1 --head-dim $(( SIZE / 64 )) --dtype f16 --page-tokens 16 >/dev/null
 start=$(date +%s.%N)
 "$KVFS" import --quiet "$DIR/src" "$DIR/mnt/bench" >/dev/null
-secs=$(echo "$(date +%s.%N) - $start" | bc)
+secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 sleep 2   # let the committer drain the write-back
 rss=$(awk '/^VmRSS/ {print $2 * 1024}' "/proc/$DPID/status")
 hwm=$(awk '/^VmHWM/ {print $2 * 1024}' "/proc/$DPID/status")
