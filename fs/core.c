@@ -80,7 +80,7 @@ struct kvfs_data *kvfs_data_new(uint64_t cap)
 	cap = (cap + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
 	if (cap == 0)
 		cap = KV_ALIGN;
-	d->bytes = kv_buf_alloc(cap);
+	d->bytes = kv_buf_get(cap);   /* not zeroed: see kvfs_data in kvfs_i.h */
 	if (!d->bytes) {
 		free(d);
 		return NULL;
@@ -99,9 +99,15 @@ struct kvfs_data *kvfs_data_get(struct kvfs_data *d)
 void kvfs_data_put(struct kvfs_data *d)
 {
 	if (d && atomic_fetch_sub(&d->refs, 1) == 1) {
-		free(d->bytes);
+		kv_buf_put(d->bytes, d->cap);
 		free(d);
 	}
+}
+
+uint64_t kvfs_data_footprint(const struct kvfs_data *d)
+{
+	/* the struct and malloc's header for it */
+	return kv_buf_footprint(d->cap) + sizeof(*d) + 16;
 }
 
 int kvfs_data_reserve(struct kvfs_data *d, uint64_t need)
@@ -113,11 +119,11 @@ int kvfs_data_reserve(struct kvfs_data *d, uint64_t need)
 		return 0;
 	while (cap < need)
 		cap *= 2;
-	nb = kv_buf_alloc(cap);   /* zeroed: holes in a page read as zeros */
+	nb = kv_buf_get(cap);   /* past d->size: undefined, as before */
 	if (!nb)
 		return -ENOMEM;
 	memcpy(nb, d->bytes, d->size);
-	free(d->bytes);
+	kv_buf_put(d->bytes, d->cap);
 	d->bytes = nb;
 	d->cap = cap;
 	return 0;
@@ -554,16 +560,19 @@ static int mark_extent(void *arg, const struct kv_extent_rec *r)
 static int recover_space(struct kvfs *fs)
 {
 	struct kv_reclaim_stats rs = { 0 };
+	bool walked;
 	int rc;
 
 	rc = kv_index_extent_walk(fs->idx, mark_extent, fs->store);
-	if (rc < 0) {
+	walked = rc == 0;
+	if (walked)
+		rc = kv_store_reclaim(fs->store, &rs);   /* refuses overlaps first */
+	if (rc < 0 && (!walked || rc == KV_ERR_CORRUPT)) {
 		kv_log(KV_LOG_ERR, "manifest extents do not match the segment files of %s: %s; "
 		       "nothing was changed (see docs/format.md, recovery)",
 		       fs->store_dir, kv_strerror(rc));
 		return rc;
 	}
-	rc = kv_store_reclaim(fs->store, &rs);
 	if (rc < 0)
 		return rc;
 	if (rs.bytes_reclaimed || rs.segments_removed)

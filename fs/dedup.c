@@ -40,7 +40,7 @@ static bool same_bytes(struct kvfs *fs, const struct kv_extent_rec *c,
 	if (rc < 0)
 		return false;   /* logged by the store; write a fresh copy */
 	same = memcmp(buf, d->bytes, d->size) == 0;
-	free(buf);
+	kv_buf_put(buf, kv_extent_footprint(&c->ext));
 	if (!same) {
 		atomic_fetch_add(&fs->st.dedup_mismatches, 1);
 		kv_log(KV_LOG_INFO, "dedup: extent %" PRIu64 " has the same XXH3-128 and "

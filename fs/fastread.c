@@ -77,7 +77,7 @@ static void chunk_fill(struct chunk *c, struct fp_page *pages, uint32_t n,
 		if (direct_ok(b, p)) {
 			io->buf = b->r->base + b->d[p->idx].dst_off;
 		} else {
-			c->bounce[c->n] = kv_buf_alloc(fp);
+			c->bounce[c->n] = kv_buf_get(fp);   /* the read fills it */
 			if (!c->bounce[c->n]) {
 				b->status[p->idx] = -ENOMEM;
 				continue;
@@ -120,7 +120,7 @@ static int32_t reread_page(struct fp_batch *b, const struct fp_page *p)
 	kv_log(KV_LOG_WARN, "fast path: page inode %" PRIu64 " read fine a second time: region %016" PRIx64 "'s memory changed under its registration",
 	       p->ino, b->r->id);
 	rc = kvfs_region_store(b->r, b->d[p->idx].dst_off, buf, p->size);
-	free(buf);
+	kv_buf_put(buf, kv_extent_footprint(&p->ext));
 	return rc;
 }
 
@@ -164,9 +164,9 @@ static void *copy_buf(uint64_t fp, uint64_t size)
 {
 	void *p;
 
-	if (posix_memalign(&p, KV_ALIGN, fp))
-		return NULL;
-	memset((uint8_t *)p + size, 0, fp - size);
+	p = kv_buf_get(fp);
+	if (p)
+		memset((uint8_t *)p + size, 0, fp - size);
 	return p;
 }
 
@@ -202,7 +202,7 @@ static void promote(struct chunk *c, unsigned k)
 		if (!d->bytes ||
 		    kvfs_region_load(b->r, b->d[p->idx].dst_off, d->bytes, p->size) < 0 ||
 		    (kv_hash128(d->bytes, p->size, h), memcmp(h, p->hash, KV_HASH_LEN))) {
-			free(d->bytes);
+			kv_buf_put(d->bytes, fp);
 			free(d);
 			return;
 		}
@@ -227,7 +227,7 @@ static void verify(struct chunk *c, unsigned k)
 		atomic_fetch_add(&c->b->fs->st.pages_read_disk, 1);
 		promote(c, k);
 	}
-	free(c->bounce[k]);
+	kv_buf_put(c->bounce[k], kv_extent_footprint(&c->pg[k]->ext));
 	c->bounce[k] = NULL;
 }
 

@@ -233,8 +233,9 @@ static void unstage(struct wbatch *w, struct wpage *p)
 }
 
 /* Charge the budget (may sleep: no lock held) and copy the page's bytes
- * out of the region into a buffer of the daemon's own. The buffer is
- * zeroed past the payload, as the O_DIRECT write of the footprint needs. */
+ * out of the region into a buffer of the daemon's own: a reused one, not
+ * zeroed (the copy overwrites the payload; place_payload zeroes the
+ * padding the O_DIRECT write of the footprint sends). */
 static int32_t stage(struct wbatch *w, struct wpage *p)
 {
 	uint64_t cap = (p->size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);

@@ -25,8 +25,14 @@
 #include "store.h"
 #include "fs.h"
 
-/* A page payload in RAM, shared by reference between the writer, the
- * committer and readers until the page is durable. */
+/*
+ * A page payload in RAM, shared by reference between the writer, the
+ * committer and readers until the page is durable. bytes comes from
+ * kv_buf_get(cap) and goes back with kv_buf_put(bytes, cap). Bytes past
+ * size are undefined (buffers are reused, not zeroed): whoever grows size
+ * over bytes it does not write zeroes them (holes read as zeros), and a
+ * write of the footprint zeroes its padding first (kvfs_page_seal).
+ */
 struct kvfs_data {
 	atomic_int refs;
 	uint64_t size;    /* payload bytes */
@@ -34,11 +40,14 @@ struct kvfs_data {
 	uint8_t *bytes;   /* KV_ALIGN aligned */
 };
 
+/* size 0, cap bytes (rounded up to KV_ALIGN) of undefined content */
 struct kvfs_data *kvfs_data_new(uint64_t cap);
 struct kvfs_data *kvfs_data_get(struct kvfs_data *d);
 void kvfs_data_put(struct kvfs_data *d);
-/* Grow to hold at least need bytes (keeps contents, zero-fills). */
+/* Grow to hold at least need bytes (keeps the first size bytes). */
 int kvfs_data_reserve(struct kvfs_data *d, uint64_t need);
+/* RAM a payload holds while it is kept: buffer and bookkeeping. */
+uint64_t kvfs_data_footprint(const struct kvfs_data *d);
 
 /*
  * Runtime state of a page the kernel has open, or whose payload is in RAM

@@ -437,7 +437,11 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	}
 	/* The kernel serialises writes, truncates and the final release of one
 	 * inode, and the buffer only moves under ns_lock (above), so the bytes
-	 * are ours to fill without holding it. */
+	 * are ours to fill without holding it; so is size, which only this
+	 * writer changes. Bytes past size are undefined (kvfs_data): a hole
+	 * the write leaves before off must read as zeros. */
+	if ((uint64_t)off > d->size)
+		memset(d->bytes + d->size, 0, (uint64_t)off - d->size);
 	memcpy(d->bytes + off, buf, size);
 	pthread_mutex_lock(&fs->ns_lock);
 	if (end > d->size)
@@ -473,8 +477,8 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 		rc = kvfs_data_reserve(l->wbuf, size);
 	if (rc < 0)
 		return rc;
-	if (size < l->wbuf->size)    /* growing again must read zeros */
-		memset(l->wbuf->bytes + size, 0, l->wbuf->size - size);
+	if (size > l->wbuf->size)    /* what it grows by reads as zeros */
+		memset(l->wbuf->bytes + l->wbuf->size, 0, size - l->wbuf->size);
 	l->wbuf->size = size;
 	n.size = size;
 	return l->unlinked ? 0 : kv_index_update(fs->idx, ino, &n, KV_UPD_SIZE);

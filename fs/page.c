@@ -290,7 +290,7 @@ static int load_from_disk(struct kvfs *fs, const struct kv_node_info *n,
 	}
 	d = calloc(1, sizeof(*d));
 	if (!d) {
-		free(buf);
+		kv_buf_put(buf, kv_extent_footprint(&n->ext));
 		return -ENOMEM;
 	}
 	d->bytes = buf;

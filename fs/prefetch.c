@@ -77,7 +77,7 @@ static void landed(void *arg, struct kv_io *io)
 	unsigned k = (unsigned)(io - l->io);
 
 	if (keep_page(l->fs, l->pg[k], io->buf, io->res) < 0) {
-		free(io->buf);
+		kv_buf_put(io->buf, kv_extent_footprint(&io->ext));
 		l->dropped++;
 	}
 }
@@ -100,7 +100,7 @@ static void load_batch(struct kvfs *fs, struct pf_item **items, unsigned n)
 			continue;    /* loaded meanwhile */
 		l->io[k].op = KV_IO_READ;
 		l->io[k].ext = p->ext;
-		l->io[k].buf = kv_buf_alloc(kv_extent_footprint(&p->ext));
+		l->io[k].buf = kv_buf_get(kv_extent_footprint(&p->ext));
 		l->pg[k] = p;
 		if (l->io[k].buf)
 			k++;

@@ -23,7 +23,7 @@
 struct ram_ent {
 	uint64_t id;
 	struct kvfs_data *d;
-	uint64_t bytes;            /* charged to the budget: d->cap */
+	uint64_t bytes;            /* charged to the budget: ent_bytes() */
 	bool protect;
 	bool prefetched;           /* loaded by PREFETCH and not read since */
 	struct ram_ent *prev, *next;   /* its class's LRU, most recent first */
@@ -174,6 +174,19 @@ static void remove_ent(struct kvfs_ram *r, struct ram_ent *e)
 	free(e);
 }
 
+/*
+ * What keeping d costs in RAM, all of it: the buffer as the allocator holds
+ * it (kv_buf_footprint: a 4 KiB page is 4 KiB and a few pointers, where a
+ * posix_memalign'd one was about 8 KiB), the payload's struct, this entry
+ * and its share of the hash table (at most two buckets per entry). So the
+ * tier's memory is its budget, not 2-2.7 times it (issue 21).
+ */
+static uint64_t ent_bytes(const struct kvfs_data *d)
+{
+	return kvfs_data_footprint(d) + sizeof(struct ram_ent) + 16 +
+	       2 * sizeof(struct ram_ent *);
+}
+
 /* Evict least recently used payloads, ordinary ones first, until need
  * more bytes fit. */
 static void make_room(struct kvfs_ram *r, uint64_t need)
@@ -259,7 +272,7 @@ void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 
 	/* One payload may take at most half the budget: a tier that holds a
 	 * single page thrashes on every other read. */
-	if (!r || !r->budget || d->cap > r->budget / 2)
+	if (!r || !r->budget || ent_bytes(d) > r->budget / 2)
 		return;
 	pthread_mutex_lock(&r->lock);
 	pp = find_slot(r, id);
@@ -272,11 +285,11 @@ void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 		pthread_mutex_unlock(&r->lock);
 		return;
 	}
-	make_room(r, d->cap);
+	make_room(r, ent_bytes(d));
 	pp = find_slot(r, id);   /* eviction may have moved chains */
 	e->id = id;
 	e->d = kvfs_data_get(d);
-	e->bytes = d->cap;
+	e->bytes = ent_bytes(d);
 	e->protect = protect;
 	e->prefetched = origin == KVFS_RAM_PREFETCH;
 	e->hnext = *pp;

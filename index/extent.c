@@ -62,7 +62,8 @@ static void xent_set(struct kv_index *x, struct xent *e, const struct kv_extent_
 	x->st.extent_bytes += kv_extent_footprint(&e->ext);
 }
 
-int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r)
+int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
+			struct xent **out)
 {
 	struct xent *e;
 	int rc;
@@ -70,14 +71,16 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r)
 	if (r->id == 0 || r->ext.length == 0 || r->ext.offset % KV_ALIGN ||
 	    r->refcount == 0)
 		return -EINVAL;
-	e = idx_xent_find(x, r->id);
+	/* next_ext is above every id put: a new one needs no probe (a
+	 * mount loads ids in ascending order, so every one is new). */
+	e = r->id < x->next_ext ? idx_xent_find(x, r->id) : NULL;
 	if (e) {
 		/* Out of the key table while its key changes; re-adding cannot
 		 * grow the table. */
 		htab_remove(&x->ext_by_key, e);
 		xent_set(x, e, r);
 		htab_insert(&x->ext_by_key, e);
-		return 0;
+		goto done;
 	}
 	if ((rc = htab_reserve(&x->ext_by_id, 1)) || (rc = htab_reserve(&x->ext_by_key, 1)))
 		return rc;
@@ -91,6 +94,9 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r)
 	x->st.extents++;
 	if (e->id >= x->next_ext)
 		x->next_ext = e->id + 1;
+done:
+	if (out)
+		*out = e;
 	return 0;
 }
 
@@ -99,7 +105,7 @@ int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r)
 	int rc;
 
 	pthread_rwlock_wrlock(&x->lock);
-	rc = idx_xent_put_locked(x, r);
+	rc = idx_xent_put_locked(x, r, NULL);
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }

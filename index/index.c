@@ -281,7 +281,8 @@ int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 		return -ENOENT;
 	if (parent->kind != parent_kind(in->kind))
 		return -ENOTDIR;
-	if (ino_find(x, in->ino))
+	/* next_ino is above every inode added: no probe for a new one */
+	if (in->ino < x->next_ino && ino_find(x, in->ino))
 		return -EEXIST;
 	h = name_hash(parent->ino, in->name, len);
 	if (name_find(x, parent->ino, in->name, len, h))

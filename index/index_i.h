@@ -72,7 +72,7 @@ struct kv_index {
 	struct htab ext_by_key;       /* struct xent *, by (hash, length), multimap */
 	struct node *root;
 	uint64_t next_ino;            /* above every inode added or handed out */
-	uint64_t next_ext;
+	uint64_t next_ext;            /* above every extent id put or handed out */
 	struct kv_index_stats st;
 };
 
@@ -81,7 +81,8 @@ struct kv_index {
 uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length);
 struct xent *idx_xent_find(const struct kv_index *x, uint64_t id);
 /* Insert or update an extent record. */
-int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r);
+int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
+			struct xent **out);   /* out (may be NULL): its entry */
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 

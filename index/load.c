@@ -63,6 +63,7 @@ static int load_layer(void *arg, const struct kv_layer_rec *r)
 
 static int load_extent(void *arg, const struct kv_extent_rec *r)
 {
+	struct xent *e;
 	int rc;
 
 	if (r->id == KV_EXTENT_EMPTY) {
@@ -74,10 +75,9 @@ static int load_extent(void *arg, const struct kv_extent_rec *r)
 		       r->ext.length);
 		return KV_ERR_CORRUPT;
 	}
-	rc = idx_xent_put_locked(arg, r);
-
+	rc = idx_xent_put_locked(arg, r, &e);
 	if (rc == 0)
-		idx_xent_find(arg, r->id)->durable = true;
+		e->durable = true;
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc < 0) {
@@ -141,10 +141,25 @@ static int load_verify(struct kv_index *x)
 	return rc;
 }
 
+/* Size the tables once for what the manifest holds: growing them row by
+ * row rehashes every entry about twice over. */
+static int load_counts(void *arg, uint64_t nodes, uint64_t extents)
+{
+	struct kv_index *x = arg;
+	int rc;
+
+	if ((rc = htab_reserve(&x->by_ino, nodes)) ||
+	    (rc = htab_reserve(&x->by_name, nodes)) ||
+	    (rc = htab_reserve(&x->ext_by_id, extents)) ||
+	    (rc = htab_reserve(&x->ext_by_key, extents)))
+		return rc;
+	return 0;
+}
+
 int kv_index_load(struct kv_index *x, struct kv_manifest *m)
 {
 	static const struct kv_manifest_visitor v = {
-		.model = load_model, .layer = load_layer,
+		.counts = load_counts, .model = load_model, .layer = load_layer,
 		.extent = load_extent, .page = load_page,
 	};
 	int rc;

@@ -232,13 +232,15 @@ int kv_manifest_touch_page(struct kv_manifest *m, uint64_t ino, int64_t atime_ns
  * wrong length, unaligned offsets, extents past their segment or stripe,
  * page size != extent length, refcount 0...) give KV_ERR_CORRUPT with a log
  * line naming the table, key and column. Whether references resolve (a
- * page's extent, a layer's model) is the visitor's to check.
+ * page's extent, a layer's model) is the visitor's to check. counts (may
+ * be NULL) is told first how many rows follow, so tables can be sized once.
  */
 struct kv_manifest_visitor {
 	int (*model)(void *arg, const struct kv_model_rec *r);
 	int (*layer)(void *arg, const struct kv_layer_rec *r);
 	int (*extent)(void *arg, const struct kv_extent_rec *r);
 	int (*page)(void *arg, const struct kv_page_rec *r);
+	int (*counts)(void *arg, uint64_t nodes, uint64_t extents);
 };
 int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 		     void *arg);

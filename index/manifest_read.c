@@ -282,6 +282,26 @@ static int load_limits(struct load *l)
 	return 0;
 }
 
+/* Rows to come (models, layers and pages are nodes), for visitor->counts. */
+static int load_counts(struct load *l)
+{
+	struct kv_manifest *m = l->m;
+	sqlite3_stmt *st;
+	int64_t nodes, extents;
+	int rc;
+
+	rc = mf_query_row(m->db, m->path, "SELECT (SELECT count(*) FROM models) + "
+			  "(SELECT count(*) FROM layers) + (SELECT count(*) FROM pages), "
+			  "(SELECT count(*) FROM extents)", NULL, &st);
+	if (rc <= 0)
+		return rc;
+	nodes = sqlite3_column_int64(st, 0);
+	extents = sqlite3_column_int64(st, 1);
+	sqlite3_finalize(st);
+	return l->v->counts(l->arg, nodes > 0 ? (uint64_t)nodes : 0,
+			    extents > 0 ? (uint64_t)extents : 0);
+}
+
 static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 		     void *arg, char *err, size_t errlen)
 {
@@ -289,6 +309,8 @@ static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 	int rc;
 
 	rc = load_limits(&l);
+	if (rc == 0 && v && v->counts)
+		rc = load_counts(&l);
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT ino, name, " ATTR_COLS ", layers, kv_heads, "

@@ -115,20 +115,78 @@ int rangevec_insert_free(struct rangevec *rv, uint64_t off, uint64_t len)
 	return 0;
 }
 
-/*
- * Insert a marked extent, no merging. -EEXIST on overlap. Recovery usually
- * marks in allocation order, so appending is checked first and is O(1).
- */
-int rangevec_insert_mark(struct rangevec *rv, uint64_t off, uint64_t len)
-{
-	size_t i;
+#define RADIX_BITS 11
+#define RADIX (1u << RADIX_BITS)
 
-	if (rv->n == 0 || rv->v[rv->n - 1].off + rv->v[rv->n - 1].len <= off)
-		return rangevec_push(rv, off, len);
-	i = rangevec_lower(rv, off);
-	if (i < rv->n && rv->v[i].off < off + len)
-		return -EEXIST;
-	return rangevec_insert_at(rv, i, off, len);
+/*
+ * Sort by offset: LSD radix sort on offset / KV_ALIGN (aligned, and below
+ * the segment size, so a 1 GiB segment's keys have 18 bits: two passes),
+ * or qsort where no temporary array can be had.
+ */
+static int range_cmp(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static void rangevec_sort(struct rangevec *rv)
+{
+	struct range *tmp, *src = rv->v, *dst;
+	uint64_t max = 0;
+	size_t *count;
+
+	for (size_t i = 0; i < rv->n; i++)
+		max |= rv->v[i].off;
+	max /= KV_ALIGN;
+	tmp = malloc(rv->n * sizeof(*tmp));
+	count = malloc(RADIX * sizeof(*count));
+	if (!tmp || !count) {
+		free(tmp);
+		free(count);
+		qsort(rv->v, rv->n, sizeof(rv->v[0]), range_cmp);
+		return;
+	}
+	dst = tmp;
+	for (unsigned shift = 0; shift < 64 && (max >> shift); shift += RADIX_BITS) {
+		size_t sum = 0;
+
+		memset(count, 0, RADIX * sizeof(*count));
+		for (size_t i = 0; i < rv->n; i++)
+			count[(src[i].off / KV_ALIGN >> shift) & (RADIX - 1)]++;
+		for (size_t d = 0; d < RADIX; d++) {
+			size_t c = count[d];
+
+			count[d] = sum;
+			sum += c;
+		}
+		for (size_t i = 0; i < rv->n; i++)
+			dst[count[(src[i].off / KV_ALIGN >> shift) & (RADIX - 1)]++] = src[i];
+		dst = src;
+		src = src == rv->v ? tmp : rv->v;
+	}
+	if (src != rv->v)
+		memcpy(rv->v, src, rv->n * sizeof(*src));
+	free(tmp);
+	free(count);
+}
+
+/*
+ * Recovery marks extents in whatever order the index hands them out (hash
+ * slots, not offsets), so they are pushed unsorted and sorted once here:
+ * O(n) in all (n log n where it falls back to qsort), where inserting each
+ * in place was O(n^2) in memmove. Offsets are KV_ALIGN-aligned (checked
+ * when marked). Returns the index i of the first range that overlaps range
+ * i - 1, or 0 if none does (the list is then sorted and disjoint).
+ */
+size_t rangevec_sort_check(struct rangevec *rv)
+{
+	if (rv->n > 1)
+		rangevec_sort(rv);
+	for (size_t i = 1; i < rv->n; i++)
+		if (rv->v[i - 1].off + rv->v[i - 1].len > rv->v[i].off)
+			return i;
+	return 0;
 }
 
 /*

@@ -483,9 +483,8 @@ int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e)
 	} else if (seg->file_size < e->offset + fp) {
 		rc = mark_invalid(e, "segment file too short");
 	} else {
-		rc = rangevec_insert_mark(&seg->marks, e->offset, fp);
-		if (rc == -EEXIST)
-			rc = mark_invalid(e, "overlaps another extent");
+		/* overlaps are found by kv_store_reclaim, after one sort */
+		rc = rangevec_push(&seg->marks, e->offset, fp);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
@@ -563,6 +562,32 @@ static int stripe_reclaim(struct kv_store *s, struct stripe *st,
 	return 0;
 }
 
+/*
+ * Sort every segment's marks and refuse two that overlap, before anything
+ * is punched: a manifest that claims one byte twice changes nothing.
+ */
+static int marks_check(struct kv_store *s)
+{
+	for (unsigned i = 0; i < s->nstripes; i++) {
+		const struct stripe *st = &s->stripes[i];
+
+		for (size_t j = 0; j < st->nsegs; j++) {
+			struct rangevec *m = &st->segs[j]->marks;
+			size_t k = rangevec_sort_check(m);
+
+			if (k == 0)
+				continue;
+			kv_log(KV_LOG_ERR, "manifest extents on stripe %u segment %"
+			       PRIu32 " at offset %" PRIu64 " (%" PRIu64 " bytes on "
+			       "disk) and offset %" PRIu64 " (%" PRIu64 " bytes) overlap",
+			       i, st->segs[j]->num, m->v[k - 1].off, m->v[k - 1].len,
+			       m->v[k].off, m->v[k].len);
+			return KV_ERR_CORRUPT;
+		}
+	}
+	return 0;
+}
+
 int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
 {
 	struct kv_reclaim_stats stats = { 0 };
@@ -574,6 +599,7 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
 		rc = -EINVAL;
 		goto out;
 	}
+	rc = marks_check(s);
 	for (unsigned i = 0; i < s->nstripes && !rc; i++)
 		rc = stripe_reclaim(s, &s->stripes[i], &stats);
 	if (rc)
@@ -631,7 +657,7 @@ int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 	int rc;
 
 	*out = NULL;
-	io.buf = kv_buf_alloc(kv_extent_footprint(e));
+	io.buf = kv_buf_get(kv_extent_footprint(e));   /* the read fills it */
 	if (!io.buf)
 		return -ENOMEM;
 	rc = store_read_sync(s, &io);
@@ -652,6 +678,6 @@ int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 	return 0;
 
 fail:
-	free(io.buf);
+	kv_buf_put(io.buf, kv_extent_footprint(e));
 	return rc;
 }

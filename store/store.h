@@ -114,10 +114,12 @@ int kv_store_open(const struct kv_store_opts *o, struct kv_store **out);
 void kv_store_close(struct kv_store *s);
 
 /*
- * Recovery, step 1: declare one committed extent. Returns KV_ERR_CORRUPT if it
- * lies outside its segment size, in a stripe that does not exist, in a segment
- * file that is missing or too short, or overlaps an extent already marked.
- * -EINVAL once kv_store_reclaim has run.
+ * Recovery, step 1: declare one committed extent, in any order. Returns
+ * KV_ERR_CORRUPT (and a log line) if it is empty or misaligned, lies outside
+ * its segment size, in a stripe that does not exist, or in a segment file
+ * that is missing or too short; -ENOMEM; -EINVAL once kv_store_reclaim has
+ * run. Two marked extents that overlap are refused by kv_store_reclaim,
+ * which sorts each segment's marks once (O(n log n) for n marks).
  */
 int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e);
 
@@ -132,8 +134,10 @@ struct kv_reclaim_stats {
  * Recovery, step 2: every byte of every segment not covered by a marked
  * extent is returned to the filesystem (punched, tail truncated, empty
  * segments unlinked), and the allocator is built from what remains. Runs
- * once (-EINVAL the second time); st may be NULL. On error the allocator
- * stays unusable: close the store.
+ * once (-EINVAL the second time); st may be NULL. KV_ERR_CORRUPT (and a log
+ * line naming both) if two marked extents overlap: then nothing has been
+ * punched, truncated or unlinked yet. On error the allocator stays
+ * unusable: close the store.
  */
 int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
 
@@ -231,17 +235,47 @@ void kv_store_fixed_forget(uint64_t key);
 int kv_store_sync(struct kv_store *s, const struct kv_extent *e, unsigned n);
 
 /*
- * Read one extent into a fresh KV_ALIGN-aligned buffer (free with free())
- * and verify it against hash. KV_ERR_CHECKSUM (with a log line naming the
- * extent) if it does not match: no byte of a bad payload is handed out.
+ * Read one extent into a buffer from kv_buf_get (give it back with
+ * kv_buf_put(*out, kv_extent_footprint(e))) and verify it against hash.
+ * KV_ERR_CHECKSUM (with a log line naming the extent) if it does not
+ * match: no byte of a bad payload is handed out.
  * The read runs on the calling thread's own small ring (one io_uring_enter,
  * no hand-off to the I/O thread), since the caller waits for it anyway.
  */
 int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 			   const uint8_t hash[KV_HASH_LEN], void **out);
 
-/* Allocate a zeroed KV_ALIGN-aligned buffer of at least len bytes, NULL on OOM. */
+/* Allocate a zeroed KV_ALIGN-aligned buffer of at least len bytes, NULL on
+ * OOM. Release it with free(). For tests and cold paths: payloads use
+ * kv_buf_get. */
 void *kv_buf_alloc(size_t len);
+
+/*
+ * Payload buffers (buf.c). kv_buf_get: a KV_ALIGN-aligned buffer of len
+ * bytes rounded up to KV_ALIGN (at least KV_ALIGN), whose bytes are
+ * undefined (a reused buffer holds an earlier payload, a fresh one zeros):
+ * the caller overwrites every byte it uses and zeroes any padding a write
+ * sends. NULL on OOM. kv_buf_put(p, len) gives it back, with the same len
+ * (or any len rounding to the same size); p may be NULL. Never free() one.
+ * kv_buf_footprint(len): the RAM such a buffer occupies while it is held,
+ * bookkeeping included. Freed buffers stay resident up to KV_BUF_IDLE_MAX
+ * bytes for those of at most KV_BUF_SLAB_MAX bytes and as much again for
+ * larger ones; the rest is returned to the kernel. Thread-safe.
+ */
+#define KV_BUF_SLAB_MAX (64u << 10)
+#define KV_BUF_IDLE_MAX (32ull << 20)
+void *kv_buf_get(size_t len);
+void kv_buf_put(void *p, size_t len);
+uint64_t kv_buf_footprint(size_t len);
+
+struct kv_buf_stats {
+	uint64_t gets;          /* kv_buf_get calls */
+	uint64_t reused;        /* ... served by a buffer freed before */
+	uint64_t slab_bytes;    /* mapped for small buffers, ever (never unmapped) */
+	uint64_t idle_small;    /* freed small buffers kept resident */
+	uint64_t idle_large;    /* freed large buffers kept */
+};
+void kv_buf_stats(struct kv_buf_stats *st);
 
 struct kv_store_usage {
 	uint64_t capacity;        /* budget, or total bytes of the stripe filesystems */

@@ -26,7 +26,8 @@
 #define MARKER_TMP_NAME "kvfs-stripe.tmp"
 #define SEG_NAME_MAX 32
 
-/* A sorted array of disjoint byte ranges. */
+/* A sorted array of disjoint byte ranges (segment.marks: unsorted until
+ * kv_store_reclaim sorts and checks it). */
 struct range {
 	uint64_t off;
 	uint64_t len;
@@ -53,7 +54,8 @@ struct segment {
 	uint64_t largest_free;  /* longest range in freel, cached for alloc */
 	uint64_t file_size;     /* size found at open; recovery validation */
 	struct rangevec freel;  /* punched ranges below bump, coalesced */
-	struct rangevec marks;  /* recovery only: extents marked used */
+	struct rangevec marks;  /* recovery only: extents marked used, in the
+	                         * order marked until reclaim sorts them */
 };
 
 struct stripe {
@@ -151,7 +153,7 @@ void segment_name(uint32_t num, char out[SEG_NAME_MAX]);
 
 int rangevec_push(struct rangevec *rv, uint64_t off, uint64_t len);
 int rangevec_insert_free(struct rangevec *rv, uint64_t off, uint64_t len);
-int rangevec_insert_mark(struct rangevec *rv, uint64_t off, uint64_t len);
+size_t rangevec_sort_check(struct rangevec *rv);
 bool rangevec_overlaps(const struct rangevec *rv, uint64_t off, uint64_t len);
 uint64_t rangevec_take(struct rangevec *rv, uint64_t len, uint64_t *off);
 uint64_t rangevec_span(const struct rangevec *rv, uint64_t off);

@@ -37,6 +37,8 @@ static void usage(FILE *f)
 		"                                 FUSE, raw io_uring on the extents, one file per page\n"
 		"  bench-files DIR [--pages N] [--size SIZE] [--layers N]\n"
 		"                                 write, then cold-read N page files under DIR\n"
+		"  bench-mount [--dir DIR] [--pages N,N,...] [--repeat R]\n"
+		"                                 time bringing up stores of N 4 KiB pages in one segment\n"
 		"  fsck STORE [--verify-data] [--repair | -n] [--json] [--progress | -q]\n"
 		"                                 check (and repair) a store that is not mounted\n"
 		"  gc STORE|MOUNT (--older-than DUR | --target-size SIZE) [--json] [--progress | -q]\n"
@@ -157,6 +159,8 @@ int main(int argc, char **argv)
 		return kvfs_cmd_fsck(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench-files"))
 		return kvfs_cmd_bench_files(argc - 1, argv + 1);
+	if (!strcmp(cmd, "bench-mount"))
+		return kvfs_cmd_bench_mount(argc - 1, argv + 1);
 	if (!strcmp(cmd, "import"))
 		return kvfs_cmd_import(argc - 1, argv + 1);
 	fprintf(stderr, "kvfs: unknown command \"%s\"\n\n", cmd);

@@ -164,7 +164,7 @@ class RamTier(unittest.TestCase):
         self.assertEqual(self.stats()["ram"]["prefetched"], N)
 
     def test_budget_and_shared_pages_last(self):
-        self.remount("ram_cache=4M")          # 16 pages
+        self.remount("ram_cache=4M")          # 15 pages and their bookkeeping
         # The shared pages first, then more ordinary pages than fit; each
         # twice, since a page is kept on its second read.
         for layer, names in ((2, self.names(2)),

@@ -104,7 +104,7 @@ static void test_read_verified(void **state)
 	assert_non_null(out);
 	assert_int_equal((uintptr_t)out % KV_ALIGN, 0);
 	assert_memory_equal(out, buf, len);
-	free(out);
+	kv_buf_put(out, len);
 
 	/* flip one byte on disk behind the store's back */
 	seg_path(&t, e.stripe, e.segment, p, sizeof(p));
