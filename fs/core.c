@@ -315,13 +315,14 @@ static int mkfs_meta(const char *dir, const struct kvfs_mkfs_opts *o,
 }
 
 static int open_store(const char *dir, const struct kv_store_meta *m,
-		      bool create, bool no_direct, struct kv_store **out)
+		      bool create, const struct kvfs_opts *o, struct kv_store **out)
 {
 	const char *paths[KV_MAX_STRIPES];
 	struct kv_store_opts so = {
 		.nstripes = m->nstripes, .stripes = paths, .uuid = m->uuid,
 		.segment_size = m->segment_size, .capacity = m->capacity,
-		.create = create, .no_direct = no_direct,
+		.create = create, .no_direct = o && o->no_direct,
+		.degraded = o && o->degraded,
 	};
 	char (*rel)[PATH_MAX] = calloc(m->nstripes, PATH_MAX);
 	unsigned i;
@@ -404,7 +405,7 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 	if (rc < 0)
 		goto out;
 	/* Stripes first: a manifest must never name stripes that do not exist. */
-	rc = open_store(dir, m, true, false, &s);
+	rc = open_store(dir, m, true, NULL, &s);
 	if (rc < 0)
 		goto out;
 	if (!m->capacity)
@@ -653,7 +654,13 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	}
 	if (fs->opts.capacity)
 		fs->meta.capacity = fs->opts.capacity;   /* -o capacity: this mount's budget */
-	rc = open_store(dir, &fs->meta, false, fs->opts.no_direct, &fs->store);
+	rc = open_store(dir, &fs->meta, false, &fs->opts, &fs->store);
+	if (!fs->opts.degraded && (rc == KV_ERR_NOTSTORE || rc == KV_ERR_MISMATCH ||
+				   rc == -ENOENT || rc == -ENOTDIR || rc == -EIO))
+		kv_log(KV_LOG_ERR, "a stripe of store %s cannot be opened (see above); "
+		       "if its disk is gone for now, mount with -o degraded: its pages "
+		       "then give EIO and nothing on it is written or reclaimed",
+		       dir);
 	if (rc == 0)
 		rc = check_capacity_fits(fs);
 	if (rc < 0)

@@ -122,6 +122,9 @@ static void mount_usage(FILE *f)
 		"                     evicting least recently used pages\n"
 		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
 		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
+		"  -o degraded        mount even if a stripe's directory or marker is\n"
+		"                     missing: its pages give EIO, nothing is written,\n"
+		"                     reclaimed or deleted there (docs/operators.md)\n"
 		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
 		"  -o fault_injection tests: let root make I/O fail on purpose\n"
 		"                     (setfattr -n user.kvfs.fault; docs/testing.md)\n"
@@ -171,6 +174,10 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	}
 	if (!strcmp(opt, "fault_injection")) {
 		c->opts.fault_injection = true;
+		return 1;
+	}
+	if (!strcmp(opt, "degraded")) {
+		c->opts.degraded = true;
 		return 1;
 	}
 	if (!strcmp(opt, "authoritative")) {

@@ -27,6 +27,8 @@ struct kvfs_opts {
 	unsigned evict_high;      /* % of capacity that starts eviction */
 	unsigned evict_low;       /* % of capacity eviction brings usage down to */
 	bool fault_injection;     /* tests: root may arm faults (user.kvfs.fault) */
+	bool degraded;            /* mount without stripes that cannot be opened
+	                           * (their pages give EIO); else refuse */
 };
 
 #define KVFS_MAX_PAGE_DEFAULT (64ull << 20)

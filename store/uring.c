@@ -333,8 +333,8 @@ static void io_fail(struct kv_store *s, struct kv_io *io, int err)
 	       "offset %" PRIu64 " failed: %s", s->stripes[e->stripe].path,
 	       e->segment, io->op == KV_IO_READ ? "read" : "write",
 	       kv_extent_footprint(e), e->offset, kv_strerror(err));
-	if (io->op == KV_IO_WRITE && (err == -ENOSPC || err == -EDQUOT))
-		stripe_mark_full(s, e->stripe);
+	if (io->op == KV_IO_WRITE)
+		stripe_write_failed(s, e->stripe, err);
 	io_complete(io);
 }
 
@@ -372,6 +372,8 @@ static void handle_io(struct kv_store *s, struct kv_io *io, int res)
 		list_push(&g->retry_head, &g->retry_tail, io);
 		return;
 	}
+	if (io->op == KV_IO_WRITE)
+		stripe_write_ok(s, io->ext.stripe);
 	io->res = 0;
 	io_complete(io);
 }
@@ -390,10 +392,12 @@ static void handle_fsync(struct kv_store *s, struct fsync_req *r, int res)
 		pthread_mutex_unlock(&g->qlock);
 		return;
 	}
-	if (res < 0)
+	if (res < 0) {
 		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": fdatasync failed: %s",
 		       s->stripes[seg->stripe].path, seg->num,
 		       kv_strerror(res));
+		stripe_write_failed(s, seg->stripe, res);
+	}
 	segment_unref(seg);
 	waiter_post(r->w, res < 0 ? res : 0);
 }
@@ -638,9 +642,10 @@ static void pin_segments(struct kv_store *s, struct io_group *gr, unsigned n)
 		if (seg)
 			atomic_fetch_add(&seg->refs, 1);
 		else
-			kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": segment file "
-			       "missing for I/O at offset %" PRIu64,
+			kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": %s for I/O "
+			       "at offset %" PRIu64,
 			       s->stripes[io->ext.stripe].path, io->ext.segment,
+			       stripe_no_segment_why(&s->stripes[io->ext.stripe]),
 			       io->ext.offset);
 		gr->segs[i] = seg;
 		io->res = seg ? 0 : -EIO;
