@@ -381,6 +381,13 @@ static uint64_t default_capacity(struct kv_store *s)
 	return u.avail / 100 * DEFAULT_CAPACITY_PCT / KV_ALIGN * KV_ALIGN;
 }
 
+static void capacity_too_small(uint64_t capacity, const char *why)
+{
+	kv_log(KV_LOG_ERR, "mkfs: a capacity of %llu bytes is below the minimum of "
+	       "%llu bytes (1M)%s", (unsigned long long)capacity,
+	       (unsigned long long)KVFS_CAPACITY_MIN, why);
+}
+
 int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 {
 	struct kv_store_meta *m = calloc(1, sizeof(*m));
@@ -390,6 +397,13 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 
 	if (!m)
 		return -ENOMEM;
+	/* A capacity given is checked before anything is made: stripe
+	 * markers left behind would refuse the next mkfs of this store. */
+	if (o->capacity && o->capacity < KVFS_CAPACITY_MIN) {
+		capacity_too_small(o->capacity, "");
+		rc = -EINVAL;
+		goto out;
+	}
 	rc = make_dirs(dir);
 	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "mkfs: cannot create %s: %s", dir, strerror(-rc));
@@ -411,11 +425,9 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 	if (!m->capacity)
 		m->capacity = default_capacity(s);
 	kv_store_close(s);
-	if (m->capacity < KV_SEGMENT_SIZE_MIN) {
-		kv_log(KV_LOG_ERR, "mkfs: a capacity of %llu bytes is below the 1 MiB minimum%s",
-		       (unsigned long long)m->capacity,
-		       o->capacity ? "" : " (the stripes' filesystems are nearly full)");
-		rc = o->capacity ? -EINVAL : -ENOSPC;
+	if (m->capacity < KVFS_CAPACITY_MIN) {
+		capacity_too_small(m->capacity, " (the stripes' filesystems are nearly full)");
+		rc = -ENOSPC;
 		goto out;
 	}
 	if (o->capacity_made)
@@ -537,6 +549,46 @@ static int recover_space(struct kvfs *fs)
 		kv_log(KV_LOG_INFO, "recovery: reclaimed %llu uncommitted bytes, removed %llu empty segments",
 		       (unsigned long long)rs.bytes_reclaimed,
 		       (unsigned long long)rs.segments_removed);
+	return 0;
+}
+
+/* Is resolved path p the directory dir, or inside it? */
+static bool path_within(const char *p, const char *dir)
+{
+	char real[PATH_MAX];
+	size_t n;
+
+	if (!realpath(dir, real))
+		return false;   /* a missing stripe cannot hold the mountpoint */
+	n = strlen(real);
+	if (n == 1)
+		return true;    /* "/" */
+	return !strncmp(p, real, n) && (p[n] == '\0' || p[n] == '/');
+}
+
+int kvfs_mountpoint_outside(const char *mnt, const char *store_dir,
+			    struct kvfs *fs)
+{
+	char real[PATH_MAX];
+
+	if (!realpath(mnt, real))
+		return 0;       /* check_mountpoint has said why */
+	if (path_within(real, store_dir)) {
+		kv_log(KV_LOG_ERR, "cannot mount at %s: it is the store directory %s "
+		       "or inside it; mount outside the store and its stripes", mnt,
+		       store_dir);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; fs && i < fs->meta.nstripes; i++) {
+		const char *sp = kv_store_stripe_path(fs->store, i);
+
+		if (sp && path_within(real, sp)) {
+			kv_log(KV_LOG_ERR, "cannot mount at %s: it is stripe %u's "
+			       "directory %s or inside it; mount outside the store "
+			       "and its stripes", mnt, i, sp);
+			return -EINVAL;
+		}
+	}
 	return 0;
 }
 

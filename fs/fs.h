@@ -41,6 +41,10 @@ struct kvfs_opts {
 
 void kvfs_opts_default(struct kvfs_opts *o);
 
+/* The smallest capacity mkfs and -o capacity accept: a few pages of any
+ * size, and what a segment needs at least (KV_SEGMENT_SIZE_MIN). */
+#define KVFS_CAPACITY_MIN (1ull << 20)
+
 struct kvfs_mkfs_opts {
 	unsigned nstripes;
 	const char *const *stripes;  /* NULL/0: one stripe, STORE/stripe0 */
@@ -68,6 +72,11 @@ void kvfs_unlock_store(int fd);
 
 /* Open a store: load the manifest, reclaim uncommitted space, start threads. */
 int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);
+/* A mountpoint (existing) that is the store directory or a stripe's (fs:
+ * those of an open store; NULL: the store directory only), or lies inside
+ * one, would hide the store from itself: -EINVAL with a log line. */
+int kvfs_mountpoint_outside(const char *mnt, const char *store_dir,
+			    struct kvfs *fs);
 /* Commit everything pending, stop threads, close. */
 void kvfs_close(struct kvfs *fs);
 
