@@ -1,7 +1,8 @@
 /*
  * Private internals of the extent store, shared by store.c (lifecycle,
  * allocator, recovery), segment.c (stripe directories, segment files, range
- * lists) and uring.c (the I/O thread). Nothing outside store/ includes this.
+ * lists), uring.c (the I/O thread), health.c (stripes out of allocation)
+ * and fault.c (test fault injection). Nothing outside store/ includes this.
  *
  * Locking: kv_store.lock protects the allocator (every field of struct
  * stripe and struct segment not marked otherwise, kv_store.used/extents/rr/
@@ -170,10 +171,12 @@ int engine_start(struct kv_store *s, unsigned qd);
 void engine_stop(struct kv_store *s);
 /* 0, or -EINVAL with a log line for an io the store cannot issue. */
 int store_io_check(const struct kv_store *s, const struct kv_io *io);
-/* The result an armed fault turns res into (see kv_store_fault_arm). */
-int store_fault_apply(struct engine *g, unsigned opbit, int res, unsigned asked);
 /* Running under valgrind, whose lock io_uring_enter would hold forever. */
 bool store_under_valgrind(void);
+
+/* ---- fault.c ---- */
+/* The result an armed fault turns res into (see kv_store_fault_arm). */
+int store_fault_apply(struct engine *g, unsigned opbit, int res, unsigned asked);
 
 /* ---- sched.c ---- */
 /* Knobs from KVFS_SCHED (see sched.c), logged once. */
