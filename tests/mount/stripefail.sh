@@ -68,6 +68,7 @@ prom = open(f'{sys.argv[1]}/.kvfs/metrics').read()
 if 'kvfs_ssd_stripes{state="failed"} 1' not in prom:
     sys.exit('kvfs_ssd_stripes{state="failed"} 1 is not in .kvfs/metrics')
 PY
+"$KVFS" stat "$MNT" >"$T/stat" && grep -q "STRIPES: 1 ok, 1 failed" "$T/stat" || fail "kvfs stat does not show the failed stripe"
 # reads still come from the failed stripe
 echo 3 >/proc/sys/vm/drop_caches
 $PAGETOOL verify "$MNT/m/00" before 8 70000 || fail "pages on the failed stripe no longer read"
