@@ -89,5 +89,23 @@ mount_kvfs -o ram_cache=0
 $PAGETOOL verify "$MNT/m/00" old 12 70000 || fail "old pages after the stripe came back"
 $PAGETOOL verify "$MNT/m/00" new 10 70000 || fail "new pages after the stripe came back"
 umount_kvfs
+
+# 4. Eviction on a degraded mount takes only pages of the stripes that are
+# there: the missing stripe's pages wait for it.
+mv "$S1/kvfs-stripe" "$T/marker.away"
+mount_kvfs -o degraded,ram_cache=0
+"$KVFS" gc "$MNT" --target-size 0 -q >"$T/gc" 2>&1 || fail "gc on a degraded mount: $(cat "$T/gc")"
+umount_kvfs
+mv "$T/marker.away" "$S1/kvfs-stripe"
+mount_kvfs -o ram_cache=0
+while read -r n stripe; do
+	if [ "$stripe" = stripe=1 ]; then
+		$PAGETOOL content "$n" 70000 | cmp -s - "$MNT/m/00/$n" || fail "$n on the missing stripe was evicted"
+	else
+		[ ! -e "$MNT/m/00/$n" ] || fail "gc --target-size 0 left $n"
+	fi
+done <"$T/where"
+umount_kvfs
+"$KVFS" fsck "$STORE" --verify-data >"$T/fsck" 2>&1 || fail "fsck after the degraded gc: $(cat "$T/fsck")"
 no_errors_in_log "stripe missing|read failed: Input\/output error|no kvfs-stripe marker"
 echo PASS
