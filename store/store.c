@@ -36,6 +36,9 @@
  *      but never committed, or freed with its punch lost in a crash;
  *      kv_store_reclaim punches it, truncates tails and unlinks empty
  *      segments. Reclaim is idempotent: a crash in it is repaired by the next.
+ *      A stripe left out of a degraded open is the exception: what is on
+ *      it is unknown, so it is neither checked nor reclaimed, and its
+ *      marked extents are taken on trust until it is back.
  *
  *   5. Data from disk is validated, never asserted: a marked extent that is
  *      misaligned, beyond its segment size, in a missing or short file, or
