@@ -138,10 +138,19 @@ static int victim_cmp(const void *pa, const void *pb)
 /* Durable pages (last read before older_than_ns, if set), least recently
  * used first, shared or pinned ones last. Sharing is looked up after the
  * walk: the walk runs under the index's lock. */
+static bool missing_stripe(struct kvfs *fs, uint32_t stripe)
+{
+	struct kv_stripe_state ss;
+
+	return fs->opts.degraded && kv_store_stripe_state(fs->store, stripe, &ss) == 0 &&
+	       ss.health == KV_STRIPE_MISSING;
+}
+
 static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
 			   struct victims *vs)
 {
 	struct kv_extent_rec er;
+	size_t k = 0;
 	int rc;
 
 	memset(vs, 0, sizeof(*vs));
@@ -152,11 +161,18 @@ static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
 		vs->v = NULL;
 		return rc;
 	}
-	for (size_t i = 0; i < vs->n; i++)
-		if (!vs->v[i].protect &&
-		    kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0 &&
-		    er.refcount > 1)
+	for (size_t i = 0; i < vs->n; i++) {
+		bool have = kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0;
+
+		/* a degraded mount keeps the missing stripe's pages for when
+		 * it is back: evicting them would free nothing here anyway */
+		if (have && missing_stripe(fs, er.ext.stripe))
+			continue;
+		if (have && er.refcount > 1)
 			vs->v[i].protect = true;
+		vs->v[k++] = vs->v[i];
+	}
+	vs->n = k;
 	if (vs->n)
 		qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
 	return 0;

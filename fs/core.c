@@ -321,13 +321,14 @@ static int mkfs_meta(const char *dir, const struct kvfs_mkfs_opts *o,
 }
 
 static int open_store(const char *dir, const struct kv_store_meta *m,
-		      bool create, bool no_direct, struct kv_store **out)
+		      bool create, const struct kvfs_opts *o, struct kv_store **out)
 {
 	const char *paths[KV_MAX_STRIPES];
 	struct kv_store_opts so = {
 		.nstripes = m->nstripes, .stripes = paths, .uuid = m->uuid,
 		.segment_size = m->segment_size, .capacity = m->capacity,
-		.create = create, .no_direct = no_direct,
+		.create = create, .no_direct = o && o->no_direct,
+		.degraded = o && o->degraded,
 	};
 	char (*rel)[PATH_MAX] = calloc(m->nstripes, PATH_MAX);
 	unsigned i;
@@ -386,6 +387,13 @@ static uint64_t default_capacity(struct kv_store *s)
 	return u.avail / 100 * DEFAULT_CAPACITY_PCT / KV_ALIGN * KV_ALIGN;
 }
 
+static void capacity_too_small(uint64_t capacity, const char *why)
+{
+	kv_log(KV_LOG_ERR, "mkfs: a capacity of %llu bytes is below the minimum of "
+	       "%llu bytes (1M)%s", (unsigned long long)capacity,
+	       (unsigned long long)KVFS_CAPACITY_MIN, why);
+}
+
 int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 {
 	struct kv_store_meta *m = calloc(1, sizeof(*m));
@@ -395,6 +403,13 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 
 	if (!m)
 		return -ENOMEM;
+	/* A capacity given is checked before anything is made: stripe
+	 * markers left behind would refuse the next mkfs of this store. */
+	if (o->capacity && o->capacity < KVFS_CAPACITY_MIN) {
+		capacity_too_small(o->capacity, "");
+		rc = -EINVAL;
+		goto out;
+	}
 	rc = make_dirs(dir);
 	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "mkfs: cannot create %s: %s", dir, strerror(-rc));
@@ -410,17 +425,15 @@ int kvfs_mkfs(const char *dir, const struct kvfs_mkfs_opts *o)
 	if (rc < 0)
 		goto out;
 	/* Stripes first: a manifest must never name stripes that do not exist. */
-	rc = open_store(dir, m, true, false, &s);
+	rc = open_store(dir, m, true, NULL, &s);
 	if (rc < 0)
 		goto out;
 	if (!m->capacity)
 		m->capacity = default_capacity(s);
 	kv_store_close(s);
-	if (m->capacity < KV_SEGMENT_SIZE_MIN) {
-		kv_log(KV_LOG_ERR, "mkfs: a capacity of %llu bytes is below the 1 MiB minimum%s",
-		       (unsigned long long)m->capacity,
-		       o->capacity ? "" : " (the stripes' filesystems are nearly full)");
-		rc = o->capacity ? -EINVAL : -ENOSPC;
+	if (m->capacity < KVFS_CAPACITY_MIN) {
+		capacity_too_small(m->capacity, " (the stripes' filesystems are nearly full)");
+		rc = -ENOSPC;
 		goto out;
 	}
 	if (o->capacity_made)
@@ -582,6 +595,46 @@ static int recover_space(struct kvfs *fs)
 	return 0;
 }
 
+/* Is resolved path p the directory dir, or inside it? */
+static bool path_within(const char *p, const char *dir)
+{
+	char real[PATH_MAX];
+	size_t n;
+
+	if (!realpath(dir, real))
+		return false;   /* a missing stripe cannot hold the mountpoint */
+	n = strlen(real);
+	if (n == 1)
+		return true;    /* "/" */
+	return !strncmp(p, real, n) && (p[n] == '\0' || p[n] == '/');
+}
+
+int kvfs_mountpoint_outside(const char *mnt, const char *store_dir,
+			    struct kvfs *fs)
+{
+	char real[PATH_MAX];
+
+	if (!realpath(mnt, real))
+		return 0;       /* check_mountpoint has said why */
+	if (path_within(real, store_dir)) {
+		kv_log(KV_LOG_ERR, "cannot mount at %s: it is the store directory %s "
+		       "or inside it; mount outside the store and its stripes", mnt,
+		       store_dir);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; fs && i < fs->meta.nstripes; i++) {
+		const char *sp = kv_store_stripe_path(fs->store, i);
+
+		if (sp && path_within(real, sp)) {
+			kv_log(KV_LOG_ERR, "cannot mount at %s: it is stripe %u's "
+			       "directory %s or inside it; mount outside the store "
+			       "and its stripes", mnt, i, sp);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 static void fs_free(struct kvfs *fs);
 
 static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
@@ -722,7 +775,13 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	}
 	if (fs->opts.capacity)
 		fs->meta.capacity = fs->opts.capacity;   /* -o capacity: this mount's budget */
-	rc = open_store(dir, &fs->meta, false, fs->opts.no_direct, &fs->store);
+	rc = open_store(dir, &fs->meta, false, &fs->opts, &fs->store);
+	if (!fs->opts.degraded && (rc == KV_ERR_NOTSTORE || rc == KV_ERR_MISMATCH ||
+				   rc == -ENOENT || rc == -ENOTDIR || rc == -EIO))
+		kv_log(KV_LOG_ERR, "a stripe of store %s cannot be opened (see above); "
+		       "if its disk is gone for now, mount with -o degraded: its pages "
+		       "then give EIO and nothing on it is written or reclaimed",
+		       dir);
 	if (rc == 0)
 		rc = check_capacity_fits(fs);
 	if (rc < 0)

@@ -122,6 +122,9 @@ static void mount_usage(FILE *f)
 		"                     evicting least recently used pages\n"
 		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
 		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
+		"  -o degraded        mount even if a stripe's directory or marker is\n"
+		"                     missing: its pages give EIO, nothing is written,\n"
+		"                     reclaimed or deleted there (docs/operators.md)\n"
 		"  -o log=PATH        daemon log when detached (default STORE/kvfs.log)\n"
 		"  -o fault_injection tests: let root make I/O fail on purpose\n"
 		"                     (setfattr -n user.kvfs.fault; docs/testing.md)\n"
@@ -173,6 +176,10 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		c->opts.fault_injection = true;
 		return 1;
 	}
+	if (!strcmp(opt, "degraded")) {
+		c->opts.degraded = true;
+		return 1;
+	}
 	if (!strcmp(opt, "authoritative")) {
 		c->opts.authoritative = true;
 		return 1;
@@ -195,7 +202,7 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	if (!strncmp(opt, "ram_cache=", 10))
 		return kvfs_parse_size(v, &c->opts.ram_cache) < 0 ? -EINVAL : 1;
 	if (!strncmp(opt, "capacity=", 9)) {
-		if (kvfs_parse_size(v, &size) < 0 || size < (1ull << 20))
+		if (kvfs_parse_size(v, &size) < 0 || size < KVFS_CAPACITY_MIN)
 			return -EINVAL;
 		c->opts.capacity = size;
 		return 1;
@@ -349,6 +356,26 @@ static int check_mountpoint(const char *mnt)
 	return 0;
 }
 
+/* Before anything else looks in it (the log lives there): the store must
+ * be a directory that exists, and the message must say so. */
+static int check_store(const char *store)
+{
+	struct stat st;
+
+	if (stat(store, &st) < 0) {
+		int err = errno;
+
+		fprintf(stderr, "kvfs mount: cannot open store %s: %s%s\n", store, strerror(err),
+			err == ENOENT ? " (make one with kvfs mkfs, or check the path)" : "");
+		return -err;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "kvfs mount: store %s is not a directory\n", store);
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
 static struct fuse_session *session_new(struct mount_cfg *c, struct kvfs *fs)
 {
 	char abs[PATH_MAX], base[PATH_MAX + sizeof(c->fuse_opts) + 128];
@@ -496,6 +523,8 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		fprintf(stderr, "kvfs mount: cannot open store %s: %s\n", c->store, kv_strerror(rc));
 		return 1;
 	}
+	if (kvfs_mountpoint_outside(c->mnt, c->store, fs) < 0)
+		goto out;
 	se = session_new(c, fs);
 	if (!se) {
 		fprintf(stderr, "kvfs mount: bad mount options\n");
@@ -579,7 +608,8 @@ int kvfs_mount_main(int argc, char **argv)
 			mount_usage(stderr);
 		return 2;
 	}
-	if (check_mountpoint(c.mnt) < 0)
+	if (check_store(c.store) < 0 || check_mountpoint(c.mnt) < 0 ||
+	    kvfs_mountpoint_outside(c.mnt, c.store, NULL) < 0)
 		return 1;
 	if (c.foreground)
 		return run_daemon(&c, -1);

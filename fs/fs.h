@@ -27,6 +27,8 @@ struct kvfs_opts {
 	unsigned evict_high;      /* % of capacity that starts eviction */
 	unsigned evict_low;       /* % of capacity eviction brings usage down to */
 	bool fault_injection;     /* tests: root may arm faults (user.kvfs.fault) */
+	bool degraded;            /* mount without stripes that cannot be opened
+	                           * (their pages give EIO); else refuse */
 };
 
 #define KVFS_MAX_PAGE_DEFAULT (64ull << 20)
@@ -38,6 +40,10 @@ struct kvfs_opts {
 #define KVFS_EVICT_LOW_DEFAULT 90u
 
 void kvfs_opts_default(struct kvfs_opts *o);
+
+/* The smallest capacity mkfs and -o capacity accept: a few pages of any
+ * size, and what a segment needs at least (KV_SEGMENT_SIZE_MIN). */
+#define KVFS_CAPACITY_MIN (1ull << 20)
 
 struct kvfs_mkfs_opts {
 	unsigned nstripes;
@@ -74,6 +80,11 @@ void kvfs_unlock_store(struct kvfs_store_lock *lk);
 
 /* Open a store: load the manifest, reclaim uncommitted space, start threads. */
 int kvfs_open(const char *store_dir, const struct kvfs_opts *o, struct kvfs **out);
+/* A mountpoint (existing) that is the store directory or a stripe's (fs:
+ * those of an open store; NULL: the store directory only), or lies inside
+ * one, would hide the store from itself: -EINVAL with a log line. */
+int kvfs_mountpoint_outside(const char *mnt, const char *store_dir,
+			    struct kvfs *fs);
 /* Commit everything pending, stop threads, close. */
 /* Commit what is queued and close. Returns the number of queued changes
  * that could not be committed (the manifest kept failing at unmount), 0

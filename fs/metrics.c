@@ -53,6 +53,24 @@ static void snap_ram(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_SSD_HITS, atomic_load(&fs->st.pages_read_disk));
 }
 
+/* How many stripes are in each state, and their failed writes. */
+static void snap_stripes(struct kvfs *fs, struct kvfs_metrics *m, unsigned n)
+{
+	uint64_t count[3] = { 0 }, errors = 0;
+	struct kv_stripe_state ss;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (kv_store_stripe_state(fs->store, i, &ss) < 0)
+			continue;
+		count[ss.health]++;
+		errors += ss.write_errors;
+	}
+	set_u(m, MV_SSD_STRIPES_OK, count[KV_STRIPE_OK]);
+	set_u(m, MV_SSD_STRIPES_FAILED, count[KV_STRIPE_FAILED]);
+	set_u(m, MV_SSD_STRIPES_MISSING, count[KV_STRIPE_MISSING]);
+	set_u(m, MV_SSD_WRITE_ERRORS, errors);
+}
+
 static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 {
 	struct kvfs_cap_stats c;
@@ -78,6 +96,7 @@ static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_SSD_EVICTED_BYTES, c.evicted_bytes);
 	set_u(m, MV_SSD_EVICTION_RUNS, c.eviction_runs);
 	set_u(m, MV_SSD_SPACE_WAITS, c.space_waits);
+	snap_stripes(fs, m, u.nstripes);
 	set_u(m, MV_SSD_ENOSPC, c.enospc);
 	set_u(m, MV_MODELS, is.models);
 	set_u(m, MV_LAYERS, is.layers);
@@ -251,6 +270,15 @@ static const struct mdef defs[] = {
 	  "Writers that waited for eviction to free space" },
 	{ MV_SSD_ENOSPC, "ssd", "enospc", "kvfs_ssd_enospc_total", NULL, C,
 	  "Writes refused with ENOSPC" },
+	{ MV_SSD_STRIPES_OK, "ssd", "stripes_ok", "kvfs_ssd_stripes", "state=\"ok\"", G,
+	  "Stripes by state (ok; failed: taken out of allocation after failed writes; "
+	  "missing: left out of a -o degraded mount)" },
+	{ MV_SSD_STRIPES_FAILED, "ssd", "stripes_failed", "kvfs_ssd_stripes", "state=\"failed\"",
+	  G, NULL },
+	{ MV_SSD_STRIPES_MISSING, "ssd", "stripes_missing", "kvfs_ssd_stripes",
+	  "state=\"missing\"", G, NULL },
+	{ MV_SSD_WRITE_ERRORS, "ssd", "write_errors", "kvfs_ssd_write_errors_total", NULL, C,
+	  "Extent writes and fdatasyncs that failed with a device error (EIO, EROFS, ...)" },
 	{ MV_MODELS, "namespace", "models", "kvfs_models", NULL, G, "Model directories" },
 	{ MV_LAYERS, "namespace", "layers", "kvfs_layers", NULL, G, "Layer directories" },
 	{ MV_READ_FUSE_DISK, "reads", "fuse_bytes_disk", "kvfs_read_bytes_total",

@@ -36,6 +36,10 @@ void ts_from_ns(struct timespec *ts, int64_t ns)
 {
 	ts->tv_sec = ns / 1000000000;
 	ts->tv_nsec = ns % 1000000000;
+	if (ts->tv_nsec < 0) {   /* before 1970: tv_nsec is never negative */
+		ts->tv_sec--;
+		ts->tv_nsec += 1000000000;
+	}
 }
 
 void kvfs_fill_stat(struct kvfs *fs, const struct kv_node_info *n, struct stat *st)
@@ -158,20 +162,51 @@ static void queue_attr_change(struct kvfs *fs, const struct kv_node_info *n)
 		kvfs_commit_put_page(fs, n);
 }
 
-static int set_times(struct kv_node_info *n, const struct stat *a, int valid)
+/* Times are int64 nanoseconds (1677..2262): -EOVERFLOW for one outside
+ * that range, which would otherwise wrap into another date. */
+static int ns_from_ts(const struct timespec *ts, int64_t *ns)
+{
+	int64_t sec = ts->tv_sec, nsec = ts->tv_nsec, s;
+
+	if (sec < 0 && nsec > 0) {      /* so the smallest times fit too */
+		sec++;
+		nsec -= 1000000000;
+	}
+	if (__builtin_mul_overflow(sec, 1000000000, &s) ||
+	    __builtin_add_overflow(s, nsec, ns))
+		return -EOVERFLOW;
+	return 0;
+}
+
+/* Both times, checked before anything of the node changes. */
+static int check_times(const struct stat *a, int valid, fuse_ino_t ino)
+{
+	int64_t ns;
+
+	if (((valid & FUSE_SET_ATTR_ATIME) && ns_from_ts(&a->st_atim, &ns)) ||
+	    ((valid & FUSE_SET_ATTR_MTIME) && ns_from_ts(&a->st_mtim, &ns))) {
+		kv_log(KV_LOG_DEBUG, "setattr of inode %llu: a time outside "
+		       "1677..2262 (int64 ns) refused with EOVERFLOW",
+		       (unsigned long long)ino);
+		return -EOVERFLOW;
+	}
+	return 0;
+}
+
+/* After check_times: the conversions cannot fail. */
+static void set_times(struct kv_node_info *n, const struct stat *a, int valid)
 {
 	int64_t now = kvfs_now_ns();
 
 	if (valid & FUSE_SET_ATTR_ATIME)
-		n->attr.atime_ns = (int64_t)a->st_atim.tv_sec * 1000000000 + a->st_atim.tv_nsec;
+		ns_from_ts(&a->st_atim, &n->attr.atime_ns);
 	if (valid & FUSE_SET_ATTR_ATIME_NOW)
 		n->attr.atime_ns = now;
 	if (valid & FUSE_SET_ATTR_MTIME)
-		n->attr.mtime_ns = (int64_t)a->st_mtim.tv_sec * 1000000000 + a->st_mtim.tv_nsec;
+		ns_from_ts(&a->st_mtim, &n->attr.mtime_ns);
 	if (valid & FUSE_SET_ATTR_MTIME_NOW)
 		n->attr.mtime_ns = now;
 	n->attr.ctime_ns = now;
-	return 0;
 }
 
 /* Attribute changes. A sealed page's content is immutable (no truncate),
@@ -184,7 +219,9 @@ static int do_setattr(struct kvfs *fs, fuse_ino_t ino, const struct stat *a,
 	bool page;
 	int rc;
 
-	rc = kv_index_get(fs->idx, ino, n);
+	rc = check_times(a, valid, ino);
+	if (rc == 0)
+		rc = kv_index_get(fs->idx, ino, n);
 	if (rc < 0)
 		return rc;
 	page = n->kind == KV_KIND_PAGE;

@@ -526,7 +526,8 @@ static uint64_t manifest_seq(struct kv_manifest *m)
 int kv_manifest_journal_rewrite(struct kv_manifest *m)
 {
 	static const struct kv_manifest_visitor v = {
-		snap_model, snap_layer, snap_extent, snap_page,
+		.model = snap_model, .layer = snap_layer, .extent = snap_extent,
+		.page = snap_page,
 	};
 	struct snap s = { .m = m, .fd = -1, .seq = manifest_seq(m) };
 	uint8_t count[8];

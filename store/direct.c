@@ -108,9 +108,11 @@ static int read_direct(struct kv_store *s, struct kv_io *io)
 	pthread_mutex_unlock(&s->lock);
 	io->done_bytes = 0;
 	if (!seg) {
-		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": segment file missing for "
-		       "read at offset %" PRIu64, s->stripes[io->ext.stripe].path,
-		       io->ext.segment, io->ext.offset);
+		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": %s for read at offset "
+		       "%" PRIu64, s->stripes[io->ext.stripe].path,
+		       io->ext.segment,
+		       stripe_no_segment_why(&s->stripes[io->ext.stripe]),
+		       io->ext.offset);
 		return io->res = -EIO;
 	}
 	while (io->done_bytes < total) {

@@ -250,6 +250,12 @@ static bool start(struct many *mm, struct kv_io *io)
 			atomic_fetch_add(&seg->refs, 1);
 		pthread_mutex_unlock(&s->lock);
 		rc = seg ? 0 : -EIO;   /* freed under us: the caller's bug, not silent */
+		if (!seg && s->stripes[io->ext.stripe].missing)
+			kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": %s for read "
+			       "at offset %" PRIu64, s->stripes[io->ext.stripe].path,
+			       io->ext.segment,
+			       stripe_no_segment_why(&s->stripes[io->ext.stripe]),
+			       io->ext.offset);
 	}
 	if (rc < 0) {
 		finish(mm, io, rc);

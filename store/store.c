@@ -36,6 +36,9 @@
  *      but never committed, or freed with its punch lost in a crash;
  *      kv_store_reclaim punches it, truncates tails and unlinks empty
  *      segments. Reclaim is idempotent: a crash in it is repaired by the next.
+ *      A stripe left out of a degraded open is the exception: what is on
+ *      it is unknown, so it is neither checked nor reclaimed, and its
+ *      marked extents are taken on trust until it is back.
  *
  *   5. Data from disk is validated, never asserted: a marked extent that is
  *      misaligned, beyond its segment size, in a missing or short file, or
@@ -150,6 +153,33 @@ static int opts_check(const struct kv_store_opts *o, uint64_t segsize)
 	return 0;
 }
 
+/* Degraded open: stripe i could not be opened (rc); go on without it. */
+static int stripe_leave_out(struct kv_store *s, unsigned i, int rc)
+{
+	struct stripe *st = &s->stripes[i];
+
+	if (st->dirfd >= 0)
+		close(st->dirfd);
+	st->dirfd = -1;
+	st->missing = true;
+	st->open_error = rc;
+	kv_log(KV_LOG_WARN, "store: stripe %u (%s) is missing (%s); opening "
+	       "degraded without it: its pages give EIO, nothing is written "
+	       "or reclaimed there", i, st->path ? st->path : "?",
+	       kv_strerror(rc));
+	return 0;
+}
+
+static int present_stripes(const struct kv_store *s)
+{
+	for (unsigned i = 0; i < s->nstripes; i++)
+		if (!s->stripes[i].missing)
+			return 0;
+	kv_log(KV_LOG_ERR, "store: none of the %u stripes could be opened",
+	       s->nstripes);
+	return -ENOENT;
+}
+
 int kv_store_open(const struct kv_store_opts *o, struct kv_store **out)
 {
 	uint64_t segsize;
@@ -179,14 +209,17 @@ int kv_store_open(const struct kv_store_opts *o, struct kv_store **out)
 
 	for (unsigned i = 0; i < s->nstripes; i++) {
 		rc = stripe_open(s, i, o->stripes[i], o->uuid, o->create);
+		if (rc && o->degraded && !o->create && rc != -ENOMEM)
+			rc = stripe_leave_out(s, i, rc);
 		if (rc)
 			goto fail;
 	}
-	for (unsigned i = 0; i < s->nstripes; i++) {
-		rc = stripe_scan(s, &s->stripes[i]);
-		if (rc)
-			goto fail;
-	}
+	rc = present_stripes(s);
+	for (unsigned i = 0; i < s->nstripes && !rc; i++)
+		if (!s->stripes[i].missing)
+			rc = stripe_scan(s, &s->stripes[i]);
+	if (rc)
+		goto fail;
 	rc = engine_start(s, o->queue_depth ? o->queue_depth : 64);
 	if (rc)
 		goto fail;
@@ -288,6 +321,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 {
 	struct kv_extent e = { .length = length };
 	uint64_t fp = kv_extent_footprint(&e), now = 0, until;
+	unsigned out_of_rotation = 0;
 	int rc = -ENOSPC;
 
 	if (length == 0)
@@ -312,6 +346,10 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		unsigned i = (s->rr + k) % s->nstripes;
 		struct stripe *st = &s->stripes[i];
 
+		if (!stripe_in_rotation(st)) {
+			out_of_rotation++;
+			continue;
+		}
 		until = atomic_load(&st->full_until);
 		if (until && (now ? now : (now = now_ns())) < until)
 			continue;
@@ -320,16 +358,29 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 			stripe_mark_full(s, i);
 			continue;
 		}
+		if (rc && stripe_error_is_device(rc)) {
+			/* a new segment file could not be made there */
+			stripe_write_failed(s, i, rc);
+			out_of_rotation += !stripe_in_rotation(st);
+			continue;
+		}
 		if (rc)
 			goto out;
 		s->rr = (i + 1) % s->nstripes;
 		break;
+	}
+	if (rc && out_of_rotation == s->nstripes) {
+		stripe_log_none_usable(s);
+		rc = -EIO;
+		goto out;
 	}
 	if (rc == -ENOSPC || rc == -EDQUOT) {
 		log_enospc(s, "every stripe is full", fp);
 		rc = -ENOSPC;
 		goto out;
 	}
+	if (rc)
+		goto out;
 	s->used += fp;
 	s->extents++;
 	*out = e;
@@ -415,6 +466,14 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
+	if (e->stripe < s->nstripes && s->stripes[e->stripe].missing) {
+		/* Nothing to punch here: the reclaim of the next mount with
+		 * the stripe back returns the range, as for any unmarked one. */
+		s->used -= fp <= s->used ? fp : s->used;
+		s->extents -= s->extents > 0;
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
 	rc = extent_lookup(s, e, &seg);
 	if (rc) {
 		pthread_mutex_unlock(&s->lock);
@@ -473,6 +532,11 @@ int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e)
 		rc = -EINVAL;
 	} else if (e->stripe >= s->nstripes) {
 		rc = mark_invalid(e, "no such stripe");
+	} else if (s->stripes[e->stripe].missing) {
+		/* Unchecked and kept: the stripe is not here to check against,
+		 * and its pages must still be there when it comes back. */
+		s->used += fp;
+		s->extents++;
 	} else if (e->length == 0 || e->offset % KV_ALIGN) {
 		rc = mark_invalid(e, "empty or misaligned");
 	} else if (e->length > s->segment_size ||

@@ -98,13 +98,21 @@ struct kv_store_opts {
 	unsigned queue_depth;        /* io_uring entries in flight; 0 = default (64) */
 	bool create;                 /* mkfs: create dirs and stripe markers */
 	bool no_direct;              /* never use O_DIRECT (tmpfs) */
+	bool degraded;               /* open without stripes that cannot be
+	                              * opened (see kv_store_open) */
 };
 
 /*
  * Open (or with o->create, initialise) the stripes. Each stripe directory
  * carries a marker file "kvfs-stripe" naming the store uuid and the stripe
  * index; a missing marker gives KV_ERR_NOTSTORE, a different uuid or index
- * KV_ERR_MISMATCH. Starts the I/O thread. The allocator is not usable until
+ * KV_ERR_MISMATCH. With o->degraded such a stripe (or one whose directory
+ * cannot be opened) is left out instead, with a warning, and the store
+ * opens with the others: the missing stripe's extents are accepted by
+ * kv_store_mark_used unchecked, left alone by kv_store_reclaim, read as
+ * -EIO (with a log line), freed without touching anything, and nothing is
+ * allocated there. The open still fails if no stripe opens. Starts the
+ * I/O thread. The allocator is not usable until
  * kv_store_reclaim() has run (with zero or more kv_store_mark_used() calls
  * before it). Falls back to buffered I/O with a warning where O_DIRECT is
  * refused (EINVAL, e.g. tmpfs).
@@ -145,7 +153,9 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
  * Allocate an extent for a payload of length bytes (> 0) on the next stripe
  * in round-robin order (skipping stripes that are full: a write there failed
  * with ENOSPC/EDQUOT less than a second ago and nothing was freed there
- * since). -ENOSPC when the capacity budget or every stripe is exhausted;
+ * since; and stripes out of allocation: missing, or failed, see
+ * kv_store_stripe_state). -EIO when every stripe is out of allocation;
+ * -ENOSPC when the capacity budget or every stripe is exhausted;
  * -EFBIG if length exceeds the segment size; -EAGAIN before
  * kv_store_reclaim(); -EINVAL for length 0. Thread-safe.
  */
@@ -286,6 +296,25 @@ struct kv_store_usage {
 	unsigned nstripes;
 };
 void kv_store_usage(struct kv_store *s, struct kv_store_usage *u);
+
+/*
+ * Stripe health. A stripe is taken out of allocation (FAILED) when its
+ * writes or fdatasyncs fail with a device error: EROFS at once, EIO, ENXIO,
+ * ENODEV or EUCLEAN after 3 in a row (a success in between starts the
+ * count again); ENOSPC/EDQUOT only make it "full" for a second. One log
+ * line says so. Its extents are still read and freed. MISSING: left out at
+ * a degraded open. Both last until the store is closed. -EINVAL for i out
+ * of range. Thread-safe.
+ */
+enum kv_stripe_health { KV_STRIPE_OK, KV_STRIPE_FAILED, KV_STRIPE_MISSING };
+struct kv_stripe_state {
+	enum kv_stripe_health health;
+	int error;               /* FAILED: the -errno that took it out;
+	                          * MISSING: why it could not be opened */
+	uint64_t write_errors;   /* failed writes and fdatasyncs since open */
+};
+int kv_store_stripe_state(struct kv_store *s, unsigned i,
+			  struct kv_stripe_state *out);
 
 /* Segment files are STRIPE/seg-%08u. Is name one (the canonical spelling
  * only), and which? */

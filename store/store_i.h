@@ -1,7 +1,8 @@
 /*
  * Private internals of the extent store, shared by store.c (lifecycle,
  * allocator, recovery), segment.c (stripe directories, segment files, range
- * lists) and uring.c (the I/O thread). Nothing outside store/ includes this.
+ * lists), uring.c (the I/O thread), health.c (stripes out of allocation)
+ * and fault.c (test fault injection). Nothing outside store/ includes this.
  *
  * Locking: kv_store.lock protects the allocator (every field of struct
  * stripe and struct segment not marked otherwise, kv_store.used/extents/rr/
@@ -69,6 +70,12 @@ struct stripe {
 	uint64_t next_num;      /* numbers only grow: never reuse a name */
 	/* CLOCK_MONOTONIC ns before which alloc skips this stripe (ENOSPC) */
 	_Atomic uint64_t full_until;
+	/* health.c. missing and open_error are set at open, read-only after */
+	bool missing;           /* degraded open: left out, never opened */
+	int open_error;         /* why it is missing */
+	_Atomic int failed;     /* 0, or the -errno that took it out of alloc */
+	atomic_uint fail_run;   /* writes failed in a row */
+	_Atomic uint64_t write_errors;  /* failed writes and fdatasyncs */
 };
 
 struct fsync_req;
@@ -136,6 +143,7 @@ struct kv_store {
 	uint64_t used;          /* footprint bytes of live extents */
 	uint64_t extents;       /* live extents */
 	uint64_t enospc_logged; /* CLOCK_MONOTONIC ns of the last ENOSPC log */
+	uint64_t noalloc_logged; /* ... of the last "no stripe left" log */
 	struct engine eng;
 };
 
@@ -165,10 +173,12 @@ int engine_start(struct kv_store *s, unsigned qd);
 void engine_stop(struct kv_store *s);
 /* 0, or -EINVAL with a log line for an io the store cannot issue. */
 int store_io_check(const struct kv_store *s, const struct kv_io *io);
-/* The result an armed fault turns res into (see kv_store_fault_arm). */
-int store_fault_apply(struct engine *g, unsigned opbit, int res, unsigned asked);
 /* Running under valgrind, whose lock io_uring_enter would hold forever. */
 bool store_under_valgrind(void);
+
+/* ---- fault.c ---- */
+/* The result an armed fault turns res into (see kv_store_fault_arm). */
+int store_fault_apply(struct engine *g, unsigned opbit, int res, unsigned asked);
 
 /* ---- sched.c ---- */
 /* Knobs from KVFS_SCHED (see sched.c), logged once. */
@@ -195,6 +205,22 @@ void sched_log(const struct sched *sc);
 /* Read one io synchronously on the calling thread's own ring (falls back to
  * the I/O thread's queue). 0 or -errno, also left in io->res. */
 int store_read_sync(struct kv_store *s, struct kv_io *io);
+
+/* ---- health.c ---- */
+/* An error that says the device or its filesystem is failing (EIO, EROFS,
+ * ENXIO, ENODEV, EUCLEAN), not that it is full or the request was bad. */
+bool stripe_error_is_device(int err);
+/* Neither missing nor taken out after failed writes. */
+bool stripe_in_rotation(const struct stripe *st);
+/* Any thread: a write (or fdatasync) on this stripe succeeded / failed
+ * with err. ENOSPC/EDQUOT mark it full for a while; device errors take it
+ * out of allocation (EROFS at once, others after a few in a row). */
+void stripe_write_ok(struct kv_store *s, uint32_t stripe);
+void stripe_write_failed(struct kv_store *s, uint32_t stripe, int err);
+/* Why a segment is not in the stripe's table, for a log line. */
+const char *stripe_no_segment_why(const struct stripe *st);
+/* Under kv_store.lock: every stripe is out; rate-limited log line. */
+void stripe_log_none_usable(struct kv_store *s);
 
 /* ---- store.c ---- */
 uint64_t now_ns(void);

@@ -278,36 +278,6 @@ static void fill(struct engine *g, struct kv_io **failed)
 		sched_held(&g->sched);
 }
 
-/* Apply an armed fault to one completion; returns the result to use. */
-int store_fault_apply(struct engine *g, unsigned opbit, int res,
-		       unsigned asked)
-{
-	unsigned short_len;
-
-	if (!atomic_load_explicit(&g->fault_nth, memory_order_relaxed))
-		return res;
-	pthread_mutex_lock(&g->qlock);
-	if (g->fault_nth && (g->fault_mask & opbit) &&
-	    atomic_fetch_sub(&g->fault_nth, 1) == 1) {
-		if (g->fault_count > 1) {      /* the next one fails too */
-			g->fault_count--;
-			atomic_store(&g->fault_nth, 1);
-		}
-		if (g->fault_err) {
-			res = g->fault_err;
-		} else if (res > 1 && opbit != KV_FAULT_FSYNC) {
-			/* keep it sector aligned so O_DIRECT can retry it */
-			short_len = (asked / 2) & ~511u;
-			if (short_len == 0)
-				short_len = (unsigned)res / 2;
-			if (short_len < (unsigned)res)
-				res = (int)short_len;
-		}
-	}
-	pthread_mutex_unlock(&g->qlock);
-	return res;
-}
-
 static void io_complete(struct kv_io *io)
 {
 	struct io_group *gr = io->group;
@@ -333,8 +303,8 @@ static void io_fail(struct kv_store *s, struct kv_io *io, int err)
 	       "offset %" PRIu64 " failed: %s", s->stripes[e->stripe].path,
 	       e->segment, io->op == KV_IO_READ ? "read" : "write",
 	       kv_extent_footprint(e), e->offset, kv_strerror(err));
-	if (io->op == KV_IO_WRITE && (err == -ENOSPC || err == -EDQUOT))
-		stripe_mark_full(s, e->stripe);
+	if (io->op == KV_IO_WRITE)
+		stripe_write_failed(s, e->stripe, err);
 	io_complete(io);
 }
 
@@ -372,6 +342,8 @@ static void handle_io(struct kv_store *s, struct kv_io *io, int res)
 		list_push(&g->retry_head, &g->retry_tail, io);
 		return;
 	}
+	if (io->op == KV_IO_WRITE)
+		stripe_write_ok(s, io->ext.stripe);
 	io->res = 0;
 	io_complete(io);
 }
@@ -390,10 +362,12 @@ static void handle_fsync(struct kv_store *s, struct fsync_req *r, int res)
 		pthread_mutex_unlock(&g->qlock);
 		return;
 	}
-	if (res < 0)
+	if (res < 0) {
 		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": fdatasync failed: %s",
 		       s->stripes[seg->stripe].path, seg->num,
 		       kv_strerror(res));
+		stripe_write_failed(s, seg->stripe, res);
+	}
 	segment_unref(seg);
 	waiter_post(r->w, res < 0 ? res : 0);
 }
@@ -638,9 +612,10 @@ static void pin_segments(struct kv_store *s, struct io_group *gr, unsigned n)
 		if (seg)
 			atomic_fetch_add(&seg->refs, 1);
 		else
-			kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": segment file "
-			       "missing for I/O at offset %" PRIu64,
+			kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": %s for I/O "
+			       "at offset %" PRIu64,
 			       s->stripes[io->ext.stripe].path, io->ext.segment,
+			       stripe_no_segment_why(&s->stripes[io->ext.stripe]),
 			       io->ext.offset);
 		gr->segs[i] = seg;
 		io->res = seg ? 0 : -EIO;
@@ -812,23 +787,4 @@ int kv_store_sync(struct kv_store *s, const struct kv_extent *e, unsigned n)
 out:
 	free(reqs);
 	return rc;
-}
-
-void kv_store_fault_arm(struct kv_store *s, unsigned op_mask, unsigned nth,
-			int err)
-{
-	kv_store_fault_arm_count(s, op_mask, nth, err, 1);
-}
-
-void kv_store_fault_arm_count(struct kv_store *s, unsigned op_mask, unsigned nth,
-			      int err, unsigned count)
-{
-	struct engine *g = &s->eng;
-
-	pthread_mutex_lock(&g->qlock);
-	g->fault_mask = op_mask;
-	g->fault_err = err;
-	g->fault_count = count ? count : 1;
-	atomic_store(&g->fault_nth, nth);
-	pthread_mutex_unlock(&g->qlock);
 }

@@ -68,19 +68,51 @@ static const char fsck_usage[] =
 	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n"
 	"  exit: 0 clean, 1 errors corrected, 4 errors left, 8 operational error, 16 usage\n";
 
+/* One line on f->out, escaped: page names and paths are bytes from
+ * clients, never printed raw. */
+static void say_v(struct fsck *f, const char *fmt, va_list ap)
+{
+	char *line = NULL, *safe = NULL;
+
+	progress_clear(f->pr);   /* both may be the terminal */
+	if (vasprintf(&line, fmt, ap) >= 0)
+		safe = kvfs_text_escape(line);
+	fprintf(f->out, "%s\n", safe ? safe : "(out of memory formatting a line)");
+	free(safe);
+	free(line);
+}
+
+__attribute__((format(printf, 2, 3)))
+void fsck_say(struct fsck *f, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	say_v(f, fmt, ap);
+	va_end(ap);
+}
+
 __attribute__((format(printf, 3, 4)))
 void problem(struct fsck *f, bool fixable, const char *fmt, ...)
 {
 	va_list ap;
 
-	progress_clear(f->pr);   /* both may be the terminal */
 	va_start(ap, fmt);
-	vfprintf(f->out, fmt, ap);
+	say_v(f, fmt, ap);
 	va_end(ap);
-	fputc('\n', f->out);
 	f->problems++;
 	if (fixable)
 		f->fixable++;
+}
+
+/* The libraries' lines name pages too: escaped as ours are. */
+static void log_escaped(enum kv_log_level lvl, const char *line)
+{
+	static const char *const names[] = { "error", "warning", "info", "debug" };
+	char *safe = kvfs_text_escape(line);
+
+	fprintf(stderr, "kvfs: %s: %s\n", names[lvl], safe ? safe : line);
+	free(safe);
 }
 
 /* One status line per phase: a phase ends with its final line. */
@@ -130,9 +162,9 @@ static int lock_store(struct fsck *f)
 	if (rc == -EBUSY)
 		fprintf(stderr, "kvfs fsck: store %s is in use (mounted by kvfs pid %s); "
 			"unmount it first: fsck works on stores nobody serves\n",
-			f->store, holder);
+			f->shown, holder);
 	else if (rc < 0)
-		fprintf(stderr, "kvfs fsck: cannot lock %s/kvfs.lock: %s\n", f->store,
+		fprintf(stderr, "kvfs fsck: cannot lock %s/kvfs.lock: %s\n", f->shown,
 			strerror(-rc));
 	return rc;
 }
@@ -159,12 +191,12 @@ static int rebuild(struct fsck *f, const char *why)
 	problem(f, true, "manifest: %s", why);
 	rc = kv_manifest_rebuild(f->store, &st);
 	if (rc < 0) {
-		fprintf(stderr, "kvfs fsck: rebuilding %s/%s from %s failed: %s\n", f->store,
+		fprintf(stderr, "kvfs fsck: rebuilding %s/%s from %s failed: %s\n", f->shown,
 			KV_MANIFEST_FILE, KV_JOURNAL_FILE, kv_strerror(rc));
 		return rc;
 	}
-	fprintf(f->out, "rebuild: %s/%s made from %s (its snapshot and %" PRIu64
-		" batches after it: %" PRIu64 " changes)%s%s\n", f->store, KV_MANIFEST_FILE,
+	fsck_say(f, "rebuild: %s/%s made from %s (its snapshot and %" PRIu64
+		" batches after it: %" PRIu64 " changes)%s%s", f->store, KV_MANIFEST_FILE,
 		KV_JOURNAL_FILE, st.batches, st.changes,
 		st.aside[0] ? "; the old manifest is kept as " : "", st.aside);
 	f->pre_fixed++;
@@ -194,7 +226,7 @@ static int roll_forward(struct fsck *f)
 	rc = kv_manifest_recover(f->m, &st);
 	if (rc < 0) {
 		fprintf(stderr, "kvfs fsck: applying %s/%s to the manifest failed: %s\n",
-			f->store, KV_JOURNAL_FILE, kv_strerror(rc));
+			f->shown, KV_JOURNAL_FILE, kv_strerror(rc));
 		return rc;
 	}
 	if (st.batches > 1) {
@@ -214,18 +246,18 @@ static int open_store(struct fsck *f)
 	int rc;
 
 	if (stat(f->store, &sb) < 0) {
-		fprintf(stderr, "kvfs fsck: cannot open store %s: %s\n", f->store,
+		fprintf(stderr, "kvfs fsck: cannot open store %s: %s\n", f->shown,
 			strerror(errno));
 		return -errno;
 	}
 	if (!S_ISDIR(sb.st_mode)) {
-		fprintf(stderr, "kvfs fsck: %s is not a directory (not a kvfs store)\n", f->store);
+		fprintf(stderr, "kvfs fsck: %s is not a directory (not a kvfs store)\n", f->shown);
 		return -ENOTDIR;
 	}
 	snprintf(path, sizeof(path), "%s/%s", f->store, KV_MANIFEST_FILE);
 	if (access(path, F_OK) < 0 && !journal_exists(f)) {
 		fprintf(stderr, "kvfs fsck: %s is not a kvfs store (no %s and no %s: %s)\n",
-			f->store, KV_MANIFEST_FILE, KV_JOURNAL_FILE, strerror(errno));
+			f->shown, KV_MANIFEST_FILE, KV_JOURNAL_FILE, strerror(errno));
 		return -ENOENT;
 	}
 	rc = lock_store(f);
@@ -250,7 +282,7 @@ static int open_store(struct fsck *f)
 	if (rc == 0)
 		return roll_forward(f);
 	if (rc != KV_ERR_CORRUPT)
-		fprintf(stderr, "kvfs fsck: cannot open the manifest of %s: %s\n", f->store,
+		fprintf(stderr, "kvfs fsck: cannot open the manifest of %s: %s\n", f->shown,
 			kv_strerror(rc));
 	return rc;
 }
@@ -323,21 +355,21 @@ static void summary(struct fsck *f, int status)
 		       f->verified_bytes, status);
 		return;
 	}
-	printf("kvfs fsck: %s: %zu pages, %zu extents, %zu segment files", f->store, f->npg,
+	printf("kvfs fsck: %s: %zu pages, %zu extents, %zu segment files", f->shown, f->npg,
 	       f->next, f->nseg);
 	if (f->verify)
 		printf(", data of %" PRIu64 " extents (%" PRIu64 " bytes) verified", f->verified,
 		       f->verified_bytes);
 	printf("\n");
 	if (f->problems == 0)
-		printf("kvfs fsck: %s: clean\n", f->store);
+		printf("kvfs fsck: %s: clean\n", f->shown);
 	else if (f->repair)
 		printf("kvfs fsck: %s: %u problem(s): %u corrected, %u left uncorrected; "
-		       "%" PRIu64 " page(s) deleted, %" PRIu64 " bytes punched\n", f->store,
+		       "%" PRIu64 " page(s) deleted, %" PRIu64 " bytes punched\n", f->shown,
 		       f->problems, f->fixed, left, f->lost_pages, f->punched_bytes);
 	else
 		printf("kvfs fsck: %s: %u problem(s) left uncorrected (--repair would fix %u)\n",
-		       f->store, f->problems, f->fixable);
+		       f->shown, f->problems, f->fixable);
 }
 
 static int fsck_run(struct fsck *f)
@@ -364,7 +396,7 @@ static int fsck_run(struct fsck *f)
 	rc = run_checks(f);
 	phase_end(f);
 	if (rc < 0) {
-		fprintf(stderr, "kvfs fsck: %s: the check could not complete: %s\n", f->store,
+		fprintf(stderr, "kvfs fsck: %s: the check could not complete: %s\n", f->shown,
 			kv_strerror(rc));
 		return EXIT_OPERATIONAL;
 	}
@@ -387,6 +419,7 @@ static int fsck_run(struct fsck *f)
 
 static void fsck_free(struct fsck *f)
 {
+	free(f->shown);
 	for (size_t i = 0; i < f->npg; i++)
 		free(f->pg[i].path);
 	for (size_t i = 0; i < f->next; i++)
@@ -460,8 +493,12 @@ int kvfs_cmd_fsck(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? EXIT_OK : EXIT_USAGE;
 	f.out = f.json ? stderr : stdout;
+	f.shown = kvfs_text_escape(f.store);
+	if (!f.shown)
+		return EXIT_OPERATIONAL;
 	/* Our own lines say what is wrong; the library's warnings would repeat it. */
 	kv_log_set_level(KV_LOG_ERR);
+	kv_log_set_sink(log_escaped);
 	rc = fsck_run(&f);
 	/* --json: a script gets its one document even when the check could
 	 * not run (the reason is on stderr, the status in "exit") */

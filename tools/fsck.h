@@ -48,6 +48,7 @@ struct page {
 
 struct fsck {
 	const char *store;
+	char *shown;                 /* store, escaped for output lines */
 	bool repair, verify, json, rebuild;
 	bool renumber;               /* inodes held twice: --repair renumbers */
 	enum progress_mode pm;       /* --progress, --quiet, or on a terminal */
@@ -75,6 +76,10 @@ void phase_start(struct fsck *f, const char *label, uint64_t total, const char *
 void phase_end(struct fsck *f);
 __attribute__((format(printf, 3, 4)))
 void problem(struct fsck *f, bool fixable, const char *fmt, ...);
+/* A line on f->out that is not a problem (what --repair did). Both escape
+ * control characters: names are clients' bytes. */
+__attribute__((format(printf, 2, 3)))
+void fsck_say(struct fsck *f, const char *fmt, ...);
 
 /* fsck_check.c */
 int read_rows(struct fsck *f);

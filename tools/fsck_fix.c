@@ -294,8 +294,8 @@ int repair(struct fsck *f)
 	for (size_t i = 0; i < f->npg; i++) {
 		if (!f->pg[i].lost)
 			continue;
-		fprintf(f->out, "repair: deleted page %s (ino %" PRIu64 "): %s\n",
-			f->pg[i].path, f->pg[i].ino, f->pg[i].why);
+		fsck_say(f, "repair: deleted page %s (ino %" PRIu64 "): %s",
+			 f->pg[i].path, f->pg[i].ino, f->pg[i].why);
 		f->lost_pages++;
 	}
 	/* Rows are durable: what they no longer name can go (rule 4). */

@@ -227,6 +227,13 @@ static void print_ssd(const struct metrics *m)
 	       val(m, "kvfs_ssd_evicted_shared_total"), human(val(m, "kvfs_ssd_evicted_bytes_total"), c),
 	       val(m, "kvfs_ssd_eviction_runs_total"), val(m, "kvfs_ssd_space_waits_total"),
 	       val(m, "kvfs_ssd_enospc_total"));
+	if (val(m, "kvfs_ssd_stripes{state=\"failed\"}") > 0 ||
+	    val(m, "kvfs_ssd_stripes{state=\"missing\"}") > 0)
+		printf("           STRIPES: %.0f ok, %.0f failed (out of allocation), %.0f missing "
+		       "(degraded mount); the daemon log names them\n",
+		       val(m, "kvfs_ssd_stripes{state=\"ok\"}"),
+		       val(m, "kvfs_ssd_stripes{state=\"failed\"}"),
+		       val(m, "kvfs_ssd_stripes{state=\"missing\"}"));
 }
 
 static void print_ram(const struct metrics *m)

@@ -20,5 +20,9 @@ int kvfs_umount_helper_main(int argc, char **argv);
 
 /* s as a JSON string literal on f (tools/json.c). */
 void kvfs_json_str(FILE *f, const char *s);
+/* s with control bytes as \xNN and '\' as "\\", malloc'd (NULL: no
+ * memory): names come from clients, and a raw escape sequence in one must
+ * not reach an operator's terminal. */
+char *kvfs_text_escape(const char *s);
 
 #endif

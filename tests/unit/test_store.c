@@ -592,6 +592,72 @@ static void test_hash_and_errors(void **state)
 	assert_string_equal(log_buf, "shown 2\n");
 }
 
+/* A stripe without its marker: refused, unless opened degraded; then its
+ * extents are accepted unchecked, reclaim leaves its files alone, reads
+ * give EIO, nothing is allocated there and a free touches nothing. */
+static void test_degraded_open(void **state)
+{
+	struct kv_extent on0, on1, f;
+	struct kv_stripe_state ss;
+	struct stat before, after;
+	struct kv_io io = { .op = KV_IO_READ };
+	char marker[300], away[300];
+	struct kv_store *s;
+	struct tstore t;
+
+	tstore_init(&t, "degraded", 2, MIB);
+	s = tstore_open(&t);
+	write_one(s, 4096, 1, &on0);
+	write_one(s, 8192, 2, &on1);
+	assert_int_equal(on1.stripe, 1);
+	kv_store_close(s);
+	before = seg_stat(&t, 1, on1.segment);
+	snprintf(marker, sizeof(marker), "%s/kvfs-stripe", t.dirs[1]);
+	snprintf(away, sizeof(away), "%s/../marker-away", t.dirs[1]);
+	assert_int_equal(rename(marker, away), 0);
+
+	t.o.create = false;
+	assert_int_equal(kv_store_open(&t.o, &s), KV_ERR_NOTSTORE);
+	t.o.degraded = true;
+	assert_int_equal(kv_store_open(&t.o, &s), 0);
+	assert_int_equal(kv_store_mark_used(s, &on0), 0);
+	assert_int_equal(kv_store_mark_used(s, &on1), 0);
+	assert_int_equal(kv_store_reclaim(s, NULL), 0);
+	assert_int_equal(kv_store_stripe_state(s, 1, &ss), 0);
+	assert_int_equal(ss.health, KV_STRIPE_MISSING);
+	assert_int_equal(ss.error, KV_ERR_NOTSTORE);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(kv_extent_alloc(s, 4096, &f), 0);
+		assert_int_equal(f.stripe, 0);
+	}
+	check_one(s, &on0, 1);
+	io.ext = on1;
+	io.buf = kv_buf_alloc(8192);
+	assert_int_equal(kv_store_io(s, &io, 1), -EIO);
+	free(io.buf);
+	assert_int_equal(kv_extent_free(s, &on1), 0);
+	kv_store_close(s);
+	after = seg_stat(&t, 1, on1.segment);
+	assert_int_equal(before.st_size, after.st_size);
+	assert_int_equal(before.st_blocks, after.st_blocks);
+
+	/* back with its marker: the extent is there as it was */
+	assert_int_equal(rename(away, marker), 0);
+	t.o.degraded = false;
+	assert_int_equal(kv_store_open(&t.o, &s), 0);
+	assert_int_equal(kv_store_mark_used(s, &on0), 0);
+	assert_int_equal(kv_store_mark_used(s, &on1), 0);
+	assert_int_equal(kv_store_reclaim(s, NULL), 0);
+	check_one(s, &on1, 2);
+	kv_store_close(s);
+
+	/* no stripe at all: still refused */
+	t.o.degraded = true;
+	t.o.uuid = "another-store";
+	assert_int_equal(kv_store_open(&t.o, &s), -ENOENT);
+	assert_null(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -610,6 +676,7 @@ int main(void)
 		cmocka_unit_test(test_stray_files_ignored),
 		cmocka_unit_test(test_buffered_mode),
 		cmocka_unit_test(test_hash_and_errors),
+		cmocka_unit_test(test_degraded_open),
 	};
 
 	return cmocka_run_group_tests_name("store", tests, group_setup,

@@ -384,6 +384,74 @@ static void test_stripe_full(void **state)
 	kv_store_close(s);
 }
 
+/* A write failing with EROFS takes its stripe out of allocation at once,
+ * EIO only after three in a row; the stripe's extents are still read. */
+static void test_stripe_failed(void **state)
+{
+	struct kv_io io = { .op = KV_IO_WRITE };
+	struct kv_stripe_state ss;
+	struct kv_extent e, kept, f;
+	struct kv_store *s;
+	struct tstore t;
+
+	tstore_init(&t, "stripe-failed", 3, MIB);
+	s = tstore_open(&t);
+	write_one(s, 4096, 1, &kept);           /* stripe 0 */
+	write_one(s, 4096, 2, &e);              /* stripe 1 */
+	assert_int_equal(e.stripe, 1);
+	io.ext = e;                             /* rewrites of the same bytes */
+	io.buf = kv_buf_alloc(4096);
+	fill_pattern(io.buf, 4096, 2);
+	capture_start();
+	/* two EIOs on stripe 1 and a success between: still in rotation */
+	kv_store_fault_arm(s, 1u << KV_IO_WRITE, 1, -EIO);
+	assert_int_equal(kv_store_io(s, &io, 1), -EIO);
+	assert_int_equal(kv_store_io(s, &io, 1), 0);
+	kv_store_fault_arm_count(s, 1u << KV_IO_WRITE, 1, -EIO, 2);
+	assert_int_equal(kv_store_io(s, &io, 1), -EIO);
+	assert_int_equal(kv_store_io(s, &io, 1), -EIO);
+	assert_int_equal(kv_store_stripe_state(s, 1, &ss), 0);
+	assert_int_equal(ss.health, KV_STRIPE_OK);
+	assert_int_equal(ss.write_errors, 3);
+	/* the third in a row takes it out, with one log line naming it */
+	kv_store_fault_arm(s, 1u << KV_IO_WRITE, 1, -EIO);
+	assert_int_equal(kv_store_io(s, &io, 1), -EIO);
+	assert_int_equal(kv_store_stripe_state(s, 1, &ss), 0);
+	assert_int_equal(ss.health, KV_STRIPE_FAILED);
+	assert_int_equal(ss.error, -EIO);
+	assert_non_null(strstr(log_buf, "taken out of allocation"));
+	assert_non_null(strstr(log_buf, t.dirs[1]));
+	for (unsigned i = 0; i < 6; i++) {
+		assert_int_equal(kv_extent_alloc(s, 4096, &f), 0);
+		assert_int_not_equal(f.stripe, 1);
+		if (f.stripe == 2) {            /* EROFS: out at the first */
+			io.ext = f;
+			kv_store_fault_arm(s, 1u << KV_IO_WRITE, 1, -EROFS);
+			assert_int_equal(kv_store_io(s, &io, 1), -EROFS);
+		}
+	}
+	capture_stop();
+	assert_int_equal(kv_store_stripe_state(s, 2, &ss), 0);
+	assert_int_equal(ss.health, KV_STRIPE_FAILED);
+	assert_int_equal(ss.error, -EROFS);
+	assert_int_equal(kv_store_stripe_state(s, 0, &ss), 0);
+	assert_int_equal(ss.health, KV_STRIPE_OK);
+	assert_int_equal(kv_store_stripe_state(s, 3, &ss), -EINVAL);
+	/* reads and frees on a failed stripe still work */
+	check_one(s, &e, 2);
+	assert_int_equal(kv_extent_free(s, &e), 0);
+	/* with every stripe out, allocation fails with EIO, not ENOSPC */
+	io.ext = kept;
+	capture_start();
+	kv_store_fault_arm(s, 1u << KV_IO_WRITE, 1, -EROFS);
+	assert_int_equal(kv_store_io(s, &io, 1), -EROFS);
+	assert_int_equal(kv_extent_alloc(s, 4096, &f), -EIO);
+	capture_stop();
+	assert_non_null(strstr(log_buf, "no stripe left to allocate on"));
+	free(io.buf);
+	kv_store_close(s);
+}
+
 /* ---- concurrency ---- */
 
 struct worker {
@@ -655,6 +723,7 @@ int main(void)
 		cmocka_unit_test(test_fault_short),
 		cmocka_unit_test(test_read_many),
 		cmocka_unit_test(test_stripe_full),
+		cmocka_unit_test(test_stripe_failed),
 		cmocka_unit_test(test_concurrent_io),
 		cmocka_unit_test(test_sched_read_first),
 		cmocka_unit_test(test_sched_depth_bound),
