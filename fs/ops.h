@@ -77,4 +77,10 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 /* kvfs_geometry_parse / kvfs_geometry_format: fs/geometry_text.c */
 
+/* ops_times.c: a setattr's times, checked (-EOVERFLOW outside int64 ns,
+ * before anything changes), then set with ctime (cannot fail after the
+ * check). */
+int kvfs_check_times(const struct stat *a, int valid, fuse_ino_t ino);
+void kvfs_set_times(struct kv_node_info *n, const struct stat *a, int valid);
+
 #endif

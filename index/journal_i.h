@@ -31,4 +31,7 @@ int mfj_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64
 int mfj_write_frame(int fd, const char *path, uint64_t *off, uint32_t kind,
 		    uint64_t seq, const uint8_t *body, size_t len);
 
+/* meta.journal_seq: the last journaled batch the manifest committed. */
+uint64_t mfj_manifest_seq(struct kv_manifest *m);
+
 #endif

@@ -22,8 +22,6 @@
 
 #include "journal_i.h"
 
-#define REWRITE_MIN (64ull << 20)   /* never compact a journal smaller than this */
-#define SNAPSHOT_FRAME (4u << 20)   /* snapshot rows per frame, in bytes */
 
 struct frame {
 	uint32_t kind;
@@ -374,42 +372,7 @@ static int replay(struct kv_manifest *m, const struct jfile *f, size_t from, siz
 	return rc;
 }
 
-/* ---- the header: what a rebuild needs to make a manifest ---- */
-
-static int encode_header(struct kv_manifest *m, struct mf_journal *b)
-{
-	struct kv_store_meta *meta = calloc(1, sizeof(*meta));
-	sqlite3_stmt *st = NULL;
-	int rc;
-
-	if (!meta)
-		return -ENOMEM;
-	rc = kv_manifest_meta(m, meta);
-	if (rc < 0)
-		goto out;
-	b->snapshotting = true;
-	mfj_put_u64(b, meta->segment_size);
-	mfj_put_u64(b, meta->capacity);
-	mfj_put_u64(b, (uint64_t)meta->created_ns);
-	mfj_put_name(b, meta->uuid, sizeof(meta->uuid) - 1);
-	/* The stripes as recorded (relative inside the store), not as
-	 * resolved: a rebuilt copy of a store must use its own stripes. */
-	rc = sqlite3_prepare_v2(m->db, "SELECT path FROM stripes ORDER BY id", -1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		rc = mf_db_fail(m->db, m->path, rc, "reading stripes");
-		goto out;
-	}
-	mfj_put_u64(b, meta->nstripes);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-		mfj_put_name(b, mf_col_str(st, 0), 4095);
-	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "reading stripes");
-	if (rc == 0 && b->nomem)
-		rc = -ENOMEM;
-out:
-	sqlite3_finalize(st);
-	free(meta);
-	return rc;
-}
+/* ---- the header ---- */
 
 static int decode_header(const struct frame *fr, struct kv_store_meta *meta)
 {
@@ -430,85 +393,7 @@ static int decode_header(const struct frame *fr, struct kv_store_meta *meta)
 	return r.bad ? KV_ERR_CORRUPT : 0;
 }
 
-/* ---- rewriting: the journal as a snapshot of the manifest ---- */
-
-struct snap {
-	struct kv_manifest *m;
-	struct mf_journal b;       /* encoder (snapshotting) */
-	int fd;
-	const char *path;
-	uint64_t off, seq, records;
-};
-
-static int snap_flush(struct snap *s, bool force)
-{
-	int rc;
-
-	if (s->b.nomem)
-		return -ENOMEM;
-	if (s->b.len == 0 || (!force && s->b.len < SNAPSHOT_FRAME))
-		return 0;
-	rc = mfj_write_frame(s->fd, s->path, &s->off, MFJ_SNAPSHOT, s->seq, s->b.buf, s->b.len);
-	mf_journal_discard(&s->b);
-	return rc;
-}
-
-static int snap_model(void *a, const struct kv_model_rec *r)
-{
-	struct snap *s = a;
-
-	mf_journal_model(&s->b, r);
-	s->records++;
-	return snap_flush(s, false);
-}
-
-static int snap_layer(void *a, const struct kv_layer_rec *r)
-{
-	struct snap *s = a;
-
-	mf_journal_layer(&s->b, r);
-	s->records++;
-	return snap_flush(s, false);
-}
-
-static int snap_extent(void *a, const struct kv_extent_rec *r)
-{
-	struct snap *s = a;
-
-	mf_journal_extent(&s->b, r);
-	s->records++;
-	return snap_flush(s, false);
-}
-
-static int snap_page(void *a, const struct kv_page_rec *r)
-{
-	struct snap *s = a;
-
-	mf_journal_page(&s->b, r);
-	s->records++;
-	return snap_flush(s, false);
-}
-
-static int fsync_dir_of(const char *path)
-{
-	char *dir = strdup(path), *slash;
-	int fd, rc = 0;
-
-	if (!dir)
-		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (slash)
-		*slash = '\0';
-	fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		rc = -errno;
-	if (fd >= 0)
-		close(fd);
-	free(dir);
-	return rc;
-}
-
-static uint64_t manifest_seq(struct kv_manifest *m)
+uint64_t mfj_manifest_seq(struct kv_manifest *m)
 {
 	sqlite3_stmt *st;
 	uint64_t v = 0;
@@ -521,79 +406,6 @@ static uint64_t manifest_seq(struct kv_manifest *m)
 		sqlite3_finalize(st);
 	}
 	return v;
-}
-
-int kv_manifest_journal_rewrite(struct kv_manifest *m)
-{
-	static const struct kv_manifest_visitor v = {
-		.model = snap_model, .layer = snap_layer, .extent = snap_extent,
-		.page = snap_page,
-	};
-	struct snap s = { .m = m, .fd = -1, .seq = manifest_seq(m) };
-	uint8_t count[8];
-	char *tmp = NULL;
-	int rc;
-
-	if (m->in_txn)
-		return -EINVAL;
-	mf_journal_init(&s.b);
-	if (asprintf(&tmp, "%s/%s.tmp", m->store_dir, KV_JOURNAL_FILE) < 0)
-		return -ENOMEM;
-	s.path = tmp;
-	s.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (s.fd < 0) {
-		rc = -errno;
-		kv_log(KV_LOG_ERR, "journal %s: cannot create: %s", tmp, strerror(errno));
-		goto out;
-	}
-	rc = encode_header(m, &s.b);
-	if (rc == 0)
-		rc = mfj_write_frame(s.fd, tmp, &s.off, MFJ_HEADER, 0, s.b.buf, s.b.len);
-	mf_journal_discard(&s.b);
-	if (rc == 0)
-		rc = kv_manifest_load(m, &v, &s);
-	if (rc == 0)
-		rc = snap_flush(&s, true);
-	mfj_le64(count, s.records);
-	if (rc == 0)
-		rc = mfj_write_frame(s.fd, tmp, &s.off, MFJ_SNAPSHOT_END, s.seq, count, 8);
-	if (rc == 0 && fdatasync(s.fd) < 0)
-		rc = -errno;
-	if (rc == 0 && rename(tmp, m->j.path) < 0)
-		rc = -errno;
-	if (rc == 0)
-		rc = fsync_dir_of(m->j.path);
-	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "journal %s: rewriting it failed: %s; the old one stays",
-		       m->j.path, kv_strerror(rc));
-		unlink(tmp);
-		goto out;
-	}
-	if (m->j.fd >= 0)
-		close(m->j.fd);
-	m->j.fd = s.fd;
-	s.fd = -1;
-	m->j.end = m->j.snapshot_end = s.off;
-	m->j.seq = s.seq;
-	kv_log(KV_LOG_DEBUG, "journal %s: rewritten as a snapshot of %" PRIu64 " rows "
-	       "(%" PRIu64 " bytes)", m->j.path, s.records, s.off);
-out:
-	if (s.fd >= 0)
-		close(s.fd);
-	mf_journal_fini(&s.b);
-	free(tmp);
-	return rc;
-}
-
-/* After a commit: a journal grown well past its last snapshot is
- * rewritten, so it stays proportional to the manifest. */
-void mf_journal_maybe_rewrite(struct kv_manifest *m)
-{
-	uint64_t limit = m->j.snapshot_end * 4;
-
-	if (m->j.fd < 0 || m->j.end < REWRITE_MIN || m->j.end < limit)
-		return;
-	kv_manifest_journal_rewrite(m);
 }
 
 /* ---- recovery at open ---- */
@@ -662,7 +474,7 @@ int kv_manifest_recover(struct kv_manifest *m, struct kv_recover_stats *st)
 	struct kv_recover_stats dummy;
 	struct replay_stats rs = { 0, 0 };
 	struct jfile f = { 0 };
-	uint64_t mseq = manifest_seq(m);
+	uint64_t mseq = mfj_manifest_seq(m);
 	int rc;
 
 	st = st ? st : &dummy;
@@ -735,7 +547,7 @@ out:
 int kv_manifest_journal_behind(struct kv_manifest *m, uint64_t *batches)
 {
 	struct jfile f = { 0 };
-	uint64_t mseq = manifest_seq(m);
+	uint64_t mseq = mfj_manifest_seq(m);
 	int rc = parse(m->j.path, &f);
 
 	*batches = 0;
