@@ -676,8 +676,7 @@ static void test_check(void **state)
 	kv_manifest_close(m);
 }
 
-/* Two daemons on one store hand out the same inode numbers: fsck gives
- * every extra holder a new number, its children and identity following. */
+/* Two daemons on one store hand out the same inode numbers: fsck renumbers. */
 static void count_report(void *arg, const char *line)
 {
 	(void)line;
@@ -713,9 +712,7 @@ static void test_renumber(void **state)
 	assert_int_equal(kv_manifest_check(m, msg, sizeof(msg)), 0);
 	assert_int_equal(kv_manifest_check_inodes(m, false, count_report, &lines), 0);
 	assert_int_equal(kv_manifest_load(m, &visitor, &s), 0);
-	/* All three pages and both layers are still there, under new numbers
-	 * where they collided (pages yield to layers), and every page still
-	 * names its own layer. */
+	/* All pages and layers are kept; pages yield their numbers to layers. */
 	assert_int_equal(s.npages, 3);
 	assert_int_equal(s.nlayers, 2);
 	for (size_t i = 0; i < s.npages; i++) {
