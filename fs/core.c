@@ -653,14 +653,6 @@ int kvfs_changes_refused(struct kvfs *fs)
 	return -EIO;
 }
 
-static bool kvfs_has_journal(const char *dir)
-{
-	char path[4096 + 32];
-
-	snprintf(path, sizeof(path), "%s/%s", dir, KV_JOURNAL_FILE);
-	return access(path, F_OK) == 0;
-}
-
 int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 {
 	struct kvfs *fs;
@@ -732,7 +724,7 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 fail:
 	kv_log(KV_LOG_ERR, "cannot open store %s: %s", dir, kv_strerror(rc));
 	if ((rc == KV_ERR_CORRUPT || rc == KV_ERR_NOTSTORE || rc == -ENOENT) &&
-	    kvfs_has_journal(dir))
+	    kv_manifest_has_journal(dir))
 		kv_log(KV_LOG_ERR, "%s/%s is missing or damaged, but %s/%s holds the "
 		       "store's history: run `kvfs fsck --rebuild %s` to make the manifest "
 		       "anew from it (the old one is kept aside)", dir, KV_MANIFEST_FILE,

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,15 +44,17 @@ struct jfile {
 
 static void jfile_free(struct jfile *f)
 {
-	free(f->data);
+	if (f->data)
+		munmap(f->data, f->size);
 	free(f->fr);
 	memset(f, 0, sizeof(*f));
 }
 
+/* Mapped, not read: a journal grows to 4 times its snapshot before it is
+ * compacted, and recovery only walks it once. */
 static int read_whole(const char *path, struct jfile *f)
 {
 	struct stat sb;
-	size_t got = 0;
 	int fd, rc = 0;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -62,22 +65,13 @@ static int read_whole(const char *path, struct jfile *f)
 		goto out;
 	}
 	f->size = (size_t)sb.st_size;
-	f->data = malloc(f->size ? f->size : 1);
-	if (!f->data) {
-		rc = -ENOMEM;
+	if (f->size == 0)
 		goto out;
-	}
-	while (got < f->size) {
-		ssize_t n = pread(fd, f->data + got, f->size - got, (off_t)got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			kv_log(KV_LOG_ERR, "journal %s: reading: %s", path, strerror(-rc));
-			goto out;
-		}
-		got += (size_t)n;
+	f->data = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (f->data == MAP_FAILED) {
+		rc = -errno;
+		f->data = NULL;
+		kv_log(KV_LOG_ERR, "journal %s: cannot map it: %s", path, strerror(-rc));
 	}
 out:
 	close(fd);
@@ -578,6 +572,14 @@ static int set_aside(const char *store_dir, char *aside, size_t len)
 		}
 	}
 	return 0;
+}
+
+bool kv_manifest_has_journal(const char *store_dir)
+{
+	char path[4096 + 32];
+
+	snprintf(path, sizeof(path), "%s/%s", store_dir, KV_JOURNAL_FILE);
+	return access(path, F_OK) == 0;
 }
 
 int kv_manifest_rebuild(const char *store_dir, struct kv_rebuild_stats *st)

@@ -185,6 +185,8 @@ struct kv_rebuild_stats {
 	uint64_t dropped_bytes;  /* torn or damaged journal tail */
 };
 int kv_manifest_rebuild(const char *store_dir, struct kv_rebuild_stats *st);
+/* Whether STORE/kvfs.journal exists (something to rebuild from). */
+bool kv_manifest_has_journal(const char *store_dir);
 
 /* Read the meta and stripes back; KV_ERR_CORRUPT (logged) if invalid. */
 int kv_manifest_meta(struct kv_manifest *m, struct kv_store_meta *out);

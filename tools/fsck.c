@@ -169,14 +169,6 @@ static int lock_store(struct fsck *f)
 	return rc;
 }
 
-static bool journal_exists(const struct fsck *f)
-{
-	char path[4096 + 32];
-
-	snprintf(path, sizeof(path), "%s/%s", f->store, KV_JOURNAL_FILE);
-	return access(path, F_OK) == 0;
-}
-
 /* A new manifest from the journal; then every page's bytes are verified
  * against it and what fails is dropped, as by --repair --verify-data. */
 static int rebuild(struct fsck *f, const char *why)
@@ -255,7 +247,7 @@ static int open_store(struct fsck *f)
 		return -ENOTDIR;
 	}
 	snprintf(path, sizeof(path), "%s/%s", f->store, KV_MANIFEST_FILE);
-	if (access(path, F_OK) < 0 && !journal_exists(f)) {
+	if (access(path, F_OK) < 0 && !kv_manifest_has_journal(f->store)) {
 		fprintf(stderr, "kvfs fsck: %s is not a kvfs store (no %s and no %s: %s)\n",
 			f->shown, KV_MANIFEST_FILE, KV_JOURNAL_FILE, strerror(errno));
 		return -ENOENT;
@@ -272,9 +264,9 @@ static int open_store(struct fsck *f)
 		return KV_ERR_NOTSTORE;
 	}
 	rc = kv_manifest_open(f->store, &f->m);
-	if (rc == KV_ERR_NOTSTORE && journal_exists(f))
+	if (rc == KV_ERR_NOTSTORE && kv_manifest_has_journal(f->store))
 		rc = KV_ERR_CORRUPT;   /* kvfs.db truncated or overwritten */
-	if (rc == KV_ERR_CORRUPT && journal_exists(f) && (f->repair || f->rebuild))
+	if (rc == KV_ERR_CORRUPT && kv_manifest_has_journal(f->store) && (f->repair || f->rebuild))
 		return rebuild(f, "kvfs.db is damaged beyond opening; rebuilding it from "
 			       "the journal");
 	if (rc == 0 && f->rebuild)
@@ -378,7 +370,7 @@ static int fsck_run(struct fsck *f)
 
 	rc = open_store(f);
 	if (rc == KV_ERR_CORRUPT) {
-		if (journal_exists(f))
+		if (kv_manifest_has_journal(f->store))
 			problem(f, true, "manifest: %s/%s is damaged beyond opening; run `kvfs "
 				"fsck --rebuild %s` to rebuild it from %s", f->store,
 				KV_MANIFEST_FILE, f->store, KV_JOURNAL_FILE);
