@@ -38,7 +38,17 @@
  *      prefetch is a hint.
  * Compatibility: KVFS_IOC_WRITE and KVFS_IOC_PREFETCH are new command
  * numbers within ABI version 1. A daemon that predates one answers ENOTTY
- * (as for any unknown command) and has done nothing.
+ * (as for any unknown command) and has done nothing. KVFS_REGION_AT_OFFSET
+ * and KVFS_BATCH_DATA_REGION are new flags whose fields were reserved: a
+ * daemon that predates them refuses the call with EINVAL (unknown flag,
+ * nonzero reserved field) and has done nothing.
+ *
+ * Every call but the region calls runs on the daemon's own threads, never
+ * on the FUSE threads that serve stat(2), readdir and read(2): engines
+ * cannot stall the mount. Per uid, at most 256 calls wait at once (more:
+ * EAGAIN, try again) and the running calls hold at most 512 MiB of daemon
+ * memory (about 72 bytes per descriptor for a lookup or prefetch, 200 for
+ * a read, 420 for a write; a larger call runs alone).
  *
  * Whole-call errors (ioctl returns -1 and sets errno):
  *   ENOTTY   not a model directory of kvfs, or unknown command
@@ -101,14 +111,30 @@
 /* KVFS_IOC_REGION_REGISTER / _UNREGISTER argument. */
 struct kvfs_region_arg {
 	uint32_t abi;         /* KVFS_ABI_VERSION */
-	uint32_t flags;       /* 0 */
+	uint32_t flags;       /* register: 0 or KVFS_REGION_AT_OFFSET */
 	int32_t fd;           /* register: the caller's fd of the memory */
 	uint32_t reserved0;   /* 0 */
-	uint64_t length;      /* register: bytes to map from offset 0, 0 = the
-	                       * whole file; out: the mapped length */
+	uint64_t length;      /* register: bytes to map from offset (0 without
+	                       * KVFS_REGION_AT_OFFSET), 0 = the rest of the
+	                       * file; out: the mapped length */
 	uint64_t region_id;   /* register: out; unregister: in */
-	uint64_t reserved[2]; /* 0 */
+	union {
+		uint64_t reserved[2]; /* 0 */
+		struct {
+			uint64_t offset;  /* KVFS_REGION_AT_OFFSET: where the region
+			                   * starts in the file, a multiple of the
+			                   * page size (4096); region offsets count
+			                   * from there */
+			uint64_t reserved1; /* 0 */
+		};
+	};
 };
+
+/* kvfs_region_arg.flags (register) */
+#define KVFS_REGION_AT_OFFSET (1u << 0)  /* map [offset, offset + length) of
+                                          * the file, not [0, length): an
+                                          * engine's host pool is one file
+                                          * that several ranks map parts of */
 
 /*
  * One page of a batch, in the region. Inputs are never modified by the
@@ -143,13 +169,24 @@ struct kvfs_page_desc {
 #define KVFS_DESC_BOUNCED (1u << 1)   /* destination not O_DIRECT-usable: copied */
 #define KVFS_DESC_CACHED  (1u << 2)   /* served from the daemon's RAM tier */
 
-/* KVFS_IOC_WRITE flags (kvfs_batch_arg.flags; READ and LOOKUP take 0) */
+/* KVFS_IOC_WRITE flags (kvfs_batch_arg.flags; LOOKUP and PREFETCH take 0,
+ * READ takes only KVFS_BATCH_DATA_REGION) */
 #define KVFS_WRITE_DURABLE (1u << 0)  /* return once every page is durable
                                        * (data synced, manifest row committed);
                                        * without it: once every page is visible */
 #define KVFS_WRITE_REPLACE (1u << 1)  /* replace a page of the same name
                                        * (atomically, as rename(2)); without
                                        * it such a descriptor fails -EEXIST */
+
+/* KVFS_IOC_READ and KVFS_IOC_WRITE flags (kvfs_batch_arg.flags) */
+#define KVFS_BATCH_DATA_REGION (1u << 8) /* destinations (read) or sources
+                                          * (write) lie in the region
+                                          * data_region_id, not in region_id,
+                                          * which holds the descriptors and
+                                          * names: an engine's host pool has
+                                          * no room of its own for them.
+                                          * Both regions must be the
+                                          * caller's. */
 
 /* KVFS_IOC_READ / KVFS_IOC_LOOKUP / KVFS_IOC_WRITE argument. */
 struct kvfs_batch_arg {
@@ -167,7 +204,14 @@ struct kvfs_batch_arg {
 	uint32_t failed;      /* out: descriptors with status != 0 */
 	uint64_t bytes;       /* out: payload bytes delivered (read), found
 	                       * (lookup) or stored (write) */
-	uint64_t reserved[2]; /* 0 */
+	union {
+		uint64_t reserved[2]; /* 0 */
+		struct {
+			uint64_t data_region_id; /* KVFS_BATCH_DATA_REGION: the
+			                          * region dst_off/dst_len name */
+			uint64_t reserved1;      /* 0 */
+		};
+	};
 };
 
 #define KVFS_IOC_MAGIC 0xCF

@@ -21,11 +21,13 @@ static bool range_ok(uint64_t off, uint64_t len, uint64_t region_len)
 int kvfs_batch_check_arg(const struct kvfs_batch_arg *a, uint64_t region_len,
 			 enum kvfs_batch_kind kind)
 {
-	uint32_t flags_ok = kind == KVFS_BATCH_WRITE ? WRITE_FLAGS : 0;
+	uint32_t flags_ok = kind == KVFS_BATCH_WRITE ? WRITE_FLAGS | KVFS_BATCH_DATA_REGION :
+			    kind == KVFS_BATCH_READ ? KVFS_BATCH_DATA_REGION : 0;
+	bool data_region = a->flags & KVFS_BATCH_DATA_REGION;
 
 	if (a->abi != KVFS_ABI_VERSION)
 		return -EPROTO;
-	if ((a->flags & ~flags_ok) || a->reserved[0] || a->reserved[1])
+	if ((a->flags & ~flags_ok) || a->reserved1 || !a->data_region_id != !data_region)
 		return -EINVAL;
 	if (a->count == 0 || a->desc_off % 8)
 		return -EINVAL;
@@ -53,13 +55,14 @@ static int32_t check_name(const struct kvfs_page_desc *d, uint64_t region_len)
 	return 0;
 }
 
-static int32_t check_read(const struct kvfs_page_desc *d, uint64_t region_len)
+static int32_t check_read(const struct kvfs_page_desc *d, uint64_t region_len,
+			  uint64_t data_len)
 {
 	int32_t rc = d->handle == 0 ? check_name(d, region_len) : 0;
 
 	if (rc)
 		return rc;
-	if (!range_ok(d->dst_off, d->dst_len, region_len))
+	if (!range_ok(d->dst_off, d->dst_len, data_len))
 		return -ERANGE;
 	if (d->dst_len == 0)
 		return -ENOBUFS;
@@ -81,8 +84,9 @@ static int32_t check_prefetch(const struct kvfs_page_desc *d, uint64_t region_le
  * rewrites, which is an engine bug better reported than stored.
  */
 static int32_t check_write(const struct kvfs_page_desc *d, uint64_t region_len,
-			   const struct kvfs_batch_arg *a)
+			   uint64_t data_len, const struct kvfs_batch_arg *a)
 {
+	bool same_region = !(a->flags & KVFS_BATCH_DATA_REGION);
 	uint64_t arr_end = a->desc_off + (uint64_t)a->count * sizeof(*d);
 	int32_t rc;
 
@@ -91,26 +95,26 @@ static int32_t check_write(const struct kvfs_page_desc *d, uint64_t region_len,
 	rc = check_name(d, region_len);
 	if (rc)
 		return rc;
-	if (!range_ok(d->dst_off, d->dst_len, region_len))
+	if (!range_ok(d->dst_off, d->dst_len, data_len))
 		return -ERANGE;
 	if (d->dst_len == 0)
 		return -EINVAL;      /* empty pages are not stored */
-	if (d->dst_off < arr_end && a->desc_off < d->dst_off + d->dst_len)
+	if (same_region && d->dst_off < arr_end && a->desc_off < d->dst_off + d->dst_len)
 		return -EINVAL;
 	return 0;
 }
 
 static int32_t check_one(const struct kvfs_batch_arg *a,
 			 const struct kvfs_page_desc *d, uint64_t region_len,
-			 enum kvfs_batch_kind kind)
+			 uint64_t data_len, enum kvfs_batch_kind kind)
 {
 	if (d->reserved)
 		return -EINVAL;
 	switch (kind) {
 	case KVFS_BATCH_READ:
-		return check_read(d, region_len);
+		return check_read(d, region_len, data_len);
 	case KVFS_BATCH_WRITE:
-		return check_write(d, region_len, a);
+		return check_write(d, region_len, data_len, a);
 	case KVFS_BATCH_PREFETCH:
 		return check_prefetch(d, region_len);
 	default:
@@ -171,14 +175,16 @@ static long fail_overlaps(struct span *s, size_t n, int32_t *status)
 
 long kvfs_batch_check_descs(const struct kvfs_batch_arg *a,
 			    const struct kvfs_page_desc *d, uint64_t region_len,
-			    enum kvfs_batch_kind kind, int32_t *status)
+			    uint64_t data_len, enum kvfs_batch_kind kind, int32_t *status)
 {
+	bool same_region = !(a->flags & KVFS_BATCH_DATA_REGION);
 	struct span *s;
 	size_t n = 0;
 	long failed = 0;
 
 	for (uint32_t i = 0; i < a->count; i++) {
-		status[i] = check_one(a, &d[i], region_len, kind);
+		status[i] = check_one(a, &d[i], region_len, same_region ? region_len : data_len,
+				      kind);
 		failed += status[i] != 0;
 	}
 	/* Lookups and writes store only inside the descriptors. */
@@ -188,13 +194,15 @@ long kvfs_batch_check_descs(const struct kvfs_batch_arg *a,
 	s = malloc(((size_t)a->count * 2 + 1) * sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s[n++] = (struct span){ a->desc_off,
-		a->desc_off + (uint64_t)a->count * sizeof(*d), -1, false };
+	/* Destinations in a region of their own overlap only each other. */
+	if (same_region)
+		s[n++] = (struct span){ a->desc_off,
+			a->desc_off + (uint64_t)a->count * sizeof(*d), -1, false };
 	for (uint32_t i = 0; i < a->count; i++) {
 		if (status[i])
 			continue;
 		s[n++] = (struct span){ d[i].dst_off, d[i].dst_off + d[i].dst_len, i, true };
-		if (d[i].handle == 0)
+		if (same_region && d[i].handle == 0)
 			s[n++] = (struct span){ d[i].name_off,
 				d[i].name_off + d[i].name_len, i, false };
 	}

@@ -23,7 +23,8 @@ enum kvfs_batch_kind {
 
 /*
  * The call as a whole: 0, or -EPROTO (abi), -EINVAL (flags unknown for
- * the kind of call, reserved, count 0, desc_off misaligned, group wrong for
+ * the kind of call, reserved, data_region_id without KVFS_BATCH_DATA_REGION
+ * or the flag without an id, count 0, desc_off misaligned, group wrong for
  * the kind of call), -E2BIG (count), -ERANGE (descriptor array not inside
  * region_len bytes).
  */
@@ -37,13 +38,16 @@ int kvfs_batch_check_arg(const struct kvfs_batch_arg *a, uint64_t region_len,
  * the daemon still has to read; for writes handle != 0, the source range,
  * an empty source and a source overlapping the descriptor array). Sources
  * of a write may overlap each other and names: the daemon only reads them.
- * Names' bytes are checked later, when they are copied. Needs
+ * With KVFS_BATCH_DATA_REGION destinations and sources are checked
+ * against data_len (the data region's length) and overlap only each
+ * other; without it data_len is ignored. Names' bytes are checked later,
+ * when they are copied. Needs
  * kvfs_batch_check_arg to have passed. Returns the number of failed
  * descriptors, or -ENOMEM.
  */
 long kvfs_batch_check_descs(const struct kvfs_batch_arg *a,
 			    const struct kvfs_page_desc *d, uint64_t region_len,
-			    enum kvfs_batch_kind kind, int32_t *status);
+			    uint64_t data_len, enum kvfs_batch_kind kind, int32_t *status);
 
 /*
  * A write batch naming one page twice is ambiguous (which bytes win?):

@@ -49,17 +49,6 @@ struct kvfs_cap {
 	uint64_t need;                 /* most bytes a waiting writer needs */
 	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
 	struct kvfs_cap_stats st;
-	/* names of evicted pages for the kernel to forget (forgetter thread) */
-	struct forget *forget_head, **forget_tail;
-	pthread_cond_t forget_cv;
-	pthread_t forget_thread;
-	bool forget_running;
-};
-
-struct forget {
-	struct forget *next;
-	uint64_t parent;
-	char name[KV_NAME_MAX + 1];
 };
 
 /* ---- usage ---- */
@@ -241,60 +230,18 @@ static bool evict_one(struct kvfs *fs, const struct victim *v,
 }
 
 /*
- * Tell the kernel to forget evicted names, on a thread of their own: the
- * notification takes the directory's lock in the kernel, which a request
- * (a create in that directory) may hold while it waits for a FUSE thread,
- * and every FUSE thread may be a writer waiting for this evictor to make
- * room. The name goes at once from our index, so until the kernel forgets
- * it a lookup it still caches ends in ENOENT from us: nothing wrong is
- * served. Without memory for the queue, notify inline.
+ * Tell the kernel to forget evicted names. The notifier sends them from its
+ * own thread (notifier.h): the notification takes the directory's lock in
+ * the kernel, which a request (a create in that directory) may hold while
+ * it waits for a FUSE thread, and every FUSE thread may be a writer waiting
+ * for this evictor to make room. The name goes at once from our index, so
+ * until the kernel forgets it a lookup it still caches ends in ENOENT from
+ * us: nothing wrong is served.
  */
-static void forget_later(struct kvfs_cap *c, const struct evicted *gone, size_t n)
+static void forget_later(const struct evicted *gone, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		struct forget *f = malloc(sizeof(*f));
-		bool queued = false;
-
-		if (f) {
-			f->next = NULL;
-			f->parent = gone[i].parent;
-			memcpy(f->name, gone[i].name, sizeof(f->name));
-			pthread_mutex_lock(&c->lock);
-			if (c->forget_running && !c->stop) {
-				*c->forget_tail = f;
-				c->forget_tail = &f->next;
-				pthread_cond_signal(&c->forget_cv);
-				queued = true;
-			}
-			pthread_mutex_unlock(&c->lock);
-		}
-		if (!queued) {
-			free(f);
-			fp_forget_name(gone[i].parent, gone[i].name);
-		}
-	}
-}
-
-static void *forgetter(void *arg)
-{
-	struct kvfs_cap *c = arg;
-	struct forget *f;
-
-	pthread_mutex_lock(&c->lock);
-	while (!c->stop) {
-		if (!(f = c->forget_head)) {
-			pthread_cond_wait(&c->forget_cv, &c->lock);
-			continue;
-		}
-		if (!(c->forget_head = f->next))
-			c->forget_tail = &c->forget_head;
-		pthread_mutex_unlock(&c->lock);
-		fp_forget_name(f->parent, f->name);
-		free(f);
-		pthread_mutex_lock(&c->lock);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
+	for (size_t i = 0; i < n; i++)
+		kvfs_notifier_forget(gone[i].parent, gone[i].name);
 }
 
 /*
@@ -330,7 +277,7 @@ static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
 	c->st.evicted_shared += nshared;
 	c->st.evicted_bytes += *freed;
 	pthread_mutex_unlock(&c->lock);
-	forget_later(c, gone, ngone);
+	forget_later(gone, ngone);
 	free(gone);
 	if (ngone)
 		kvfs_commit_wait_all(fs, mark);
@@ -688,15 +635,9 @@ int kvfs_cap_start(struct kvfs *fs)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work_cv, NULL);
 	pthread_cond_init(&c->room_cv, NULL);
-	pthread_cond_init(&c->forget_cv, NULL);
-	c->forget_tail = &c->forget_head;
 	c->atime_flushed_ns = kvfs_now_ns();   /* the manifest has all before */
 	fs->cap = c;
 	rc = cap_limits(fs, c);
-	if (rc == 0) {
-		rc = -pthread_create(&c->forget_thread, NULL, forgetter, c);
-		c->forget_running = rc == 0;
-	}
 	if (rc == 0 && evicting(fs)) {
 		rc = -pthread_create(&c->thread, NULL, evictor, fs);
 		c->running = rc == 0;
@@ -714,17 +655,10 @@ void kvfs_cap_stop(struct kvfs *fs)
 	c->stop = true;
 	pthread_cond_broadcast(&c->work_cv);
 	pthread_cond_broadcast(&c->room_cv);
-	pthread_cond_broadcast(&c->forget_cv);
 	pthread_mutex_unlock(&c->lock);
 	if (c->running) {
 		pthread_join(c->thread, NULL);
 		c->running = false;
-	}
-	if (c->forget_running) {
-		pthread_join(c->forget_thread, NULL);
-		pthread_mutex_lock(&c->lock);
-		c->forget_running = false;
-		pthread_mutex_unlock(&c->lock);
 	}
 }
 
@@ -737,14 +671,6 @@ void kvfs_cap_free(struct kvfs *fs)
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->work_cv);
 	pthread_cond_destroy(&c->room_cv);
-	pthread_cond_destroy(&c->forget_cv);
-	/* (names not yet forgotten when unmounted: the kernel drops them all) */
-	while (c->forget_head) {
-		struct forget *f = c->forget_head;
-
-		c->forget_head = f->next;
-		free(f);
-	}
 	free(c);
 	fs->cap = NULL;
 }

@@ -542,16 +542,22 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 	kv_log(KV_LOG_INFO, "serving %s at %s", c->store, c->mnt);
 	if (c->foreground)
 		sd_notify_state("READY=1\nSTATUS=serving");
-	/* The fast-path write replaces pages behind the kernel's back: it
-	 * needs the session to drop the kernel's cached names. */
-	kvfs_fastpath_set_session(se);
+	/* Fast-path writes and the evictor replace and remove pages behind
+	 * the kernel's back: the notifier makes it drop their cached names.
+	 * Fast-path calls run on the executor, never on a FUSE worker; without
+	 * it (no threads) they run inline, as a degraded mode. */
+	kvfs_notifier_start(se);
+	if (kvfs_fastcall_start(fs) < 0)
+		kv_log(KV_LOG_ERR, "fast-path calls will run on FUSE workers: "
+		       "their executor could not start");
 	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
-	/* The evictor writes name invalidations to the session: stop it
-	 * while the session's fd is still open, not after. */
 	if (c->foreground)
 		sd_notify_state("STOPPING=1\nSTATUS=committing and unmounting");
+	/* Calls already queued finish and reply while the session's fd is
+	 * open; then the evictor, then the notifier, which both feed it. */
+	kvfs_fastcall_stop(fs);
 	kvfs_cap_stop(fs);
-	kvfs_fastpath_set_session(NULL);
+	kvfs_notifier_stop();
 	fuse_session_unmount(se);
 	lost = kvfs_close(fs);   /* commits everything still queued */
 	fs = NULL;

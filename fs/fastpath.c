@@ -226,7 +226,7 @@ static int32_t resolve(struct fp_resolver *rv, uint32_t i, enum fp_use use,
 
 /* ---- calls ---- */
 
-static void caller_of(fuse_req_t req, struct kvfs_caller *c)
+void fp_caller_of(fuse_req_t req, struct kvfs_caller *c)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
@@ -235,8 +235,83 @@ static void caller_of(fuse_req_t req, struct kvfs_caller *c)
 	c->tid = ctx->pid;
 }
 
+/* ---- memory the daemon must not fault in (region.h) ---- */
+
+static int check_resident(struct kvfs_region *r, uint64_t off, uint64_t len)
+{
+	struct kvfs_residency m;
+	int rc = kvfs_region_residency(r, off, off + len, &m);
+	bool ok = rc == 0 && kvfs_residency_has(&m, off, len);
+
+	kvfs_residency_free(&m);
+	return rc < 0 ? rc : ok ? 0 : -EFAULT;
+}
+
+/* The ranges a descriptor makes the daemon touch: its name (unless a
+ * handle names the page), in r, and its destination or source, in dr. */
+static void desc_ranges(const struct kvfs_page_desc *d, enum kvfs_batch_kind kind,
+			uint64_t r[2][2])
+{
+	bool name = kind == KVFS_BATCH_LOOKUP || kind == KVFS_BATCH_WRITE || !d->handle;
+	bool data = kind == KVFS_BATCH_READ || kind == KVFS_BATCH_WRITE;
+
+	r[0][0] = name ? d->name_off : 0;
+	r[0][1] = name ? d->name_len : 0;
+	r[1][0] = data ? d->dst_off : 0;
+	r[1][1] = data ? d->dst_len : 0;
+}
+
+/* Map the residency of the span that range k of every live descriptor
+ * covers in region reg. */
+static int span_residency(struct fp_batch *b, enum kvfs_batch_kind kind, int k,
+			  struct kvfs_region *reg, struct kvfs_residency *m)
+{
+	uint64_t lo = UINT64_MAX, hi = 0, r[2][2];
+
+	for (uint32_t i = 0; i < b->a.count; i++) {
+		if (b->status[i])
+			continue;
+		desc_ranges(&b->d[i], kind, r);
+		if (!r[k][1])
+			continue;
+		lo = r[k][0] < lo ? r[k][0] : lo;
+		hi = r[k][0] + r[k][1] > hi ? r[k][0] + r[k][1] : hi;
+	}
+	return kvfs_region_residency(reg, hi > lo ? lo : 0, hi > lo ? hi : 0, m);
+}
+
+/* Descriptors whose memory the engine punched out or never allocated get
+ * -EFAULT before anything touches it (one mincore per region). */
+static int refuse_unpopulated(struct fp_batch *b, enum kvfs_batch_kind kind)
+{
+	struct kvfs_residency names, data;
+	uint64_t r[2][2];
+	int rc = span_residency(b, kind, 0, b->r, &names);
+
+	if (rc < 0)
+		return rc;
+	rc = span_residency(b, kind, 1, b->dr, &data);
+	if (rc < 0) {
+		kvfs_residency_free(&names);
+		return rc;
+	}
+	for (uint32_t i = 0; i < b->a.count; i++) {
+		if (b->status[i])
+			continue;
+		desc_ranges(&b->d[i], kind, r);
+		if (!kvfs_residency_has(&names, r[0][0], r[0][1]) ||
+		    !kvfs_residency_has(&data, r[1][0], r[1][1]))
+			b->status[i] = -EFAULT;
+	}
+	kvfs_residency_free(&names);
+	kvfs_residency_free(&data);
+	return 0;
+}
+
 void fp_batch_free(struct fp_batch *b)
 {
+	if (b->dr && b->dr != b->r)
+		kvfs_region_put(b->fs->regions, b->dr);
 	if (b->r)
 		kvfs_region_put(b->fs->regions, b->r);
 	free(b->d);
@@ -256,7 +331,7 @@ int fp_batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
 	b->a = *a;
 	b->a.done = b->a.failed = 0;
 	b->a.bytes = 0;
-	caller_of(req, &b->who);
+	fp_caller_of(req, &b->who);
 	if (a->abi != KVFS_ABI_VERSION)
 		return -EPROTO;
 	rc = kvfs_region_get(fs->regions, &b->who, a->region_id, &b->r);
@@ -264,7 +339,17 @@ int fp_batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
 		rc = kvfs_batch_check_arg(a, b->r->len, kind);
 	if (rc < 0)
 		return rc;
+	b->dr = b->r;
+	if (a->flags & KVFS_BATCH_DATA_REGION) {
+		b->dr = NULL;
+		rc = kvfs_region_get(fs->regions, &b->who, a->data_region_id, &b->dr);
+		if (rc < 0)
+			return rc;
+	}
 	bytes = (size_t)a->count * sizeof(*b->d);
+	rc = check_resident(b->r, a->desc_off, bytes);
+	if (rc < 0)
+		return rc;
 	b->d = malloc(bytes);
 	b->status = calloc(a->count, sizeof(*b->status));
 	b->out_flags = calloc(a->count, sizeof(*b->out_flags));
@@ -277,8 +362,10 @@ int fp_batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
 		return rc;
 	for (uint32_t i = 0; i < a->count; i++)
 		b->d[i].bytes = 0;     /* an output: ignore what the engine left */
-	bad = kvfs_batch_check_descs(a, b->d, b->r->len, kind, b->status);
-	return bad < 0 ? (int)bad : 0;
+	bad = kvfs_batch_check_descs(a, b->d, b->r->len, b->dr->len, kind, b->status);
+	if (bad < 0)
+		return (int)bad;
+	return refuse_unpopulated(b, kind);
 }
 
 /* Write each descriptor's outputs back into the region. */
@@ -311,7 +398,7 @@ int fp_batch_finish(struct fp_batch *b, bool with_handles)
 	return rc;
 }
 
-static int do_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
+int fp_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		     struct kvfs_batch_arg *a)
 {
 	struct fp_batch b;
@@ -391,7 +478,7 @@ static void plan_page(struct kvfs *fs, const struct kv_node_info *n,
 		p->src = FP_CACHE;
 }
 
-static int do_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
+int fp_read(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		   struct kvfs_batch_arg *a)
 {
 	struct fp_batch b;
@@ -479,7 +566,7 @@ static void prefetch_page(struct kvfs *fs, const struct kv_node_info *n,
 		kvfs_ram_prefetch_dropped(fs, 1);
 }
 
-static int do_prefetch(struct kvfs *fs, fuse_req_t req, uint64_t model,
+int fp_prefetch(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		       struct kvfs_batch_arg *a)
 {
 	struct fp_batch b;
@@ -514,12 +601,12 @@ static int do_prefetch(struct kvfs *fs, fuse_req_t req, uint64_t model,
 	return rc;
 }
 
-static int do_region(struct kvfs *fs, fuse_req_t req, unsigned cmd,
+int fp_region(struct kvfs *fs, fuse_req_t req, unsigned cmd,
 		     struct kvfs_region_arg *a)
 {
 	struct kvfs_caller who;
 
-	caller_of(req, &who);
+	fp_caller_of(req, &who);
 	if (cmd == KVFS_IOC_REGION_REGISTER)
 		return kvfs_region_register(fs->regions, &who, a);
 	if (a->abi != KVFS_ABI_VERSION)
@@ -527,150 +614,3 @@ static int do_region(struct kvfs *fs, fuse_req_t req, unsigned cmd,
 	return kvfs_region_unregister(fs->regions, &who, a->region_id);
 }
 
-/* ---- the kernel's name cache ---- */
-
-static _Atomic(struct fuse_session *) fast_se;
-static atomic_bool no_session_logged;
-
-void kvfs_fastpath_set_session(struct fuse_session *se)
-{
-	atomic_store(&fast_se, se);
-}
-
-void fp_forget_name(uint64_t parent, const char *name)
-{
-	struct fuse_session *se = atomic_load(&fast_se);
-	int rc;
-
-	if (!se) {
-		if (!atomic_exchange(&no_session_logged, true))
-			kv_log(KV_LOG_WARN, "fast path: no FUSE session to invalidate replaced "
-			       "names with: the kernel may serve a replaced page's old entry "
-			       "(ENOENT) until entry_timeout");
-		return;
-	}
-	/* -ENOENT: the kernel had nothing cached, which is fine. */
-	rc = fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
-	if (rc < 0 && rc != -ENOENT)
-		kv_log(KV_LOG_WARN, "fast path: could not invalidate the kernel's entry "
-		       "for replaced page %s: %s", name, kv_strerror(rc));
-}
-
-static const char *cmd_name(unsigned cmd)
-{
-	switch (cmd) {
-	case KVFS_IOC_REGION_REGISTER: return "REGION_REGISTER";
-	case KVFS_IOC_REGION_UNREGISTER: return "REGION_UNREGISTER";
-	case KVFS_IOC_READ: return "READ";
-	case KVFS_IOC_LOOKUP: return "LOOKUP";
-	case KVFS_IOC_WRITE: return "WRITE";
-	case KVFS_IOC_PREFETCH: return "PREFETCH";
-	case KVFS_IOC_GC: return "GC";
-	}
-	return "unknown";
-}
-
-/* A refused call is logged once, saying which call, who and why; an
- * unknown region id is routine (clients probe with it) and stays quiet. */
-static void log_refusal(fuse_req_t req, unsigned cmd, int rc)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-
-	kv_log(rc == -ENOENT ? KV_LOG_DEBUG : KV_LOG_WARN,
-	       "fast path: %s from pid %d (uid %u) refused: %s", cmd_name(cmd),
-	       (int)ctx->pid, (unsigned)ctx->uid, kv_strerror(rc));
-}
-
-/* KVFS_IOC_GC on the mount root: root only, it removes others' pages. */
-static void do_gc(struct kvfs *fs, fuse_req_t req, const void *in_buf,
-		  size_t in_bufsz, size_t out_bufsz)
-{
-	struct kvfs_gc_arg a;
-	int rc;
-
-	if (in_bufsz != sizeof(a))
-		return (void)kvfs_reply_err(req, -EINVAL);
-	if (fuse_req_ctx(req)->uid != 0) {
-		log_refusal(req, KVFS_IOC_GC, -EPERM);
-		return (void)kvfs_reply_err(req, -EPERM);
-	}
-	memcpy(&a, in_buf, sizeof(a));
-	rc = kvfs_gc(fs, &a);
-	if (rc < 0) {
-		log_refusal(req, KVFS_IOC_GC, rc);
-		return (void)kvfs_reply_err(req, rc);
-	}
-	fuse_reply_ioctl(req, 0, &a, out_bufsz < sizeof(a) ? out_bufsz : sizeof(a));
-}
-
-static void record_latency(struct kvfs *fs, unsigned cmd, int64_t ns)
-{
-	struct kvfs_hist *h = NULL;
-
-	if (cmd == KVFS_IOC_READ)
-		h = &fs->st.lat_read;
-	else if (cmd == KVFS_IOC_WRITE)
-		h = &fs->st.lat_write;
-	else if (cmd == KVFS_IOC_LOOKUP)
-		h = &fs->st.lat_lookup;
-	else if (cmd == KVFS_IOC_PREFETCH)
-		h = &fs->st.lat_prefetch;
-	if (h)
-		kvfs_hist_record(h, ns > 0 ? (uint64_t)ns : 0);
-}
-
-void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
-		   struct fuse_file_info *fi, unsigned flags, const void *in_buf,
-		   size_t in_bufsz, size_t out_bufsz)
-{
-	struct kvfs *fs = req_fs(req);
-	struct kv_node_info n;
-	union {
-		struct kvfs_region_arg r;
-		struct kvfs_batch_arg b;
-	} u;
-	int64_t t0;
-	size_t sz;
-	int rc;
-
-	(void)arg; (void)fi; (void)flags;
-	if (ino == KV_ROOT_INO && cmd == KVFS_IOC_GC)
-		return do_gc(fs, req, in_buf, in_bufsz, out_bufsz);
-	/* Only model directories speak this ABI; the size is part of cmd. */
-	if (kv_index_get(fs->idx, ino, &n) < 0 || n.kind != KV_KIND_MODEL)
-		return kvfs_reply_err(req, -ENOTTY);
-	switch (cmd) {
-	case KVFS_IOC_REGION_REGISTER:
-	case KVFS_IOC_REGION_UNREGISTER:
-		sz = sizeof(u.r);
-		break;
-	case KVFS_IOC_READ:
-	case KVFS_IOC_LOOKUP:
-	case KVFS_IOC_WRITE:
-	case KVFS_IOC_PREFETCH:
-		sz = sizeof(u.b);
-		break;
-	default:
-		return kvfs_reply_err(req, -ENOTTY);
-	}
-	if (in_bufsz != sz)
-		return kvfs_reply_err(req, -EINVAL);
-	memcpy(&u, in_buf, sz);
-	t0 = kvfs_now_ns();
-	if (cmd == KVFS_IOC_READ)
-		rc = do_read(fs, req, ino, &u.b);
-	else if (cmd == KVFS_IOC_LOOKUP)
-		rc = do_lookup(fs, req, ino, &u.b);
-	else if (cmd == KVFS_IOC_WRITE)
-		rc = kvfs_fast_write(fs, req, ino, &u.b);
-	else if (cmd == KVFS_IOC_PREFETCH)
-		rc = do_prefetch(fs, req, ino, &u.b);
-	else
-		rc = do_region(fs, req, cmd, &u.r);
-	record_latency(fs, cmd, kvfs_now_ns() - t0);
-	if (rc < 0) {
-		log_refusal(req, cmd, rc);
-		return kvfs_reply_err(req, rc);
-	}
-	fuse_reply_ioctl(req, 0, &u, out_bufsz < sz ? out_bufsz : sz);
-}

@@ -10,6 +10,7 @@
 #include "batch_check.h"
 #include "kvfs_i.h"
 #include "ops.h"
+#include "notifier.h"
 #include "region.h"
 
 /* How a resolved page is served. */
@@ -35,7 +36,9 @@ struct fp_page {
 struct fp_batch {
 	struct kvfs *fs;
 	struct kvfs_caller who;
-	struct kvfs_region *r;
+	struct kvfs_region *r;     /* descriptors and names */
+	struct kvfs_region *dr;    /* destinations or sources: r, or the
+	                            * KVFS_BATCH_DATA_REGION (a reference) */
 	struct kvfs_batch_arg a;
 	struct kvfs_page_desc *d;  /* private copy of the descriptors */
 	int32_t *status;
@@ -89,17 +92,13 @@ bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask)
  * inode does not fit. */
 uint64_t fp_handle_of(const struct kvfs *fs, uint64_t ino);
 
-/*
- * The FUSE session, for telling the kernel about names the fast path
- * changed behind its back: a page replaced by KVFS_IOC_WRITE would
- * otherwise stay cached as the old inode for entry_timeout, and open(2) of
- * its name would fail with ENOENT. The daemon sets it once the session
- * exists and clears it (NULL) before destroying it; without it replaced
- * names are not invalidated (logged once).
- */
-void kvfs_fastpath_set_session(struct fuse_session *se);
-/* Drop the kernel's cached entry for name in directory parent. */
-void fp_forget_name(uint64_t parent, const char *name);
+/* The calls (fastpath.c): 0 or a whole-call -errno; *a gets the outputs. */
+int fp_lookup(struct kvfs *fs, fuse_req_t req, uint64_t model, struct kvfs_batch_arg *a);
+int fp_read(struct kvfs *fs, fuse_req_t req, uint64_t model, struct kvfs_batch_arg *a);
+int fp_prefetch(struct kvfs *fs, fuse_req_t req, uint64_t model, struct kvfs_batch_arg *a);
+int fp_region(struct kvfs *fs, fuse_req_t req, unsigned cmd, struct kvfs_region_arg *a);
+/* Who is calling: uid, gid and thread id from the request. */
+void fp_caller_of(fuse_req_t req, struct kvfs_caller *c);
 
 /* KVFS_IOC_WRITE (fastwrite.c): 0 or a whole-call -errno; *a gets the outs. */
 int kvfs_fast_write(struct kvfs *fs, fuse_req_t req, uint64_t model,

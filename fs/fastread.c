@@ -51,7 +51,7 @@ static bool direct_ok(const struct fp_batch *b, const struct fp_page *p)
 {
 	const struct kvfs_page_desc *d = &b->d[p->idx];
 
-	return ((uintptr_t)(b->r->base + d->dst_off)) % KV_ALIGN == 0 &&
+	return ((uintptr_t)(b->dr->base + d->dst_off)) % KV_ALIGN == 0 &&
 	       d->dst_len >= kv_extent_footprint(&p->ext);
 }
 
@@ -75,7 +75,7 @@ static void chunk_fill(struct chunk *c, struct fp_page *pages, uint32_t n,
 		io->ext = p->ext;
 		c->bounce[c->n] = NULL;
 		if (direct_ok(b, p)) {
-			io->buf = b->r->base + b->d[p->idx].dst_off;
+			io->buf = b->dr->base + b->d[p->idx].dst_off;
 		} else {
 			c->bounce[c->n] = kv_buf_get(fp);   /* the read fills it */
 			if (!c->bounce[c->n]) {
@@ -96,8 +96,12 @@ static void fail_page(struct fp_batch *b, const struct fp_page *p, int32_t err)
 	uint64_t fp = kv_extent_footprint(&p->ext);
 
 	b->status[p->idx] = err;
-	kvfs_region_zero(b->r, d->dst_off, d->dst_len < fp ? d->dst_len : fp);
+	kvfs_region_zero(b->dr, d->dst_off, d->dst_len < fp ? d->dst_len : fp);
 }
+
+/* What an engine's memory can trigger (a region changed or shrunk under a
+ * read) and device errors, which come in bursts: both rate-limited. */
+static struct kv_log_limit engine_log, device_log;
 
 /*
  * A page read straight into the region did not match. Either the disk is
@@ -111,15 +115,15 @@ static int32_t reread_page(struct fp_batch *b, const struct fp_page *p)
 	void *buf;
 	int rc;
 
-	kv_store_fixed_forget(b->r->id);
+	kv_store_fixed_forget(b->dr->id);
 	rc = kv_store_read_verified(b->fs->store, &p->ext, p->hash, &buf);
 	if (rc == KV_ERR_CHECKSUM)
 		atomic_fetch_add(&b->fs->st.checksum_failures, 1);
 	if (rc < 0)
 		return rc == KV_ERR_CHECKSUM || rc == -EIO ? -EIO : rc;
-	kv_log(KV_LOG_WARN, "fast path: page inode %" PRIu64 " read fine a second time: region %016" PRIx64 "'s memory changed under its registration",
-	       p->ino, b->r->id);
-	rc = kvfs_region_store(b->r, b->d[p->idx].dst_off, buf, p->size);
+	KV_LOG_LIMITED(&engine_log, KV_LOG_WARN, "fast path: page inode %" PRIu64 " read fine a second time: region %016" PRIx64 "'s memory changed under its registration",
+		       p->ino, b->dr->id);
+	rc = kvfs_region_store(b->dr, b->d[p->idx].dst_off, buf, p->size);
 	kv_buf_put(buf, kv_extent_footprint(&p->ext));
 	return rc;
 }
@@ -133,9 +137,10 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 	int rc = c->io[k].res;
 
 	if (rc < 0) {
-		kv_log(rc == -EFAULT ? KV_LOG_WARN : KV_LOG_ERR, "fast path: page inode %" PRIu64 " (segment %u of stripe %u, offset %" PRIu64 "): read failed: %s",
-		       p->ino, p->ext.segment, p->ext.stripe, p->ext.offset,
-		       kv_strerror(rc));
+		KV_LOG_LIMITED(rc == -EFAULT ? &engine_log : &device_log,
+			       rc == -EFAULT ? KV_LOG_WARN : KV_LOG_ERR, "fast path: page inode %" PRIu64 " (segment %u of stripe %u, offset %" PRIu64 "): read failed: %s",
+			       p->ino, p->ext.segment, p->ext.stripe, p->ext.offset,
+			       kv_strerror(rc));
 		return rc == -EFAULT ? -EFAULT : -EIO;
 	}
 	if (c->bounce[k]) {
@@ -143,10 +148,10 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 		if (memcmp(h, p->hash, KV_HASH_LEN) == 0) {
 			b->out_flags[p->idx] |= KVFS_DESC_BOUNCED;
 			atomic_fetch_add(&b->fs->st.fast_bounced, 1);
-			return kvfs_region_store(b->r, d->dst_off, c->bounce[k], p->size);
+			return kvfs_region_store(b->dr, d->dst_off, c->bounce[k], p->size);
 		}
 	} else {
-		rc = kvfs_region_hash(b->r, d->dst_off, p->size, h);
+		rc = kvfs_region_hash(b->dr, d->dst_off, p->size, h);
 		if (rc < 0)
 			return rc;
 		if (memcmp(h, p->hash, KV_HASH_LEN) == 0)
@@ -200,7 +205,7 @@ static void promote(struct chunk *c, unsigned k)
 
 		d->bytes = copy_buf(fp, p->size);
 		if (!d->bytes ||
-		    kvfs_region_load(b->r, b->d[p->idx].dst_off, d->bytes, p->size) < 0 ||
+		    kvfs_region_load(b->dr, b->d[p->idx].dst_off, d->bytes, p->size) < 0 ||
 		    (kv_hash128(d->bytes, p->size, h), memcmp(h, p->hash, KV_HASH_LEN))) {
 			kv_buf_put(d->bytes, fp);
 			free(d);
@@ -326,7 +331,7 @@ static void copy_ram_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n
 
 		if (p->src != FP_RAM && p->src != FP_CACHE)
 			continue;
-		rc = kvfs_region_store(b->r, b->d[p->idx].dst_off, p->ram->bytes, p->size);
+		rc = kvfs_region_store(b->dr, b->d[p->idx].dst_off, p->ram->bytes, p->size);
 		kvfs_data_put(p->ram);
 		p->ram = NULL;
 		if (rc < 0) {
@@ -344,7 +349,7 @@ void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 	struct chunk *c = malloc(sizeof(*c));
 	/* The region is registered with the thread's ring once, so reads into
 	 * it skip per-read page pinning; the id names this mapping only. */
-	struct kv_fixed_buf fb = { b->r->base, b->r->len, b->r->id };
+	struct kv_fixed_buf fb = { b->dr->base, b->dr->len, b->dr->id };
 	uint32_t next = 0;
 
 	copy_ram_pages(b, pages, n);

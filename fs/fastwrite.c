@@ -42,6 +42,8 @@
 #define CHUNK_BUDGET_SHARE 2
 /* Per-descriptor log lines per batch; a batch can hold 2^20 descriptors. */
 #define LOG_DESCS_MAX 8
+/* How long a REPLACE waits for the kernel to drop the replaced names. */
+#define FORGET_WAIT_MS 5000u
 
 struct wpage {
 	uint32_t idx;              /* descriptor index */
@@ -69,6 +71,8 @@ struct wbatch {
 	uint64_t staged;           /* dirty bytes charged to staged pages */
 };
 
+static struct kv_log_limit desc_log, batch_log;
+
 /* Per-descriptor failures are the engine's business and can be many: one
  * debug line each. Failures of the daemon itself are warnings. */
 static void log_desc(struct wbatch *w, uint32_t i, const char *what, int32_t st)
@@ -80,10 +84,18 @@ static void log_desc(struct wbatch *w, uint32_t i, const char *what, int32_t st)
 		return;
 	}
 	w->logged++;
-	kv_log(ours ? KV_LOG_WARN : KV_LOG_DEBUG,
-	       "fast path: WRITE from pid %d: descriptor %u (layer %u, %s): %s: %s",
-	       (int)w->b.who.tid, i, w->b.d[i].layer,
-	       w->names && w->names[i] ? w->names[i] : "?", what, kv_strerror(st));
+	/* Warnings across batches are rate-limited too: every batch of a
+	 * full store would otherwise add its lines. */
+	if (ours)
+		KV_LOG_LIMITED(&desc_log, KV_LOG_WARN,
+			       "fast path: WRITE from pid %d: descriptor %u (layer %u, %s): %s: %s",
+			       (int)w->b.who.tid, i, w->b.d[i].layer,
+			       w->names && w->names[i] ? w->names[i] : "?", what, kv_strerror(st));
+	else
+		kv_log(KV_LOG_DEBUG,
+		       "fast path: WRITE from pid %d: descriptor %u (layer %u, %s): %s: %s",
+		       (int)w->b.who.tid, i, w->b.d[i].layer,
+		       w->names && w->names[i] ? w->names[i] : "?", what, kv_strerror(st));
 }
 
 static void fail_desc(struct wbatch *w, uint32_t i, const char *what, int32_t st)
@@ -249,7 +261,7 @@ static int32_t stage(struct wbatch *w, struct wpage *p)
 		unstage(w, p);
 		return -ENOMEM;
 	}
-	rc = kvfs_region_load(w->b.r, w->b.d[p->idx].dst_off, p->data->bytes, p->size);
+	rc = kvfs_region_load(w->b.dr, w->b.d[p->idx].dst_off, p->data->bytes, p->size);
 	if (rc < 0) {
 		unstage(w, p);
 		return rc;
@@ -314,15 +326,29 @@ static void retry_full(struct wbatch *w, uint32_t first, uint32_t end)
  * only after the chunk's commit group ended: the invalidation can wait in
  * the kernel for the layer directory's lock, and whoever holds it (an
  * fsync of the directory) may be waiting for the committer, which waits
- * for the group.
+ * for the group. The notifier sends it; the call waits for that (bounded)
+ * so that open(2) after the call returns finds the new page. Waiting is
+ * safe on an executor thread, which no request waits for; on a FUSE
+ * worker (no executor) it is not, and the call does not wait.
  */
 static void forget_replaced(struct wbatch *w, uint32_t first, uint32_t end)
 {
+	static struct kv_log_limit slow_log;
+	uint64_t ticket = 0, t;
+
 	if (!w->replace)
 		return;
-	for (uint32_t k = first; k < end; k++)
-		if (w->b.status[w->pages[k].idx] == 0 && w->b.d[w->pages[k].idx].handle)
-			fp_forget_name(w->pages[k].layer_ino, w->pages[k].name);
+	for (uint32_t k = first; k < end; k++) {
+		if (w->b.status[w->pages[k].idx] == 0 && w->b.d[w->pages[k].idx].handle) {
+			t = kvfs_notifier_forget(w->pages[k].layer_ino, w->pages[k].name);
+			ticket = t > ticket ? t : ticket;
+		}
+	}
+	if (ticket && w->b.fs->exec && kvfs_notifier_wait(ticket, FORGET_WAIT_MS) < 0)
+		KV_LOG_LIMITED(&slow_log, KV_LOG_WARN,
+			       "fast path: WRITE from pid %d: the kernel has not dropped "
+			       "replaced names after %u ms; they may resolve to the old "
+			       "pages (ENOENT) for a while", (int)w->b.who.tid, FORGET_WAIT_MS);
 }
 
 /* Bytes one chunk may stage: a share of the budget, at least one page. */
@@ -465,8 +491,9 @@ int kvfs_fast_write(struct kvfs *fs, fuse_req_t req, uint64_t model,
 		atomic_fetch_add(&fs->st.fast_write_batches, 1);
 		atomic_fetch_add(&fs->st.fast_pages_written, a->done);
 	} else if (w.published) {
-		kv_log(KV_LOG_WARN, "fast path: WRITE from pid %d failed after %u pages "
-		       "were stored: %s", (int)w.b.who.tid, w.published, kv_strerror(rc));
+		KV_LOG_LIMITED(&batch_log, KV_LOG_WARN, "fast path: WRITE from pid %d failed "
+			       "after %u pages were stored: %s", (int)w.b.who.tid, w.published,
+			       kv_strerror(rc));
 	}
 	if (w.unlogged)
 		kv_log(KV_LOG_DEBUG, "fast path: WRITE from pid %d: %u more descriptors "

@@ -123,6 +123,7 @@ struct kvfs_stats {
 	atomic_uint_fast64_t bytes_accepted_fast; /* payload published by fast-path writes */
 	atomic_uint_fast64_t ssd_bytes_written;   /* extent footprints written (padding too) */
 	atomic_uint_fast64_t pages_read_disk;     /* pages served to readers from the device */
+	atomic_uint_fast64_t fast_refused;        /* fast-path calls refused as a whole */
 	struct kvfs_hist lat_read;      /* fast-path READ calls */
 	struct kvfs_hist lat_write;     /* fast-path WRITE calls */
 	struct kvfs_hist lat_lookup;    /* fast-path LOOKUP calls */
@@ -169,6 +170,7 @@ struct kvfs {
 	struct kvfs_ram *ram;          /* RAM tier (fs/ramtier.c) */
 	struct kvfs_prefetch *prefetch; /* its loader thread (fs/prefetch.c) */
 	struct kvfs_cap *cap;          /* capacity and eviction (fs/capacity.c) */
+	struct kvfs_exec *exec;        /* runs fast-path calls (fs/executor.c); NULL offline */
 
 	struct kvfs_stats st;
 };

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "executor.h"
 #include "metrics.h"
+#include "notifier.h"
 
 /* ---- snapshot ---- */
 
@@ -177,6 +179,21 @@ static void snap_hist(const struct kvfs_hist *h, struct kvfs_hist_snap *s)
 	s->sum_ns = atomic_load_explicit(&h->sum_ns, memory_order_relaxed);
 }
 
+static void snap_fast(struct kvfs *fs, struct kvfs_metrics *m)
+{
+	struct kvfs_exec_stats e;
+	struct kvfs_notifier_stats n;
+
+	kvfs_exec_stats(fs->exec, &e);
+	kvfs_notifier_stats(&n);
+	set_u(m, MV_FAST_REFUSED, ST(fast_refused));
+	set_u(m, MV_FAST_QUEUED, e.queued);
+	set_u(m, MV_FAST_RUNNING, e.running);
+	set_u(m, MV_FAST_MEM, e.mem_running);
+	set_u(m, MV_NOTIFY_PENDING, n.pending);
+	set_u(m, MV_NOTIFY_DROPPED, n.dropped);
+}
+
 void kvfs_metrics_snapshot(struct kvfs *fs, struct kvfs_metrics *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -185,6 +202,7 @@ void kvfs_metrics_snapshot(struct kvfs *fs, struct kvfs_metrics *m)
 	snap_counters(fs, m);
 	snap_dirty(fs, m);
 	snap_sched(fs, m);
+	snap_fast(fs, m);
 	snap_hist(&fs->st.lat_read, &m->lat[KVFS_LAT_READ]);
 	snap_hist(&fs->st.lat_write, &m->lat[KVFS_LAT_WRITE]);
 	snap_hist(&fs->st.lat_lookup, &m->lat[KVFS_LAT_LOOKUP]);
@@ -355,6 +373,18 @@ static const struct mdef defs[] = {
 	  NULL, C, "Write submissions since mount" },
 	{ MV_SCHED_HELD_BACK, "sched", "writes_held_back", "kvfs_sched_writes_held_back_total",
 	  NULL, C, "Times queued writes were held back for reads" },
+	{ MV_FAST_REFUSED, "fastpath", "refused", "kvfs_fast_refused_total", NULL, C,
+	  "Fast-path calls refused as a whole (bad arguments, limits, permissions)" },
+	{ MV_FAST_QUEUED, "fastpath", "queued", "kvfs_fast_calls_queued", NULL, G,
+	  "Fast-path calls waiting for an executor thread" },
+	{ MV_FAST_RUNNING, "fastpath", "running", "kvfs_fast_calls_running", NULL, G,
+	  "Fast-path calls running on executor threads" },
+	{ MV_FAST_MEM, "fastpath", "memory_bytes", "kvfs_fast_calls_memory_bytes", NULL, G,
+	  "Estimated daemon memory held by the running calls" },
+	{ MV_NOTIFY_PENDING, "fastpath", "notify_pending", "kvfs_kernel_notify_pending", NULL, G,
+	  "Replaced or evicted names queued for the kernel to forget" },
+	{ MV_NOTIFY_DROPPED, "fastpath", "notify_dropped", "kvfs_kernel_notify_dropped_total",
+	  NULL, C, "Names the kernel was not told to forget (queue full)" },
 };
 #undef C
 #undef G
@@ -362,7 +392,7 @@ static const struct mdef defs[] = {
 
 static const char *const sections[] = {
 	"ram", "ssd", "namespace", "reads", "writes", "dedup", "pages",
-	"writeback", "sched", NULL,
+	"writeback", "sched", "fastpath", NULL,
 };
 static const char *const lat_names[KVFS_LAT_COUNT] = {
 	"read", "write", "lookup", "prefetch",

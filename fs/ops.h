@@ -68,6 +68,10 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
 void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		   struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		   size_t in_bufsz, size_t out_bufsz);
+/* The fast path's executor (fastcall.c): start it once the session serves,
+ * stop it (queued calls finish first) before the store closes. */
+int kvfs_fastcall_start(struct kvfs *fs);
+void kvfs_fastcall_stop(struct kvfs *fs);
 
 /* fs/xattr.c */
 void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);

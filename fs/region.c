@@ -25,8 +25,12 @@
 
 #include "region.h"
 
-#define REGIONS_MAX 1024u
+/* The table is global; each uid gets at most a share of it, and the last
+ * REGIONS_ROOT_RESERVE entries are root's, so users who fill it between
+ * them never lock root out. */
+#define REGIONS_MAX 4096u
 #define REGIONS_PER_UID 256u
+#define REGIONS_ROOT_RESERVE 256u
 
 struct kvfs_regions {
 	pthread_mutex_t lock;
@@ -52,19 +56,22 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 	uint8_t *a = si->si_addr;
 
 	(void)sig; (void)uctx;
-	if (r && a >= r->base && a < r->base + r->len &&
-	    mmap(r->base, r->len, PROT_READ | PROT_WRITE,
-		 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-	    != MAP_FAILED) {
-		r->broken = 1;
-		return;
+	/* broken first, then the new mapping: another thread copying from
+	 * the region concurrently may read the anonymous zeros, and its
+	 * guard_end must then see broken. */
+	if (r && a >= r->base && a < r->base + r->len) {
+		atomic_store(&r->broken, 1);
+		if (mmap(r->base, r->len, PROT_READ | PROT_WRITE,
+			 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+		    != MAP_FAILED)
+			return;
 	}
 	signal(SIGBUS, SIG_DFL);   /* not a region: fail as we would have */
 }
 
 static int guard_begin(struct kvfs_region *r)
 {
-	if (r->broken)
+	if (atomic_load(&r->broken))
 		return -EFAULT;
 	guarded = r;
 	atomic_signal_fence(memory_order_seq_cst);
@@ -73,9 +80,11 @@ static int guard_begin(struct kvfs_region *r)
 
 static int guard_end(struct kvfs_region *r)
 {
-	atomic_signal_fence(memory_order_seq_cst);
+	/* A full fence: the copy's loads happen before broken is read, also
+	 * against a SIGBUS handled on another thread. */
+	atomic_thread_fence(memory_order_seq_cst);
 	guarded = NULL;
-	return r->broken ? -EFAULT : 0;
+	return atomic_load(&r->broken) ? -EFAULT : 0;
 }
 
 int kvfs_region_load(struct kvfs_region *r, uint64_t off, void *dst, size_t len)
@@ -120,6 +129,53 @@ int kvfs_region_hash(struct kvfs_region *r, uint64_t off, size_t len,
 	return guard_end(r);
 }
 
+int kvfs_region_residency(struct kvfs_region *r, uint64_t lo, uint64_t hi,
+			  struct kvfs_residency *m)
+{
+	uint64_t psz = (uint64_t)sysconf(_SC_PAGESIZE);
+	size_t pages;
+
+	m->lo = lo / psz * psz;
+	m->hi = hi > r->len ? r->len : hi;
+	m->hi = (m->hi + psz - 1) / psz * psz;
+	m->vec = NULL;
+	if (m->hi <= m->lo)
+		return 0;
+	pages = (size_t)((m->hi - m->lo) / psz);
+	m->vec = malloc(pages);
+	if (!m->vec)
+		return -ENOMEM;
+	/* The tail past len is part of the mapping's last page. */
+	if (mincore(r->base + m->lo, (size_t)(m->hi - m->lo), m->vec) < 0) {
+		int rc = -errno;
+
+		free(m->vec);
+		m->vec = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+bool kvfs_residency_has(const struct kvfs_residency *m, uint64_t off, uint64_t len)
+{
+	uint64_t psz = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	if (len == 0)
+		return true;
+	if (!m->vec || off < m->lo || off + len > m->hi)
+		return false;
+	for (uint64_t p = (off - m->lo) / psz; p <= (off + len - 1 - m->lo) / psz; p++)
+		if (!(m->vec[p] & 1))
+			return false;
+	return true;
+}
+
+void kvfs_residency_free(struct kvfs_residency *m)
+{
+	free(m->vec);
+	m->vec = NULL;
+}
+
 static void install_sigbus(void)
 {
 	struct sigaction sa;
@@ -132,6 +188,9 @@ static void install_sigbus(void)
 		kv_log(KV_LOG_WARN, "fast path: cannot install the SIGBUS guard: %s",
 		       strerror(errno));
 }
+
+/* Callers can trigger these at will: rate-limited. */
+static struct kv_log_limit refusal_log;
 
 /* ---- processes ---- */
 
@@ -204,8 +263,9 @@ static int caller_accmode(pid_t tgid, int fd, ino_t ino)
 
 /* Memory the caller could write itself, and that is memory (tmpfs/memfd). */
 static int check_memory(const struct kvfs_caller *c, pid_t tgid, int cfd, int fd,
-			uint64_t *len)
+			struct kvfs_region *r)
 {
+	uint64_t *len = &r->len, off = r->file_off;
 	struct statfs sf;
 	struct stat st;
 	int mode;
@@ -215,12 +275,12 @@ static int check_memory(const struct kvfs_caller *c, pid_t tgid, int cfd, int fd
 	/* tmpfs only: a hugetlbfs mapping must be huge-page sized throughout
 	 * (munmap, and the SIGBUS guard's remap, fail on a shorter one). */
 	if (!S_ISREG(st.st_mode) || sf.f_type != TMPFS_MAGIC) {
-		kv_log(KV_LOG_WARN, "fast path: pid %d offered fd %d, which is not a memfd or a /dev/shm file",
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: pid %d offered fd %d, which is not a memfd or a /dev/shm file",
 		       (int)tgid, cfd);
 		return -EINVAL;
 	}
 	if (st.st_uid != c->uid) {
-		kv_log(KV_LOG_WARN, "fast path: pid %d (uid %u) offered fd %d owned by uid %u",
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: pid %d (uid %u) offered fd %d owned by uid %u",
 		       (int)tgid, (unsigned)c->uid, cfd, (unsigned)st.st_uid);
 		return -EACCES;
 	}
@@ -228,20 +288,31 @@ static int check_memory(const struct kvfs_caller *c, pid_t tgid, int cfd, int fd
 	if (mode < 0)
 		return mode;
 	if (mode != O_RDWR) {
-		kv_log(KV_LOG_WARN, "fast path: pid %d offered fd %d not opened read-write",
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: pid %d offered fd %d not opened read-write",
 		       (int)tgid, cfd);
 		return -EACCES;
 	}
+	r->dev = st.st_dev;
+	r->ino = st.st_ino;
+	if (off % (uint64_t)sysconf(_SC_PAGESIZE) || off >= (uint64_t)st.st_size) {
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: pid %d offered fd %d at offset %llu: not page-aligned or past its end (%llu bytes)",
+			       (int)tgid, cfd, (unsigned long long)off,
+			       (unsigned long long)st.st_size);
+		return -EINVAL;
+	}
 	if (*len == 0)
-		*len = (uint64_t)st.st_size;
-	if (*len == 0 || *len > (uint64_t)st.st_size || *len > SIZE_MAX / 2)
+		*len = (uint64_t)st.st_size - off;
+	if (*len == 0 || *len > (uint64_t)st.st_size - off || *len > SIZE_MAX / 2)
 		return -EINVAL;
 	/* Mapping (populated) and pinning a sparse file would make the daemon
-	 * allocate the caller's memory, charged to the daemon. */
-	if ((uint64_t)st.st_blocks * 512 < *len) {
-		kv_log(KV_LOG_WARN, "fast path: pid %d offered fd %d with %llu of %llu bytes allocated; touch or fallocate the memory before registering it",
-		       (int)tgid, cfd, (unsigned long long)st.st_blocks * 512,
-		       (unsigned long long)*len);
+	 * allocate the caller's memory, charged to the daemon. st_blocks is
+	 * the one measure that counts fallocate'd pages (SEEK_HOLE and mincore
+	 * see them as holes until touched); with an offset, the file must hold
+	 * at least the bytes up to the region's end. */
+	if ((uint64_t)st.st_blocks * 512 < (off ? off + *len : *len)) {
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: pid %d offered fd %d with %llu of %llu bytes allocated; touch or fallocate the memory before registering it",
+			       (int)tgid, cfd, (unsigned long long)st.st_blocks * 512,
+			       (unsigned long long)(off + *len));
 		return -EINVAL;
 	}
 	return 0;
@@ -266,17 +337,38 @@ static unsigned count_of(struct kvfs_regions *rs, pid_t tgid)
 	return n;
 }
 
-/* What one uid has registered: regions and bytes. */
-static void usage_of(struct kvfs_regions *rs, uid_t uid, unsigned *n,
-		     uint64_t *bytes)
+/* What one uid has registered: regions, and bytes counted per file (from
+ * the lowest start to the highest end of its regions in that file): tensor
+ * parallel ranks map parts of one host pool, which is memory once. The
+ * candidate region (not yet listed) counts too. */
+static void usage_of(struct kvfs_regions *rs, const struct kvfs_region *cand,
+		     unsigned *n, uint64_t *bytes)
 {
-	*n = 0;
+	const struct kvfs_region *mine[REGIONS_PER_UID + 1];
+	unsigned k = 0;
+
+	for (const struct kvfs_region *r = rs->list; r && k < REGIONS_PER_UID; r = r->next)
+		if (r->uid == cand->uid)
+			mine[k++] = r;
+	*n = k;
+	mine[k++] = cand;
 	*bytes = 0;
-	for (struct kvfs_region *r = rs->list; r; r = r->next) {
-		if (r->uid == uid) {
-			(*n)++;
-			*bytes += r->len;
+	for (unsigned i = 0; i < k; i++) {
+		uint64_t lo = mine[i]->file_off, hi = lo + mine[i]->len;
+		bool seen = false;
+
+		for (unsigned j = 0; j < k; j++) {
+			if (mine[j]->dev != mine[i]->dev || mine[j]->ino != mine[i]->ino)
+				continue;
+			if (j < i) {
+				seen = true;    /* counted with the first of its file */
+				break;
+			}
+			lo = mine[j]->file_off < lo ? mine[j]->file_off : lo;
+			hi = mine[j]->file_off + mine[j]->len > hi ? mine[j]->file_off + mine[j]->len : hi;
 		}
+		if (!seen)
+			*bytes += hi - lo;
 	}
 }
 
@@ -337,18 +429,20 @@ static int publish(struct kvfs_regions *rs, struct kvfs_region *r)
 	uint64_t uid_bytes;
 
 	pthread_mutex_lock(&rs->lock);
-	usage_of(rs, r->uid, &uid_n, &uid_bytes);
+	usage_of(rs, r, &uid_n, &uid_bytes);
 	if (rs->count >= REGIONS_MAX || uid_n >= REGIONS_PER_UID ||
+	    (r->uid != 0 && rs->count >= REGIONS_MAX - REGIONS_ROOT_RESERVE) ||
 	    count_of(rs, r->tgid) >= KVFS_REGIONS_PER_PROCESS) {
 		pthread_mutex_unlock(&rs->lock);
-		kv_log(KV_LOG_WARN, "fast path: pid %d has too many regions (%u per process, %u per uid, %u in all)",
-		       (int)r->tgid, KVFS_REGIONS_PER_PROCESS, REGIONS_PER_UID, REGIONS_MAX);
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: pid %d has too many regions (%u per process, %u per uid, %u in all of which %u are root's)",
+		       (int)r->tgid, KVFS_REGIONS_PER_PROCESS, REGIONS_PER_UID, REGIONS_MAX,
+		       REGIONS_ROOT_RESERVE);
 		return -EMFILE;
 	}
-	if (uid_bytes + r->len > bytes_cap()) {
+	if (uid_bytes > bytes_cap()) {
 		pthread_mutex_unlock(&rs->lock);
-		kv_log(KV_LOG_WARN, "fast path: uid %u would have %llu bytes registered, over the cap of half the memory",
-		       (unsigned)r->uid, (unsigned long long)(uid_bytes + r->len));
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: uid %u would have %llu bytes registered, over the cap of half the memory",
+		       (unsigned)r->uid, (unsigned long long)uid_bytes);
 		return -ENOMEM;
 	}
 	rc = new_id(rs, &r->id);
@@ -372,9 +466,11 @@ static int map_region(struct kvfs_region *r, int fd)
 {
 	/* Populate now: O_DIRECT reads pin the destination pages inside the
 	 * store's io_uring submit, and faulting them in there one 4 KiB page
-	 * at a time serialises every batch behind the I/O thread. */
+	 * at a time serialises every batch behind the I/O thread. (It also
+	 * makes fallocate'd pages up to date, which is what the per-call
+	 * residency check looks for.) */
 	void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_POPULATE, fd, 0);
+		       MAP_SHARED | MAP_POPULATE, fd, (off_t)r->file_off);
 
 	if (p == MAP_FAILED)
 		return -errno;
@@ -390,10 +486,11 @@ int kvfs_region_register(struct kvfs_regions *rs, const struct kvfs_caller *c,
 
 	if (a->abi != KVFS_ABI_VERSION)
 		return -EPROTO;
-	if (a->flags || a->reserved0 || a->reserved[0] || a->reserved[1] || a->fd < 0)
+	if ((a->flags & ~KVFS_REGION_AT_OFFSET) || a->reserved0 || a->reserved1 || a->fd < 0 ||
+	    (!(a->flags & KVFS_REGION_AT_OFFSET) && a->offset))
 		return -EINVAL;
 	if (c->tid <= 0) {
-		kv_log(KV_LOG_WARN, "fast path: the caller's pid is not visible from the daemon's pid namespace");
+		KV_LOG_LIMITED(&refusal_log, KV_LOG_WARN, "fast path: the caller's pid is not visible from the daemon's pid namespace");
 		return -EPERM;
 	}
 	r = calloc(1, sizeof(*r));
@@ -401,6 +498,7 @@ int kvfs_region_register(struct kvfs_regions *rs, const struct kvfs_caller *c,
 		return -ENOMEM;
 	r->uid = c->uid;
 	r->len = a->length;
+	r->file_off = a->offset;
 	r->tgid = tgid_of(c->tid);
 	r->pidfd = -1;
 	rc = r->tgid > 0 ? 0 : -ESRCH;
@@ -411,7 +509,7 @@ int kvfs_region_register(struct kvfs_regions *rs, const struct kvfs_caller *c,
 	if (rc == 0)
 		rc = grab_fd(r->pidfd, r->tgid, a->fd, &fd);
 	if (rc == 0)
-		rc = check_memory(c, r->tgid, a->fd, fd, &r->len);
+		rc = check_memory(c, r->tgid, a->fd, fd, r);
 	if (rc == 0)
 		rc = map_region(r, fd);
 	if (fd >= 0)
@@ -501,7 +599,7 @@ int kvfs_region_get(struct kvfs_regions *rs, const struct kvfs_caller *c,
 	pthread_mutex_lock(&rs->lock);
 	rc = find_owned(rs, c, id, out);
 	pthread_mutex_unlock(&rs->lock);
-	if (rc == 0 && (*out)->broken) {
+	if (rc == 0 && atomic_load(&(*out)->broken)) {
 		kvfs_region_put(rs, *out);
 		rc = -EFAULT;
 	}

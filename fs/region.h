@@ -19,6 +19,8 @@
 #ifndef KVFS_REGION_H
 #define KVFS_REGION_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -36,8 +38,11 @@ struct kvfs_region {
 	uint8_t *base;
 	uint64_t len;
 	/* private to region.c */
+	dev_t dev;                    /* the file, for counting memory per file */
+	ino_t ino;
+	uint64_t file_off;            /* where the region starts in it */
 	int refs;                     /* under the registry lock */
-	volatile int broken;          /* set by the SIGBUS handler */
+	_Atomic int broken;           /* set by the SIGBUS handler */
 	struct kvfs_region *next;
 };
 
@@ -69,5 +74,24 @@ int kvfs_region_store(struct kvfs_region *r, uint64_t off, const void *src,
 int kvfs_region_zero(struct kvfs_region *r, uint64_t off, size_t len);
 int kvfs_region_hash(struct kvfs_region *r, uint64_t off, size_t len,
 		     uint8_t out[KV_HASH_LEN]);
+
+/*
+ * Which of the region's pages are in memory now (mincore of the daemon's
+ * mapping, which for a shared tmpfs mapping reports the file's pages). The
+ * daemon never faults in a page the engine punched out or never allocated:
+ * that memory would be allocated by, and charged to, the daemon. A call
+ * checks the ranges it will touch before touching them; what the engine
+ * punches while the call runs is its own race.
+ */
+struct kvfs_residency {
+	uint64_t lo, hi;          /* page-aligned span of the region */
+	unsigned char *vec;       /* one byte a page, bit 0: resident */
+};
+/* Map the pages of [lo, hi): 0, -ENOMEM or -errno of mincore. */
+int kvfs_region_residency(struct kvfs_region *r, uint64_t lo, uint64_t hi,
+			  struct kvfs_residency *m);
+/* Is every page of [off, off + len) resident (inside m's span)? */
+bool kvfs_residency_has(const struct kvfs_residency *m, uint64_t off, uint64_t len);
+void kvfs_residency_free(struct kvfs_residency *m);
 
 #endif

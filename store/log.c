@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -95,6 +96,34 @@ void kv_log(enum kv_log_level lvl, const char *fmt, ...)
 	else
 		stderr_sink(lvl, line);
 	errno = saved;
+}
+
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool kv_log_limit_take(struct kv_log_limit *l, uint64_t *suppressed)
+{
+	struct timespec ts;
+	int64_t now;
+	bool ok;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	*suppressed = 0;
+	pthread_mutex_lock(&limit_lock);
+	if (now - l->window_start_ns >= (int64_t)KV_LOG_LIMIT_WINDOW_S * 1000000000) {
+		l->window_start_ns = now;
+		l->lines = 0;
+	}
+	ok = l->lines < KV_LOG_LIMIT_BURST;
+	if (ok) {
+		l->lines++;
+		*suppressed = l->suppressed;
+		l->suppressed = 0;
+	} else {
+		l->suppressed++;
+	}
+	pthread_mutex_unlock(&limit_lock);
+	return ok;
 }
 
 const char *kv_strerror(int rc)

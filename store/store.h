@@ -62,6 +62,33 @@ void kv_log_set_level(enum kv_log_level lvl);
  */
 void kv_log_set_sink(void (*sink)(enum kv_log_level, const char *line));
 
+/*
+ * Rate-limited lines, for whatever a caller can trigger at will (a refused
+ * call, a full queue): at most KV_LOG_LIMIT_BURST lines per
+ * KV_LOG_LIMIT_WINDOW_S seconds per limiter; the first line let through
+ * after a quiet spell says how many were suppressed. A limiter is a static
+ * or embedded struct, zero-initialised.
+ */
+#define KV_LOG_LIMIT_BURST 10u
+#define KV_LOG_LIMIT_WINDOW_S 5
+struct kv_log_limit {
+	int64_t window_start_ns;
+	uint32_t lines;
+	uint64_t suppressed;
+};
+/* May a line go out now? *suppressed: lines dropped since the last one. */
+bool kv_log_limit_take(struct kv_log_limit *l, uint64_t *suppressed);
+#define KV_LOG_LIMITED(limit, lvl, ...)                                          \
+	do {                                                                     \
+		uint64_t kv_sup_;                                                \
+		if (kv_log_limit_take((limit), &kv_sup_)) {                      \
+			if (kv_sup_)                                             \
+				kv_log((lvl), "suppressed %llu similar lines",   \
+				       (unsigned long long)kv_sup_);             \
+			kv_log((lvl), __VA_ARGS__);                              \
+		}                                                                \
+	} while (0)
+
 /* ---- extents ---- */
 struct kv_extent {
 	uint32_t stripe;   /* index into the stripe list */

@@ -49,6 +49,18 @@ static int overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
 	return (u128)a < (u128)b + blen && (u128)b < (u128)a + alen;
 }
 
+/* A data region (KVFS_BATCH_DATA_REGION) of its own, shorter than the
+ * descriptors' region, holds the sources and destinations. */
+static int own_data(const struct kvfs_batch_arg *a)
+{
+	return !!(a->flags & KVFS_BATCH_DATA_REGION);
+}
+
+static uint64_t data_len_of(const struct kvfs_batch_arg *a, uint64_t region)
+{
+	return own_data(a) ? region / 2 : region;
+}
+
 static void check_write(const struct kvfs_batch_arg *a,
 			const struct kvfs_page_desc *d, uint64_t region)
 {
@@ -56,8 +68,8 @@ static void check_write(const struct kvfs_batch_arg *a,
 
 	require(d->handle == 0, "write with a handle accepted");
 	require(d->dst_len > 0, "empty source accepted");
-	require(inside(d->dst_off, d->dst_len, region), "source inside region");
-	require(!overlap(d->dst_off, d->dst_len, a->desc_off, arr),
+	require(inside(d->dst_off, d->dst_len, data_len_of(a, region)), "source inside region");
+	require(own_data(a) || !overlap(d->dst_off, d->dst_len, a->desc_off, arr),
 		"source over the descriptors");
 }
 
@@ -86,15 +98,16 @@ static void check_accepted(const struct kvfs_batch_arg *a,
 		if (!is_read)
 			continue;
 		require(d[i].dst_len > 0, "empty destination accepted");
-		require(inside(d[i].dst_off, d[i].dst_len, region), "destination inside region");
-		require(!overlap(d[i].dst_off, d[i].dst_len, a->desc_off, arr),
+		require(inside(d[i].dst_off, d[i].dst_len, data_len_of(a, region)),
+			"destination inside region");
+		require(own_data(a) || !overlap(d[i].dst_off, d[i].dst_len, a->desc_off, arr),
 			"destination over the descriptors");
 		for (uint32_t j = 0; j < a->count; j++) {
 			if (j == i || st[j])
 				continue;
 			require(!overlap(d[i].dst_off, d[i].dst_len, d[j].dst_off, d[j].dst_len),
 				"two accepted destinations overlap");
-			if (d[j].handle == 0)
+			if (d[j].handle == 0 && !own_data(a))
 				require(!overlap(d[i].dst_off, d[i].dst_len, d[j].name_off, d[j].name_len),
 					"destination over a name");
 		}
@@ -183,14 +196,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	require(a.abi == KVFS_ABI_VERSION, "abi");
 	require(kind == KVFS_BATCH_WRITE ?
-		!(a.flags & ~(KVFS_WRITE_DURABLE | KVFS_WRITE_REPLACE)) : a.flags == 0,
+		!(a.flags & ~(KVFS_WRITE_DURABLE | KVFS_WRITE_REPLACE | KVFS_BATCH_DATA_REGION)) :
+		kind == KVFS_BATCH_READ ? !(a.flags & ~KVFS_BATCH_DATA_REGION) : a.flags == 0,
 		"unknown flags");
+	require(!own_data(&a) == !a.data_region_id, "data region id without the flag");
 	require(kind == KVFS_BATCH_LOOKUP || a.group == 0, "group on a read or write");
 	require(a.count >= 1 && a.count <= KVFS_BATCH_MAX, "count");
 	require(inside(a.desc_off, (uint64_t)a.count * sizeof(*d), region), "descriptor array");
 	if (a.count > n)
 		return 0;     /* the daemon copies exactly count descriptors */
-	bad = kvfs_batch_check_descs(&a, d, region, kind, st);
+	bad = kvfs_batch_check_descs(&a, d, region, data_len_of(&a, region), kind, st);
 	require(bad >= 0 && bad <= (long)a.count, "failed count");
 	if (kind == KVFS_BATCH_WRITE)
 		check_dups(&a, d, st, salt);

@@ -42,7 +42,9 @@ def test_register(dfd):
     if r.rid == 0 or r.len != 16 * MB:
         fail(f'register returned id {r.rid:#x} length {r.len}')
     expect_err(errno.EPROTO, abi.register, dfd, r.fd, abi=2)
-    expect_err(errno.EINVAL, abi.register, dfd, r.fd, flags=1)
+    expect_err(errno.EINVAL, abi.register, dfd, r.fd, flags=4)            # unknown flag
+    expect_err(errno.EINVAL, abi.register, dfd, r.fd, offset=4096)        # offset without its flag
+    expect_err(errno.EINVAL, abi.register, dfd, r.fd, flags=1, offset=100)  # not page-aligned
     expect_err(errno.EBADF, abi.register, dfd, 999)
     expect_err(errno.EINVAL, abi.register, dfd, r.fd, length=32 * MB)
     with open(os.path.join(TMP, 'disk-file'), 'w+b') as f:      # not memory
@@ -124,6 +126,60 @@ def test_read(r, handles):
         fail(f'read bytes {res["bytes"]} != {total}')
     if not ds[-1].out_flags & abi.DESC_BOUNCED or ds[0].out_flags & abi.DESC_BOUNCED:
         fail(f'bounce flags: {ds[0].out_flags} {ds[-1].out_flags}')
+
+
+def test_data_region(dfd):
+    """Descriptors and names in one region, page bytes in another: a host
+    pool registered at an offset of its file (as a tensor-parallel rank
+    maps its part of one pool). Reads and writes land there bit-exact; the
+    descriptor region is never written but for the statuses."""
+    pool = abi.memfd(8 * MB)
+    pmem = mmap.mmap(pool, 8 * MB)
+    pmem[:] = b'\xee' * (8 * MB)
+    prid, plen = abi.register(dfd, pool, flags=abi.REGION_AT_OFFSET, offset=2 * MB,
+                              length=4 * MB)
+    if plen != 4 * MB:
+        fail(f'region at offset: mapped {plen}')
+    ctl = Region(dfd, MB)
+    names = [b'p%d' % i for i in range(4)]
+    # Destination offsets count from the region's start (file offset 2 MiB);
+    # offset 0 of each region holds descriptors there / pool bytes here.
+    ds = [abi.Desc(0, n, dst_off=i * MB, dst_len=MB) for i, n in enumerate(names)]
+    abi.place(ctl.mem, ds, 0, 65536)
+    res = abi.batch(dfd, abi.READ, ctl.rid, 0, len(ds), data_rid=prid)
+    abi.collect(ctl.mem, ds, 0)
+    if res['done'] != 4:
+        fail(f'read into a data region: {res} {[d.status for d in ds]}')
+    for i, n in enumerate(names):
+        want = page_bytes(0, n.decode())
+        at = 2 * MB + i * MB
+        if bytes(pmem[at:at + len(want)]) != want:
+            fail(f'data region: {n} not at file offset {at}')
+    if bytes(pmem[:2 * MB]) != b'\xee' * (2 * MB):
+        fail('data region: bytes before the registered offset changed')
+    # Writes from the pool: new pages with the pool's bytes.
+    wd = [abi.Desc(1, b'dr%d' % i, dst_off=i * MB, dst_len=4096) for i in range(2)]
+    abi.place(ctl.mem, wd, 0, 65536)
+    res = abi.batch(dfd, abi.WRITE, ctl.rid, 0, 2, flags=abi.WRITE_DURABLE, data_rid=prid)
+    abi.collect(ctl.mem, wd, 0)
+    if res['done'] != 2:
+        fail(f'write from a data region: {res} {[d.status for d in wd]}')
+    for i in range(2):
+        with open(os.path.join(M, '1', 'dr%d' % i), 'rb') as f:
+            if f.read() != bytes(pmem[2 * MB + i * MB:2 * MB + i * MB + 4096]):
+                fail('write from a data region: stored bytes differ')
+    # Ranges are checked against the data region; bad combinations refused.
+    bad = [abi.Desc(0, b'p0', dst_off=4 * MB - 4096, dst_len=MB)]
+    abi.place(ctl.mem, bad, 0, 65536)
+    abi.batch(dfd, abi.READ, ctl.rid, 0, 1, data_rid=prid)
+    abi.collect(ctl.mem, bad, 0)
+    if bad[0].status != -errno.ERANGE:
+        fail(f'destination past the data region: {bad[0].status}')
+    expect_err(errno.EINVAL, abi.batch, dfd, abi.READ, ctl.rid, 0, 1, reserved=prid)
+    expect_err(errno.EINVAL, abi.batch, dfd, abi.LOOKUP, ctl.rid, 0, 1, data_rid=prid)
+    expect_err(errno.ENOENT, abi.batch, dfd, abi.READ, ctl.rid, 0, 1, data_rid=12345)
+    abi.unregister(dfd, prid)
+    abi.unregister(dfd, ctl.rid)
 
 
 def test_bad_descriptors(r, other_handle):
@@ -320,14 +376,16 @@ def test_corrupt_page(r):
 
 
 def test_memory_replaced(r):
-    """The engine punches its destination pages out (and so gets fresh ones)
-    between reads: a ring that registered the old pages must not turn that
-    into a checksum failure or lost bytes."""
+    """The engine punches its destination pages out between reads. While
+    they are holes the daemon refuses them (-EFAULT: it never allocates the
+    engine's memory); once the engine touches them again (fresh pages), a
+    ring that registered the old pages must not turn that into a checksum
+    failure or lost bytes."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
     D = 6 * MB
-    for _ in range(6):      # enough calls to meet the threads that registered
+    for rnd in range(6):      # enough calls to meet the threads that registered
         ds = [abi.Desc(0, b'p%d' % i, dst_off=D + i * 128 * 1024, dst_len=128 * 1024)
               for i in range(4)]
         r.run(abi.READ, ds)
@@ -338,6 +396,13 @@ def test_memory_replaced(r):
                 fail('bytes after the region memory was replaced')
         if libc.fallocate(r.fd, 3, D, MB) != 0:     # PUNCH_HOLE | KEEP_SIZE
             fail(f'fallocate punch: errno {ctypes.get_errno()}')
+        blocks = os.fstat(r.fd).st_blocks
+        r.run(abi.READ, ds)
+        if [d.status for d in ds] != [-errno.EFAULT] * 4:
+            fail(f'read into punched memory: {[d.status for d in ds]}, want EFAULT')
+        if os.fstat(r.fd).st_blocks != blocks:
+            fail('the daemon allocated punched region memory')
+        r.mem[D:D + MB] = bytes(MB) if rnd % 2 else b'\x55' * MB   # the engine's own pages
 
 
 def main():
@@ -349,6 +414,7 @@ def main():
     d = [abi.Desc(0, b'x')]
     ro.run(abi.LOOKUP, d, names_off=4096)
     test_read(r, handles)
+    test_data_region(dfd)
     test_bad_descriptors(r, d[0].handle)
     test_bad_calls(r, dfd)
     test_ownership(r)

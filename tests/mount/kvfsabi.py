@@ -30,8 +30,13 @@ WRITE = _ioc(3, 5, 64)
 WRITE_DURABLE, WRITE_REPLACE = 1, 2
 
 
-def register(dirfd, memfd, length=0, abi=ABI, flags=0):
-    buf = bytearray(struct.pack(REGION_FMT, abi, flags, memfd, 0, length, 0, 0, 0))
+REGION_AT_OFFSET = 1
+BATCH_DATA_REGION = 1 << 8
+
+
+def register(dirfd, memfd, length=0, abi=ABI, flags=0, offset=0):
+    """offset goes in reserved[0] (KVFS_REGION_AT_OFFSET's field)."""
+    buf = bytearray(struct.pack(REGION_FMT, abi, flags, memfd, 0, length, 0, offset, 0))
     fcntl.ioctl(dirfd, REGISTER, buf, True)
     f = struct.unpack(REGION_FMT, buf)
     return f[5], f[4]           # region id, mapped length
@@ -41,7 +46,12 @@ def unregister(dirfd, rid, abi=ABI):
     fcntl.ioctl(dirfd, UNREGISTER, struct.pack(REGION_FMT, abi, 0, -1, 0, 0, rid, 0, 0))
 
 
-def batch(dirfd, cmd, rid, desc_off, count, group=0, abi=ABI, flags=0, reserved=0):
+def batch(dirfd, cmd, rid, desc_off, count, group=0, abi=ABI, flags=0, reserved=0,
+          data_rid=None):
+    """data_rid: KVFS_BATCH_DATA_REGION's region (reserved[0])."""
+    if data_rid is not None:
+        flags |= BATCH_DATA_REGION
+        reserved = data_rid
     buf = bytearray(struct.pack(BATCH_FMT, abi, flags, rid, desc_off, count, group,
                                 0, 0, 0, reserved, 0))
     fcntl.ioctl(dirfd, cmd, buf, True)

@@ -12,7 +12,7 @@ import re
 import sys
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "metrics.md")
-SECTIONS = ["ram", "ssd", "namespace", "reads", "writes", "dedup", "pages", "writeback", "sched"]
+SECTIONS = ["ram", "ssd", "namespace", "reads", "writes", "dedup", "pages", "writeback", "sched", "fastpath"]
 LAT_OPS = ["read", "write", "lookup", "prefetch"]
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 
