@@ -589,13 +589,17 @@ static void conc_intro(const struct conc *c)
 	char label[32];
 
 	size_label(c->s->size, label, sizeof(label));
-	printf("\nconc %s: %u engine process%s x %u stream%s for %.1f s per phase, %u run%s;"
-	       " reads of %u pages per call\n(raw: one ring of qd %u per stream), writes of "
-	       "%u new pages per call; meanwhile a stat of a\nname the kernel has never "
-	       "seen every %.0f ms and an ls of a %u-page layer every %.0f ms\n", label,
-	       o->engines, o->engines > 1 ? "es" : "", o->streams, o->streams > 1 ? "s" : "",
-	       o->conc_secs, o->repeat, o->repeat > 1 ? "s" : "", c->batch, o->qd,
-	       fast_write_batch(c->s), STAT_GAP * 1e3, LIST_PAGES, LIST_GAP * 1e3);
+	printf("\nconc %s: %u engine process%s x %u stream%s for %.1f s per phase, %u run%s;",
+	       label, o->engines, o->engines > 1 ? "es" : "", o->streams,
+	       o->streams > 1 ? "s" : "", o->conc_secs, o->repeat, o->repeat > 1 ? "s" : "");
+	if (o->conc_ops & 1u << CO_READ)
+		printf(" reads of %u pages per call", c->batch);
+	if (o->conc_ops & 1u << CO_WRITE)
+		printf("%s writes of %u new pages per call",
+		       o->conc_ops & 1u << CO_READ ? "," : "", fast_write_batch(c->s));
+	printf("\n(raw: one ring of qd %u per stream); meanwhile a stat of a name the kernel "
+	       "has never seen\nevery %.0f ms and an ls of a %u-page layer every %.0f ms\n",
+	       o->qd, STAT_GAP * 1e3, LIST_PAGES, LIST_GAP * 1e3);
 }
 
 int conc_case(struct size_run *s)
