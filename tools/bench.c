@@ -31,7 +31,7 @@
 #include "bench.h"
 
 const char *const method_name[M_COUNT] = { "fast", "fuse", "raw", "files" };
-const char *const case_name[C_COUNT] = { "read", "write", "mixed" };
+const char *const case_name[C_COUNT] = { "read", "write", "mixed", "conc" };
 
 volatile sig_atomic_t interrupted;
 
@@ -320,7 +320,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Nearest-rank percentile; sorts v. */
-static double percentile(double *v, unsigned long n, double q)
+double percentile(double *v, unsigned long n, double q)
 {
 	unsigned long k;
 
@@ -447,7 +447,7 @@ static void report_reads(struct size_run *s)
  * the guest's memory, presumably). One set of pages for all methods keeps
  * that out of the comparison.
  */
-static int slots_alloc(struct size_run *s)
+int slots_alloc(struct size_run *s)
 {
 	int fd;
 	void *p = MAP_FAILED;
@@ -470,7 +470,7 @@ static int slots_alloc(struct size_run *s)
 	return 0;
 }
 
-static void slots_free(struct size_run *s)
+void slots_free(struct size_run *s)
 {
 	if (s->own_buf)
 		munmap(s->buf, s->buflen);
@@ -533,11 +533,11 @@ static int size_write(struct size_run *s)
 }
 
 /* Does the run read with method m? The read case uses --methods; the mixed
- * case reads with the fast path and the raw reader. */
+ * and conc cases read with the fast path and the raw reader. */
 static bool reads_with(const struct bench_opts *o, enum method m)
 {
 	return (o->cases & 1u << C_READ && o->methods & 1u << m) ||
-	       (o->cases & 1u << C_MIXED && (m == M_FAST || m == M_RAW));
+	       (o->cases & (1u << C_MIXED | 1u << C_CONC) && (m == M_FAST || m == M_RAW));
 }
 
 /* The read case: every method, interleaved, R times; then the report. */
@@ -573,8 +573,8 @@ static int read_case(struct size_run *s, uint64_t *seed)
 	return rc;
 }
 
-/* Read one size's pages back: the read case, then the mixed case, with
- * the readers set up once for both. */
+/* Read one size's pages back: the read case, the mixed case, then the
+ * conc case, with the readers set up once for all. */
 static int size_read(struct size_run *s)
 {
 	const struct bench_opts *o = s->b->o;
@@ -602,6 +602,8 @@ static int size_read(struct size_run *s)
 		shuffle_spans(s, &seed);
 	if (rc == 0 && o->cases & 1u << C_MIXED)
 		rc = mixed_case(s);
+	if (rc == 0 && o->cases & 1u << C_CONC)
+		rc = conc_case(s);
 	raw_teardown(s);   /* unregisters the slots before the region goes */
 	slots_free(s);
 	fast_teardown(s);
@@ -618,7 +620,7 @@ static int bench_sizes(struct bench *b)
 	const struct bench_opts *o = b->o;
 	struct size_run *runs[SIZES_MAX] = { NULL };
 	unsigned i, n = o->nsizes;
-	bool reads = o->cases & (1u << C_READ | 1u << C_MIXED);
+	bool reads = o->cases & (1u << C_READ | 1u << C_MIXED | 1u << C_CONC);
 	int rc = 0;
 
 	if (!o->json && reads)
@@ -665,57 +667,6 @@ static int bench_sizes(struct bench *b)
 
 /* ---- the whole run ---- */
 
-/* The daemon's I/O scheduler, as it reads KVFS_SCHED from our environment. */
-static const char *sched_mode(void)
-{
-	const char *e = getenv("KVFS_SCHED");
-
-	return e && *e ? e : "read-first";
-}
-
-static void print_cases(const struct bench_opts *o, bool json)
-{
-	unsigned c, k = 0;
-
-	for (c = 0; c < C_COUNT; c++)
-		if (o->cases & 1u << c)
-			printf(json ? "%s\"%s\"" : "%s%s", k++ ? "," : "", case_name[c]);
-}
-
-static void print_header(const struct bench *b)
-{
-	const struct bench_opts *o = b->o;
-	char label[32];
-	unsigned i;
-
-	if (o->json) {
-		printf("{\"event\":\"config\",\"dir\":\"%s\",\"sizes\":[", b->dir);
-		for (i = 0; i < o->nsizes; i++)
-			printf("%s%llu", i ? "," : "", (unsigned long long)o->sizes[i]);
-		printf("],\"cases\":[");
-		print_cases(o, true);
-		printf("],\"layers\":%u,\"qd\":%u,\"batch\":%u,\"repeats\":%u,\"settle_s\":%u,"
-		       "\"cold\":%s,\"writers\":%u,\"mix_writers\":%u,\"mix_secs\":%.2f,"
-		       "\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
-		       b->cold ? "true" : "false", o->writers, o->mix_writers, o->mix_secs,
-		       sched_mode());
-		return;
-	}
-	printf("kvfs bench in %s: %u layers, raw qd %u, %u run%s per method (median), "
-	       "caches dropped before each read: %s\n", b->dir, o->layers, o->qd, o->repeat,
-	       o->repeat > 1 ? "s" : "", b->cold ? "yes" : "NO (not root)");
-	printf("sizes:");
-	for (i = 0; i < o->nsizes; i++) {
-		size_label(o->sizes[i], label, sizeof(label));
-		printf(" %s", label);
-	}
-	printf("; cases: ");
-	print_cases(o, false);
-	printf("; daemon I/O scheduler: %s\n", sched_mode());
-	printf("methods: fast = libkvfs batch ioctl, fuse = open/read/close on the mount,\n"
-	       "raw = io_uring O_DIRECT on the same extents, files = one buffered file per page\n");
-}
-
 static int bench_run(struct bench *b)
 {
 	int rc2, rc = setup_dirs(b);
@@ -730,7 +681,7 @@ static int bench_run(struct bench *b)
 		rc = start_daemon(b);
 	if (rc == 0)
 		rc = make_layers(b);
-	if (rc == 0 && b->o->cases & (1u << C_WRITE | 1u << C_MIXED)) {
+	if (rc == 0 && b->o->cases & (1u << C_WRITE | 1u << C_MIXED | 1u << C_CONC)) {
 		rc = make_write_layers(b);
 		if (rc == 0) {
 			rc = kvfs_client_open(b->wmodel, &b->wclient);
@@ -743,6 +694,8 @@ static int bench_run(struct bench *b)
 		if (rc < 0)
 			bench_err("kvfs_client_open %s: %s", b->model, strerror(-rc));
 	}
+	if (rc == 0 && b->o->cases & 1u << C_CONC)
+		rc = probe_prepare(b);
 	if (rc == 0) {
 		print_header(b);
 		fflush(stdout);
@@ -751,6 +704,7 @@ static int bench_run(struct bench *b)
 	if (rc == 0)
 		rc = bench_sizes(b);
 	bench_progress_end(rc == 0);
+	probe_finish();
 	if (b->client)
 		kvfs_client_close(b->client);
 	if (b->wclient)
@@ -774,8 +728,10 @@ int kvfs_cmd_bench(int argc, char **argv)
 	struct bench_opts o = {
 		.sizes = { 16 << 10, 64 << 10, 256 << 10, 1 << 20 }, .nsizes = 4,
 		.bytes = 512ull << 20, .layers = 32, .qd = 64, .repeat = 3, .settle = 10,
-		.methods = (1u << M_COUNT) - 1, .cases = (1u << C_COUNT) - 1,
+		.methods = (1u << M_COUNT) - 1,
+		.cases = 1u << C_READ | 1u << C_WRITE | 1u << C_MIXED,
 		.writers = 4, .mix_writers = 1, .mix_secs = 2,
+		.engines = 4, .streams = 2, .conc_secs = 3, .conc_ops = (1u << CO_COUNT) - 1,
 	};
 	struct bench b = { .o = &o, .cold = true };
 	struct sigaction sa = { .sa_handler = on_signal };

@@ -1,9 +1,9 @@
 /*
  * Private to `kvfs bench` (tools/bench*.c): the run's state, page naming
  * and stamps, the child processes and workspace (bench_env.c), the four
- * readers (bench_read.c), the writers and the write case (bench_write.c)
- * and the mixed case (bench_mixed.c). See bench.c for what the benchmark
- * does.
+ * readers (bench_read.c), the writers and the write case (bench_write.c),
+ * the mixed case (bench_mixed.c) and the concurrency case (bench_conc.c).
+ * See bench.c for what the benchmark does.
  */
 #ifndef KVFS_BENCH_H
 #define KVFS_BENCH_H
@@ -41,13 +41,19 @@
 #include "tools.h"
 
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
 #define FUSE_SUPER_MAGIC 0x65735546
 #define BLOCK 4096u
 #define SIZES_MAX 16
 #define REPEAT_MAX 99
 #define MODEL "bench"
-#define WMODEL "benchw"       /* where the write and mixed cases write */
+#define WMODEL "benchw"       /* where the write, mixed and conc cases write */
+#define PMODEL "benchp"       /* the conc case's metadata probes */
 #define WRITERS_MAX 64
+#define ENGINES_MAX 64        /* conc case: engine processes */
+#define STREAMS_MAX 64        /* conc case: streams per engine, <= WRITERS_MAX */
+#define CONC_STREAMS_MAX 256  /* conc case: streams in all */
 #define FAST_WRITE_BYTES (4u << 20)   /* per fast-path write call */
 #define STAMP_MAGIC 0x6b7666732d62656eull   /* "kvfs-ben" */
 
@@ -56,8 +62,14 @@ enum method { M_FAST, M_FUSE, M_RAW, M_FILES, M_COUNT };
 extern const char *const method_name[M_COUNT];
 
 /* What a run measures (--cases): cold batched reads (the methods above),
- * writes (kvfs against a raw writer) and reads under a write stream. */
-enum bench_case { C_READ, C_WRITE, C_MIXED, C_COUNT };
+ * writes (kvfs against a raw writer), reads under a write stream, and
+ * many engine processes at once with the mount's metadata latency. */
+enum bench_case { C_READ, C_WRITE, C_MIXED, C_CONC, C_COUNT };
+
+/* What the conc case's streams do (--conc-ops). */
+enum conc_op { CO_READ, CO_WRITE, CO_COUNT };
+
+extern const char *const conc_op_name[CO_COUNT];
 
 extern const char *const case_name[C_COUNT];
 
@@ -81,6 +93,9 @@ struct bench_opts {
 	unsigned writers;           /* write case: writer threads */
 	unsigned mix_writers;       /* mixed case: FUSE writer threads */
 	double mix_secs;            /* mixed case: seconds per read phase */
+	unsigned engines, streams;  /* conc case: processes, threads in each */
+	double conc_secs;           /* conc case: seconds per phase */
+	unsigned conc_ops;          /* conc case: bit per enum conc_op */
 	bool json, keep;
 	enum progress_mode pm;      /* --progress, --quiet, or on a terminal */
 };
@@ -241,6 +256,9 @@ double now_s(void);
 int check_interrupt(void);
 void size_label(uint64_t size, char *out, size_t len);
 double median(double *v, unsigned n);
+double percentile(double *v, unsigned long n, double q);
+int slots_alloc(struct size_run *s);
+void slots_free(struct size_run *s);
 int write_full(int fd, const char *buf, size_t len);
 int read_batch(struct size_run *s, enum method m, const unsigned long *pg, unsigned n);
 uint64_t xorshift(uint64_t *s);
@@ -264,6 +282,7 @@ void bench_progress_end(bool ok);
 /* bench_opts.c: usage; options (0, 1 for --help, -EINVAL) */
 extern const char bench_usage[];
 int parse_opts(int argc, char **argv, struct bench_opts *o);
+void print_header(const struct bench *b);
 
 /* bench_env.c */
 int log_errors(const struct bench *b);
@@ -286,6 +305,7 @@ void fast_teardown(struct size_run *s);
 int file_batch(struct size_run *s, const char *method, const char *root,
 	const unsigned long *pg, unsigned n);
 int raw_setup(struct size_run *s);
+int raw_ring_setup(struct size_run *s);
 int raw_batch(struct size_run *s, const unsigned long *pg, unsigned n);
 void raw_teardown(struct size_run *s);
 
@@ -295,6 +315,9 @@ int writers_start(struct page_writers *ws, const struct size_run *s, enum wmetho
 	unsigned n, unsigned long quota);
 int writers_join(struct page_writers *ws);
 int writers_sync(const struct page_writers *ws);
+int writer_setup(struct page_writer *w, const struct size_run *s);
+void writer_teardown(struct page_writer *w);
+int fast_write(struct page_writer *w, unsigned long seq, unsigned n);
 unsigned fast_write_batch(const struct size_run *s);
 int raw_writer_open(struct raw_writer *w, const struct size_run *s, const char *name,
 	uint64_t file_bytes);
@@ -319,5 +342,24 @@ void store_mix_close(struct store_mix *m);
 /* bench_mixed.c */
 int mixed_case(struct size_run *s);
 unsigned mixed_case_steps(const struct bench_opts *o);
+
+/* bench_conc.c */
+int conc_case(struct size_run *s);
+unsigned conc_case_steps(const struct bench_opts *o);
+
+/* bench_probe.c: the conc case's metadata probes */
+#define LIST_PAGES 1000       /* pages in the listed layer */
+#define STAT_GAP 0.005        /* seconds between stats */
+#define LIST_GAP 0.1          /* seconds between listings */
+struct samples {
+	double *v;
+	unsigned long n, cap;
+};
+int probe_prepare(struct bench *b);
+void probe_finish(void);
+int probe_phase(struct bench *b, double secs);
+int probe_start(const atomic_bool *stop, struct samples *stat, struct samples *list);
+int probe_join(double deadline);
+void samples_pct_ms(struct samples *sm, double *p50, double *p99);
 
 #endif

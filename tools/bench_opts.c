@@ -8,10 +8,11 @@
 const char bench_usage[] =
 	"usage: kvfs bench [--dir DIR] [--sizes 16K,64K,256K,1M] [--pages N | --bytes TOTAL]\n"
 	"                  [--layers L] [--qd Q] [--batch B] [--repeat R] [--settle S]\n"
-	"                  [--cases read,write,mixed] [--methods fast,fuse,raw,files]\n"
+	"                  [--cases read,write,mixed,conc] [--methods fast,fuse,raw,files]\n"
 	"                  [--writers W] [--mix-writers M] [--mix-secs T]\n"
+	"                  [--engines E] [--streams S] [--conc-secs T] [--conc-ops read,write]\n"
 	"                  [--quick] [--keep] [--json] [--progress | --quiet]\n"
-	"  Makes a store, mounts it and measures, for each page size, three cases:\n"
+	"  Makes a store, mounts it and measures, for each page size, these cases:\n"
 	"  read   writes the pages through the mount and as one plain file per page,\n"
 	"         then reads them all back cold, per layer in batches of B pages, four\n"
 	"         ways: fast (libkvfs batch ioctl), fuse (open/read/close on the mount),\n"
@@ -27,6 +28,11 @@ const char bench_usage[] =
 	"         own reader under writes fed to its I/O thread (read-first, and fifo),\n"
 	"         the raw reader under a raw O_DIRECT writer: read GB/s kept and the\n"
 	"         write rate achieved\n"
+	"  conc   E engine processes of S threads each loop fast-path batches (reads\n"
+	"         of B pages; writes of new pages) for T seconds, against the raw\n"
+	"         reader and writer with the same streams (qd Q each), while the\n"
+	"         bench stat()s names the kernel has never seen and lists a\n"
+	"         1,000-page layer: aggregate GB/s, and metadata latency under load\n"
 	"  The daemon's I/O scheduler follows KVFS_SCHED (fifo: no read priority).\n"
 	"  Run as root so caches can be dropped.\n"
 	"  --dir DIR      workspace (default /var/tmp/kvfs-bench.XXXXXX), removed at\n"
@@ -38,17 +44,22 @@ const char bench_usage[] =
 	"  --batch B      pages per batch (default: all of a layer's pages)\n"
 	"  --repeat R     runs of each method, interleaved (default 3)\n"
 	"  --settle S     seconds to wait after writing, before reading (default 10)\n"
-	"  --cases LIST   which cases (default read,write,mixed)\n"
+	"  --cases LIST   which cases (default read,write,mixed; conc only if named)\n"
 	"  --methods LIST readers of the read case (default fast,fuse,raw,files)\n"
 	"  --writers W    writer threads of the write case (default 4)\n"
 	"  --mix-writers M  writer threads of the mixed case (default 1)\n"
 	"  --mix-secs T   seconds of each mixed-case read phase (default 2)\n"
+	"  --engines E    conc case: engine processes (default 4, at most 64)\n"
+	"  --streams S    conc case: streams (threads) per engine (default 2, at\n"
+	"                 most 64; E x S at most 256)\n"
+	"  --conc-secs T  conc case: seconds of each phase (default 3)\n"
+	"  --conc-ops LIST  conc case: read, write or both (default read,write)\n"
 	"  --quick        64 pages per size, 4 layers, 1 run, no wait, 0.5 s mixed\n"
-	"                 phases (a smoke test)\n"
+	"                 and conc phases (a smoke test)\n"
 	"  --keep         leave the workspace (store, log, files) in place\n"
 	"  --json         one JSON object per line on stdout (an \"event\" each:\n"
-	"                 config, write, read, ratio, write_case, mixed); errors and\n"
-	"                 the status line go to stderr\n"
+	"                 config, write, read, ratio, write_case, mixed, conc,\n"
+	"                 conc_ratio); errors and the status line go to stderr\n"
 	"  --progress     show the status line (step under way, steps done, ETA) on\n"
 	"                 stderr even when it is not a terminal\n"
 	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n";
@@ -113,6 +124,24 @@ static int parse_uint(const char *s, unsigned long min, unsigned long max, unsig
 	return errno || end == s || *end || *out < min || *out > max ? -EINVAL : 0;
 }
 
+/* The conc case's options, together: each one alone is checked as it is
+ * parsed. */
+static int check_conc_opts(const struct bench_opts *o, bool given)
+{
+	if (given && !(o->cases & 1u << C_CONC)) {
+		fprintf(stderr, "kvfs bench: --engines, --streams, --conc-secs and --conc-ops "
+			"belong to the conc case: add --cases conc\n");
+		return -EINVAL;
+	}
+	if (o->engines * o->streams > CONC_STREAMS_MAX) {
+		fprintf(stderr, "kvfs bench: --engines %u x --streams %u is %u streams; "
+			"at most %u\n", o->engines, o->streams, o->engines * o->streams,
+			CONC_STREAMS_MAX);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* Options given explicitly win over --quick, wherever they appear. */
 int parse_opts(int argc, char **argv, struct bench_opts *o)
 {
@@ -131,6 +160,10 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "writers", required_argument, NULL, 'w' },
 		{ "mix-writers", required_argument, NULL, 'W' },
 		{ "mix-secs", required_argument, NULL, 'T' },
+		{ "engines", required_argument, NULL, 'E' },
+		{ "streams", required_argument, NULL, 'N' },
+		{ "conc-secs", required_argument, NULL, 'C' },
+		{ "conc-ops", required_argument, NULL, 'O' },
 		{ "quick", no_argument, NULL, 'Q' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
@@ -140,11 +173,11 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	bool quick = false, set_layers = false, set_repeat = false, set_settle = false;
-	bool set_mix = false;
+	bool set_mix = false, set_conc = false, set_csecs = false;
 	unsigned long v;
-	int c, rc = 0;
+	int c, li = 0, rc = 0;
 
-	while (rc == 0 && (c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
+	while (rc == 0 && (c = getopt_long(argc, argv, "hq", lo, &li)) != -1) {
 		switch (c) {
 		case 'D': o->dir = optarg; break;
 		case 's': rc = parse_sizes(o, optarg); break;
@@ -190,6 +223,24 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			rc = parse_secs(optarg, 0.1, 3600, &o->mix_secs);
 			set_mix = true;
 			break;
+		case 'E':
+			rc = parse_uint(optarg, 1, ENGINES_MAX, &v);
+			o->engines = (unsigned)v;
+			set_conc = true;
+			break;
+		case 'N':
+			rc = parse_uint(optarg, 1, STREAMS_MAX, &v);
+			o->streams = (unsigned)v;
+			set_conc = true;
+			break;
+		case 'C':
+			rc = parse_secs(optarg, 0.1, 3600, &o->conc_secs);
+			set_conc = set_csecs = true;
+			break;
+		case 'O':
+			rc = parse_list(optarg, conc_op_name, CO_COUNT, &o->conc_ops);
+			set_conc = true;
+			break;
 		case 'Q': quick = true; break;
 		case 'k': o->keep = true; break;
 		case 'j': o->json = true; break;
@@ -199,7 +250,11 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		default: return -EINVAL;
 		}
 		if (rc < 0)
-			fprintf(stderr, "kvfs bench: bad value \"%s\"\n", optarg);
+			fprintf(stderr, "kvfs bench: --%s: bad value \"%s\"%s\n", lo[li].name,
+				optarg, c == 'E' ? " (1 to " STR(ENGINES_MAX) " engines)"
+				: c == 'N' ? " (1 to " STR(STREAMS_MAX) " streams per engine)"
+				: c == 'C' ? " (0.1 to 3600 seconds)"
+				: c == 'O' ? " (read, write or read,write)" : "");
 	}
 	if (rc == 0 && optind != argc)
 		rc = -EINVAL;
@@ -214,6 +269,64 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->settle = 0;
 		if (!set_mix)
 			o->mix_secs = 0.5;
+		if (!set_csecs)
+			o->conc_secs = 0.5;
 	}
+	if (rc == 0)
+		rc = check_conc_opts(o, set_conc);
 	return rc;
+}
+
+/* ---- the report's header ---- */
+
+/* The daemon's I/O scheduler, as it reads KVFS_SCHED from our environment. */
+static const char *sched_mode(void)
+{
+	const char *e = getenv("KVFS_SCHED");
+
+	return e && *e ? e : "read-first";
+}
+
+static void print_cases(const struct bench_opts *o, bool json)
+{
+	unsigned c, k = 0;
+
+	for (c = 0; c < C_COUNT; c++)
+		if (o->cases & 1u << c)
+			printf(json ? "%s\"%s\"" : "%s%s", k++ ? "," : "", case_name[c]);
+}
+
+void print_header(const struct bench *b)
+{
+	const struct bench_opts *o = b->o;
+	char label[32];
+	unsigned i;
+
+	if (o->json) {
+		printf("{\"event\":\"config\",\"dir\":\"%s\",\"sizes\":[", b->dir);
+		for (i = 0; i < o->nsizes; i++)
+			printf("%s%llu", i ? "," : "", (unsigned long long)o->sizes[i]);
+		printf("],\"cases\":[");
+		print_cases(o, true);
+		printf("],\"layers\":%u,\"qd\":%u,\"batch\":%u,\"repeats\":%u,\"settle_s\":%u,"
+		       "\"cold\":%s,\"writers\":%u,\"mix_writers\":%u,\"mix_secs\":%.2f,"
+		       "\"engines\":%u,\"streams\":%u,\"conc_secs\":%.2f,"
+		       "\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
+		       b->cold ? "true" : "false", o->writers, o->mix_writers, o->mix_secs,
+		       o->engines, o->streams, o->conc_secs, sched_mode());
+		return;
+	}
+	printf("kvfs bench in %s: %u layers, raw qd %u, %u run%s per method (median), "
+	       "caches dropped before each read: %s\n", b->dir, o->layers, o->qd, o->repeat,
+	       o->repeat > 1 ? "s" : "", b->cold ? "yes" : "NO (not root)");
+	printf("sizes:");
+	for (i = 0; i < o->nsizes; i++) {
+		size_label(o->sizes[i], label, sizeof(label));
+		printf(" %s", label);
+	}
+	printf("; cases: ");
+	print_cases(o, false);
+	printf("; daemon I/O scheduler: %s\n", sched_mode());
+	printf("methods: fast = libkvfs batch ioctl, fuse = open/read/close on the mount,\n"
+	       "raw = io_uring O_DIRECT on the same extents, files = one buffered file per page\n");
 }

@@ -2,9 +2,10 @@
  * `kvfs bench`: its status line on stderr. A run is a list of steps known
  * up front: for each size, writing its pages (to kvfs, and as plain files
  * for the files method), each method's run of the read case, each way's
- * run of the write case and each pair's run of the mixed case. The line
- * names the step under way and counts those done; the report on stdout
- * is printed between steps, after the line is erased.
+ * run of the write case, each pair's run of the mixed case and each
+ * phase's run of the conc case. The line names the step under way and
+ * counts those done; the report on stdout is printed between steps,
+ * after the line is erased.
  */
 #include "bench.h"
 #include "progress.h"
@@ -23,7 +24,7 @@ static unsigned bits(unsigned v)
 
 static uint64_t count_steps(const struct bench_opts *o)
 {
-	bool reads = o->cases & (1u << C_READ | 1u << C_MIXED);
+	bool reads = o->cases & (1u << C_READ | 1u << C_MIXED | 1u << C_CONC);
 	uint64_t per_size = 0;
 
 	if (reads)
@@ -34,6 +35,8 @@ static uint64_t count_steps(const struct bench_opts *o)
 		per_size += write_case_steps(o);
 	if (o->cases & 1u << C_MIXED)
 		per_size += mixed_case_steps(o);
+	if (o->cases & 1u << C_CONC)
+		per_size += conc_case_steps(o);
 	return per_size * o->nsizes;
 }
 

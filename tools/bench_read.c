@@ -199,7 +199,6 @@ static int raw_locate(struct size_run *s, unsigned long p)
 int raw_setup(struct size_run *s)
 {
 	struct raw_ctx *r = &s->raw;
-	struct iovec iov = { s->buf, s->buflen };
 	unsigned long p;
 	int rc = 0;
 
@@ -211,8 +210,17 @@ int raw_setup(struct size_run *s)
 	}
 	for (p = 0; rc == 0 && p < s->pages; p++)
 		rc = raw_locate(s, p);
-	if (rc < 0)
-		return rc;
+	return rc < 0 ? rc : raw_ring_setup(s);
+}
+
+/* The ring over s->buf, once the extents are known (raw_setup; the conc
+ * case's streams each have their own ring over extents found once). */
+int raw_ring_setup(struct size_run *s)
+{
+	struct raw_ctx *r = &s->raw;
+	struct iovec iov = { s->buf, s->buflen };
+	int rc;
+
 	rc = io_uring_queue_init(s->b->o->qd, &r->ring, 0);
 	if (rc < 0) {
 		bench_err("raw: io_uring_queue_init(%u): %s", s->b->o->qd, strerror(-rc));

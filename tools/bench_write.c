@@ -33,6 +33,10 @@ static atomic_uint writer_runs;
 int make_write_layers(struct bench *b)
 {
 	unsigned n = b->o->writers > b->o->mix_writers ? b->o->writers : b->o->mix_writers;
+
+	/* each conc stream writes into the layer of its thread number */
+	if (b->o->cases & 1u << C_CONC && b->o->conc_ops & 1u << CO_WRITE && b->o->streams > n)
+		n = b->o->streams;
 	char path[PATH_MAX + 32];
 	unsigned l;
 	int rc = make_dir(b->wmodel);
@@ -97,7 +101,7 @@ static int fuse_write(struct page_writer *w, unsigned long seq)
 
 /* Pages seq.. seq+n-1 in one KVFS_IOC_WRITE from the writer's region
  * (visible on return; durability is the caller's fsync). */
-static int fast_write(struct page_writer *w, unsigned long seq, unsigned n)
+int fast_write(struct page_writer *w, unsigned long seq, unsigned n)
 {
 	const struct size_run *s = w->ws->s;
 	struct kvfs_batch_result res;
@@ -208,7 +212,7 @@ static int fast_writer_setup(struct page_writer *w, const struct size_run *s)
 	return rc;
 }
 
-static void writer_teardown(struct page_writer *w)
+void writer_teardown(struct page_writer *w)
 {
 	if (w->kb)
 		kvfs_batch_free(w->kb);
@@ -220,7 +224,7 @@ static void writer_teardown(struct page_writer *w)
 	w->buf = NULL;
 }
 
-static int writer_setup(struct page_writer *w, const struct size_run *s)
+int writer_setup(struct page_writer *w, const struct size_run *s)
 {
 	if (w->ws->how == W_FAST)
 		return fast_writer_setup(w, s);

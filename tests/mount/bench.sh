@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kvfs bench --quick`: the benchmark builds its own store, mounts it with its
 # own daemon, reads every page back four ways (checking each one) and cleans
-# up. It must succeed and report all four methods.
+# up. It must succeed and report all four methods; the conc case too.
 . "$(dirname "$0")/lib.sh"
 
 # bench mounts under its own workspace; detach it should bench die midway
@@ -30,4 +30,39 @@ assert reads == {"fast", "fuse", "raw", "files"}, reads
 assert all(r["gbps"] > 0 for r in rows if r["event"] == "read")
 assert any(r["event"] == "ratio" for r in rows)
 PY
+# The conc case: engine processes at once, against the raw reader and writer,
+# with metadata probes under load. Every phase reports positive throughput,
+# and the probes ran (stat of unseen names, listings of the 1,000-page layer)
+"$KVFS" bench --quick --sizes 64K --cases conc --engines 2 --streams 2 --json \
+	--dir "$T/bench" > "$T/conc" 2> "$T/err" ||
+	{ cat "$T/err" >&2; fail "kvfs bench --cases conc"; }
+python3 - "$T/conc" <<'PY' || fail "bad conc output: $(cat "$T/conc")"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+conc = {r["phase"]: r for r in rows if r["event"] == "conc"}
+assert set(conc) == {"fast-read", "raw-read", "fast-write", "raw-write"}, conc.keys()
+for r in conc.values():
+    assert r["engines"] == 2 and r["streams"] == 2, r
+    assert r["gbps"] > 0 and r["calls"] > 0, r
+    assert r["stats"] > 0 and r["readdirs"] > 0, r
+    assert 0 < r["stat_p50_ms"] <= r["stat_p99_ms"], r
+    assert 0 < r["readdir_p50_ms"] <= r["readdir_p99_ms"], r
+    assert r["readdir_entries"] == 1000, r
+    # 4 streams leave FUSE workers free: a generous bound, not a target
+    assert r["stat_p99_ms"] < 2000 and r["readdir_p99_ms"] < 5000, r
+ratio = [r for r in rows if r["event"] == "conc_ratio"]
+assert len(ratio) == 1 and ratio[0]["read_fast_raw"] > 0 and ratio[0]["write_fast_raw"] > 0
+PY
+[ ! -e "$T/bench" ] || fail "bench left $T/bench behind: $(ls -A "$T/bench")"
+
+# conc options: refused with a reason, not ignored
+for bad in "--engines 0 --cases conc" "--engines 64 --streams 8 --cases conc" \
+	   "--streams 2" "--cases conc --conc-ops scan"; do
+	rc=0
+	# shellcheck disable=SC2086
+	"$KVFS" bench --quick $bad --dir "$T/bench" > /dev/null 2> "$T/err" || rc=$?
+	[ $rc = 2 ] || fail "kvfs bench $bad: status $rc, want 2"
+	grep -q '^kvfs bench: --' "$T/err" || fail "kvfs bench $bad: no reason given: $(head -3 "$T/err")"
+done
+[ ! -e "$T/bench" ] || fail "a refused kvfs bench left $T/bench behind"
 echo PASS
