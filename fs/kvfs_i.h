@@ -11,6 +11,22 @@
  *   commit.lock    the committer's queue (taken inside ns_lock when queuing).
  *   index rwlock   inside kv_index_*; lookups take only this.
  *   fh.lock        a reader's lazily loaded payload.
+ *
+ * Leaves: nothing else is taken while one is held, so they may be taken
+ * inside anything above.
+ *   executor lock  (executor.c) its per-uid queues; jobs run outside it
+ *   notifier lock  (notifier.c) its FIFO of names; they are sent outside it
+ *   regions lock   (region.c) the region table; logging happens after it
+ *   log limiter    (store/log.c) KV_LOG_LIMITED's windows
+ *
+ * Waits that cross threads, and why none closes a cycle: a FUSE worker
+ * never waits for an executor job or the notifier (it queues and returns);
+ * the notifier waits in the kernel for a directory lock, whose holder waits
+ * only for a FUSE worker; an executor job may wait for the notifier (a
+ * REPLACE write, at most 5 s), for the committer and for the write-back
+ * budget, none of which waits for an executor job while it holds the
+ * notifier up. The committer waits for pins (extent frees), which batches
+ * drop when their reads end, whatever else happens.
  */
 #ifndef KVFS_I_H
 #define KVFS_I_H

@@ -123,6 +123,13 @@ void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fh->ino = n.ino;
 	fi->fh = (uintptr_t)fh;
+	/* The creator's writes go straight to us, not through the page cache:
+	 * the kernel then skips file_remove_privs, which otherwise asks us for
+	 * security.capability (GETXATTR) before every write(2) (the page's
+	 * attributes time out at once while it is written, clearing S_NOSEC).
+	 * A page has no capabilities to remove; set-id bits keep the cached
+	 * path, which clears them as POSIX wants. */
+	fi->direct_io = !(mode & (S_ISUID | S_ISGID));
 	kvfs_fill_entry(fs, &n, &e);
 	/* If the caller was interrupted the kernel never sends RELEASE: undo
 	 * the create here or the page would stay "being written" forever. */
