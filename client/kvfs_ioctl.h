@@ -47,8 +47,8 @@
  * on the FUSE threads that serve stat(2), readdir and read(2): engines
  * cannot stall the mount. Per uid, at most 256 calls wait at once (more:
  * EAGAIN, try again) and the running calls hold at most 512 MiB of daemon
- * memory (about 72 bytes per descriptor for a lookup or prefetch, 200 for
- * a read, 420 for a write; a larger call runs alone).
+ * memory (64 KiB plus about 80 bytes per descriptor for a lookup or
+ * prefetch, 200 for a read, 416 for a write; a larger call runs alone).
  *
  * Whole-call errors (ioctl returns -1 and sets errno):
  *   ENOTTY   not a model directory of kvfs, or unknown command
@@ -60,9 +60,14 @@
  *   ERANGE   the descriptor array does not lie inside the region
  *   ENOENT   no region with this id
  *   EPERM    the region belongs to another process or uid
- *   EFAULT   the region's memory became inaccessible (the file was shrunk);
- *            the region stays unusable: unregister it. (A WRITE may have
- *            stored some pages before that: look them up.)
+ *   EFAULT   the descriptor array's memory is not populated (punched or
+ *            never touched: touch it and call again), or the region's
+ *            memory became inaccessible under a copy (the file was
+ *            shrunk): the region then stays unusable, unregister it. (A
+ *            WRITE may have stored some pages before that: look them up.)
+ *   EAGAIN   the caller's uid has 256 calls waiting already: call again
+ *   ENOTCONN the daemon is shutting down
+ *   EINVAL   (also) KVFS_BATCH_DATA_REGION naming region_id itself
  * Per-descriptor status (kvfs_page_desc.status, 0 or -errno):
  *   -ENOENT        no such layer or page (or a handle that no longer exists)
  *   -EBUSY         the page is still being written
@@ -75,7 +80,8 @@
  *   -ENOBUFS       dst_len smaller than the page (bytes = the page size)
  *   -EIO           the device failed, or the stored checksum did not match
  *                  (the destination range is then zeroed: no wrong bytes)
- *   -EFAULT        the destination memory was not accessible
+ *   -EFAULT        the destination (or name) memory is not populated
+ *                  (punched, or never touched), or was not accessible
  * Per-descriptor status of a WRITE (KVFS_IOC_WRITE):
  *   -EEXIST        a page of that name exists (and no KVFS_WRITE_REPLACE)
  *   -EBUSY         (replace) that page is still being written through FUSE
@@ -114,9 +120,9 @@ struct kvfs_region_arg {
 	uint32_t flags;       /* register: 0 or KVFS_REGION_AT_OFFSET */
 	int32_t fd;           /* register: the caller's fd of the memory */
 	uint32_t reserved0;   /* 0 */
-	uint64_t length;      /* register: bytes to map from offset (0 without
-	                       * KVFS_REGION_AT_OFFSET), 0 = the rest of the
-	                       * file; out: the mapped length */
+	uint64_t length;      /* register: bytes to map, from offset (which is
+	                       * 0 unless KVFS_REGION_AT_OFFSET); 0 = to the
+	                       * end of the file; out: the mapped length */
 	uint64_t region_id;   /* register: out; unregister: in */
 	union {
 		uint64_t reserved[2]; /* 0 */
@@ -191,7 +197,8 @@ struct kvfs_page_desc {
 /* KVFS_IOC_READ / KVFS_IOC_LOOKUP / KVFS_IOC_WRITE argument. */
 struct kvfs_batch_arg {
 	uint32_t abi;         /* KVFS_ABI_VERSION */
-	uint32_t flags;       /* read, lookup: 0; write: KVFS_WRITE_* */
+	uint32_t flags;       /* lookup, prefetch: 0; read: KVFS_BATCH_DATA_REGION
+	                       * or 0; write: KVFS_WRITE_*, KVFS_BATCH_DATA_REGION */
 	uint64_t region_id;
 	uint64_t desc_off;    /* region offset of the descriptor array, 8-aligned */
 	uint32_t count;       /* descriptors, 1..KVFS_BATCH_MAX */

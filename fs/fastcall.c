@@ -183,7 +183,7 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	(void)arg; (void)fi; (void)flags;
 	if (ino == KV_ROOT_INO && cmd == KVFS_IOC_GC) {
 		if (in_bufsz != sizeof(c->u.g))
-			return kvfs_reply_err(req, -EINVAL);
+			return refuse(fs, req, cmd, -EINVAL);
 		if (fuse_req_ctx(req)->uid != 0)
 			return refuse(fs, req, cmd, -EPERM);
 	} else {
@@ -194,14 +194,14 @@ void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		case KVFS_IOC_REGION_REGISTER:
 		case KVFS_IOC_REGION_UNREGISTER:
 			if (in_bufsz != sizeof(struct kvfs_region_arg))
-				return kvfs_reply_err(req, -EINVAL);
+				return refuse(fs, req, cmd, -EINVAL);
 			return region_call(fs, req, cmd, in_buf, out_bufsz);
 		case KVFS_IOC_READ:
 		case KVFS_IOC_LOOKUP:
 		case KVFS_IOC_WRITE:
 		case KVFS_IOC_PREFETCH:
 			if (in_bufsz != sizeof(c->u.b))
-				return kvfs_reply_err(req, -EINVAL);
+				return refuse(fs, req, cmd, -EINVAL);
 			break;
 		default:
 			return kvfs_reply_err(req, -ENOTTY);

@@ -341,6 +341,10 @@ int fp_batch_begin(struct fp_batch *b, struct kvfs *fs, fuse_req_t req,
 		return rc;
 	b->dr = b->r;
 	if (a->flags & KVFS_BATCH_DATA_REGION) {
+		/* One region named twice would escape the overlap checks
+		 * between destinations, descriptors and names. */
+		if (a->data_region_id == a->region_id)
+			return -EINVAL;
 		b->dr = NULL;
 		rc = kvfs_region_get(fs->regions, &b->who, a->data_region_id, &b->dr);
 		if (rc < 0)

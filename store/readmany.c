@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -157,6 +158,21 @@ static void batch_end(struct many_ring *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
+/* Is every page of fb in memory now (mincore)? */
+static bool all_resident(const struct kv_fixed_buf *fb)
+{
+	size_t psz = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)fb->base / psz * psz;
+	size_t pages = ((uintptr_t)fb->base + fb->len - lo + psz - 1) / psz;
+	unsigned char *vec = malloc(pages);
+	bool all = vec && mincore((void *)lo, pages * psz, vec) == 0;
+
+	for (size_t i = 0; all && i < pages; i++)
+		all = vec[i] & 1;
+	free(vec);
+	return all;
+}
+
 /* m->lock held: the slot holding fb, registering it if needed; -1: none. */
 static int fixed_slot_locked(struct many_ring *m, const struct kv_fixed_buf *fb)
 {
@@ -173,6 +189,12 @@ static int fixed_slot_locked(struct many_ring *m, const struct kv_fixed_buf *fb)
 		if (m->slot_used[i] < m->slot_used[lru])
 			lru = i;
 	}
+	/* Registering pins every page of the buffer, faulting in any the owner
+	 * punched out since: that would allocate its memory on our account.
+	 * Only a buffer wholly in memory is registered; else plain reads,
+	 * which touch only what the batch reads into. */
+	if (!all_resident(fb))
+		return -1;
 	iov = (struct iovec){ fb->base, fb->len };
 	m->slot_stale[lru] = false;
 	if (io_uring_register_buffers_update_tag(&m->ring, lru, &iov, &tag, 1) < 0) {

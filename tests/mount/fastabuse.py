@@ -175,6 +175,36 @@ def punched():
     if os.fstat(fd).st_blocks != blocks:
         print('punched: the daemon allocated the punched memory', file=sys.stderr)
         return 1
+    # Reads into the part still populated, from many threads (each executor
+    # thread has its own ring, which must not pin, and so fault in, the
+    # whole region). A region small enough for the rings to register.
+    size = 64 * MB
+    fd = abi.memfd(size)
+    mem = mmap.mmap(fd, size)
+    rid, _ = abi.register(dirfd, fd)
+    if libc.fallocate(fd, 3, MB, size - MB) != 0:
+        print('punch: errno %d' % ctypes.get_errno(), file=sys.stderr)
+        return 1
+    blocks = os.fstat(fd).st_blocks
+    one = [abi.Desc(0, b'page', dst_off=512 * 1024, dst_len=65536)]
+    errs = []
+
+    def reader(t):
+        base = 4096 * (t + 1)
+        abi.place(mem, one, base, 256 * 1024 + 512 * t)
+        for _ in range(10):
+            r = abi.batch(dirfd, abi.READ, rid, base, 1)
+            if r['done'] != 1:
+                errs.append(r)
+    ts = [threading.Thread(target=reader, args=(t,)) for t in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs or os.fstat(fd).st_blocks != blocks:
+        print('punched: reads into the populated part: %r, blocks %d -> %d' % (
+            errs[:2], blocks, os.fstat(fd).st_blocks), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,7 +7,7 @@
 
 mkfs
 chmod 755 "$T"    # uid 65534 reaches the mount
-mount_kvfs -o allow_other,max_page=1M
+mount_kvfs -o allow_other,max_page=1M,ram_cache=0   # reads go to the device
 mkdir -p "$MNT/m/0" || fail "mkdir"
 chmod 777 "$MNT/m" "$MNT/m/0"
 head -c 65536 /dev/urandom > "$T/page"
