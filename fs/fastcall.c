@@ -111,6 +111,13 @@ static void run_call(struct kvfs_exec_job *job)
 	int64_t t0 = kvfs_now_ns();
 	int rc;
 
+	/* The caller gave up (killed, or a signal) while the call waited:
+	 * nobody will read the result, so do not spend a thread on it. */
+	if (fuse_req_interrupted(c->req)) {
+		kvfs_reply_err(c->req, -EINTR);
+		free(c);
+		return;
+	}
 	if (c->cmd == KVFS_IOC_GC) {
 		run_gc(c);
 		free(c);
