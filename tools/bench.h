@@ -2,7 +2,8 @@
  * Private to `kvfs bench` (tools/bench*.c): the run's state, page naming
  * and stamps, the child processes and workspace (bench_env.c), the four
  * readers (bench_read.c), the writers and the write case (bench_write.c),
- * the mixed case (bench_mixed.c) and the concurrency case (bench_conc.c).
+ * the mixed case (bench_mixed.c), the concurrency case (bench_conc.c) and
+ * the metadata case (bench_meta.c).
  * See bench.c for what the benchmark does.
  */
 #ifndef KVFS_BENCH_H
@@ -62,9 +63,10 @@ enum method { M_FAST, M_FUSE, M_RAW, M_FILES, M_COUNT };
 extern const char *const method_name[M_COUNT];
 
 /* What a run measures (--cases): cold batched reads (the methods above),
- * writes (kvfs against a raw writer), reads under a write stream, and
- * many engine processes at once with the mount's metadata latency. */
-enum bench_case { C_READ, C_WRITE, C_MIXED, C_CONC, C_COUNT };
+ * writes (kvfs against a raw writer), reads under a write stream, many
+ * engine processes at once with the mount's metadata latency, and
+ * metadata at scale (a store of millions of small pages). */
+enum bench_case { C_READ, C_WRITE, C_MIXED, C_CONC, C_META, C_COUNT };
 
 /* What the conc case's streams do (--conc-ops). */
 enum conc_op { CO_READ, CO_WRITE, CO_COUNT };
@@ -96,6 +98,11 @@ struct bench_opts {
 	unsigned engines, streams;  /* conc case: processes, threads in each */
 	double conc_secs;           /* conc case: seconds per phase */
 	unsigned conc_ops;          /* conc case: bit per enum conc_op */
+	uint64_t meta_pages;        /* meta case: pages to create */
+	uint64_t meta_size;         /* meta case: bytes per page */
+	unsigned meta_layer_pages;  /* meta case: pages per layer (the listed one) */
+	unsigned meta_threads;      /* meta case: writer and LOOKUP threads */
+	unsigned meta_batch;        /* meta case: descriptors per LOOKUP call */
 	bool json, keep;
 	enum progress_mode pm;      /* --progress, --quiet, or on a terminal */
 };
@@ -291,8 +298,12 @@ int start_daemon(struct bench *b);
 int stop_daemon(struct bench *b);
 int daemon_cpu(const struct bench *b, double *secs);
 int daemon_io(const struct bench *b, uint64_t *read_bytes, uint64_t *write_bytes);
+int daemon_proc_pair(const struct bench *b, const char *file, const char *k1,
+	const char *k2, uint64_t *v1, uint64_t *v2);
 double self_cpu(void);
 void drop_caches(struct bench *b);
+int start_daemon_wait(struct bench *b, double timeout_s, double poll_s);
+int run_tool(const struct bench *b, char *const argv[], char *out, size_t len);
 int setup_dirs(struct bench *b);
 int make_layers(struct bench *b);
 void cleanup_dirs(struct bench *b);
@@ -347,6 +358,13 @@ unsigned mixed_case_steps(const struct bench_opts *o);
 int conc_case(struct size_run *s);
 unsigned conc_case_steps(const struct bench_opts *o);
 
+/* bench_meta.c */
+#define META_STEPS 5          /* create, remount, ls, lookup, fsck */
+int meta_case(struct bench *b);
+
+/* bench_mount.c: a count with an optional K (10^3) or M (10^6) suffix */
+int bench_parse_count(const char *s, uint64_t *out);
+
 /* bench_probe.c: the conc case's metadata probes */
 #define LIST_PAGES 1000       /* pages in the listed layer */
 #define STAT_GAP 0.005        /* seconds between stats */
@@ -361,5 +379,6 @@ int probe_phase(struct bench *b, double secs);
 int probe_start(const atomic_bool *stop, struct samples *stat, struct samples *list);
 int probe_join(double deadline);
 void samples_pct_ms(struct samples *sm, double *p50, double *p99);
+int list_layer(const char *dir, unsigned long *n);
 
 #endif

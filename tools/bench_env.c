@@ -127,9 +127,17 @@ static bool is_mounted(const struct bench *b)
 /* Start `kvfs mount STORE MNT -f` and wait until the mount is there. */
 int start_daemon(struct bench *b)
 {
+	return start_daemon_wait(b, 10, 0.05);
+}
+
+/* The same, waiting up to timeout_s and looking every poll_s: the meta
+ * case times a mount of millions of pages, which loads them first. */
+int start_daemon_wait(struct bench *b, double timeout_s, double poll_s)
+{
 	/* Cold reads are the point: the RAM tier would turn them into copies. */
 	char *argv[] = { "kvfs", "mount", b->store, b->mnt, "-f", "-o", "ram_cache=0", NULL };
-	int fd = open_log(b), i, st;
+	double end = now_s() + timeout_s;
+	int fd = open_log(b), st;
 
 	if (fd < 0)
 		return fd;
@@ -140,7 +148,7 @@ int start_daemon(struct bench *b)
 		bench_err("fork: %s", strerror(errno));
 		return -errno;
 	}
-	for (i = 0; i < 200; i++) {
+	do {
 		if (waitpid(b->daemon, &st, WNOHANG) == b->daemon) {
 			b->daemon = 0;
 			bench_err("the daemon exited before mounting (status %d)",
@@ -152,9 +160,9 @@ int start_daemon(struct bench *b)
 			b->mounted = true;
 			return 0;
 		}
-		usleep(50000);
-	}
-	bench_err("%s was not mounted within 10 s", b->mnt);
+		usleep((useconds_t)(poll_s * 1e6));
+	} while (now_s() < end);
+	bench_err("%s was not mounted within %.0f s", b->mnt, timeout_s);
 	log_tail(b);
 	return -ETIMEDOUT;
 }
@@ -175,6 +183,58 @@ static int fusermount(const struct bench *b, bool lazy)
 	if (fd >= 0)
 		close(fd);
 	return rc;
+}
+
+/* Run `kvfs ARGV...` (argv[0] is "kvfs") to the end, its stdout into out
+ * (up to len - 1 bytes, NUL-terminated), its stderr into the log. Returns
+ * its exit status (128 + signal if killed), or -errno if it did not run. */
+int run_tool(const struct bench *b, char *const argv[], char *out, size_t len)
+{
+	int p[2], fd = open_log(b), st;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (fd < 0)
+		return fd;
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		st = -errno;
+		close(fd);
+		bench_err("pipe: %s", strerror(-st));
+		return st;
+	}
+	pid = fork();
+	if (pid == 0) {
+		dup2(p[1], STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	st = pid < 0 ? -errno : 0;
+	close(p[1]);
+	close(fd);
+	/* Read to the end before waiting: a full pipe would block the child. */
+	while (pid > 0 && (n = read(p[0], out + got, len - 1 - got)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		got += (size_t)n;
+		if (got == len - 1) {   /* keep draining; the rest is not needed */
+			char sink[4096];
+
+			while ((n = read(p[0], sink, sizeof(sink))) > 0 || (n < 0 && errno == EINTR))
+				;
+			break;
+		}
+	}
+	out[got] = '\0';
+	close(p[0]);
+	if (pid < 0) {
+		bench_err("fork: %s", strerror(-st));
+		return st;
+	}
+	return wait_exit(pid);
 }
 
 /* Wait up to secs for the daemon; 1 if it exited (status in *st). */
@@ -264,35 +324,50 @@ int daemon_cpu(const struct bench *b, double *secs)
 	return 0;
 }
 
-/* Bytes the daemon has read from and written to the block layer so far
- * (/proc/PID/io; io_uring workers are its threads, so they count too). */
-int daemon_io(const struct bench *b, uint64_t *read_bytes, uint64_t *write_bytes)
+/* Two "key: value" lines of /proc/DAEMON/file, in *v1 and *v2: bytes
+ * where the line says kB (as /proc/PID/status does). -ENOTSUP if either
+ * is missing. */
+int daemon_proc_pair(const struct bench *b, const char *file, const char *k1,
+		     const char *k2, uint64_t *v1, uint64_t *v2)
 {
-	char path[64], line[128];
+	char path[64], line[256], unit[8];
 	unsigned long long v;
+	size_t n1 = strlen(k1), n2 = strlen(k2);
 	int found = 0;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/io", (int)b->daemon);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)b->daemon, file);
 	f = fopen(path, "re");
 	if (!f) {
 		bench_err("%s: %s (did the daemon die?)", path, strerror(errno));
 		return -errno;
 	}
 	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "read_bytes: %llu", &v) == 1) {
-			*read_bytes = v;
-			found |= 1;
-		} else if (sscanf(line, "write_bytes: %llu", &v) == 1) {
-			*write_bytes = v;
-			found |= 2;
-		}
+		bool one = !strncmp(line, k1, n1) && line[n1] == ':';
+
+		if ((!one && (strncmp(line, k2, n2) || line[n2] != ':')) ||
+		    sscanf(line + (one ? n1 : n2) + 1, "%llu %7s", &v, unit) < 1)
+			continue;
+		if (strstr(line, " kB"))
+			v <<= 10;
+		*(one ? v1 : v2) = v;
+		found |= one ? 1 : 2;
 	}
 	fclose(f);
-	if (found == 3)
-		return 0;
-	bench_err("%s: no read_bytes/write_bytes (kernel without I/O accounting?)", path);
-	return -ENOTSUP;
+	return found == 3 ? 0 : -ENOTSUP;
+}
+
+/* Bytes the daemon has read from and written to the block layer so far
+ * (/proc/PID/io; io_uring workers are its threads, so they count too). */
+int daemon_io(const struct bench *b, uint64_t *read_bytes, uint64_t *write_bytes)
+{
+	int rc = daemon_proc_pair(b, "io", "read_bytes", "write_bytes", read_bytes,
+				  write_bytes);
+
+	if (rc == -ENOTSUP)
+		bench_err("/proc/%d/io: no read_bytes/write_bytes (kernel without I/O "
+			  "accounting?)", (int)b->daemon);
+	return rc;
 }
 
 double self_cpu(void)

@@ -53,7 +53,7 @@ struct mopts {
 	bool keep, json;
 };
 
-static int parse_count(const char *s, uint64_t *out)
+int bench_parse_count(const char *s, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
@@ -78,7 +78,7 @@ static int parse_counts(char *list, struct mopts *o)
 
 	o->ncounts = 0;
 	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		if (o->ncounts == COUNTS_MAX || parse_count(t, &o->counts[o->ncounts]) < 0)
+		if (o->ncounts == COUNTS_MAX || bench_parse_count(t, &o->counts[o->ncounts]) < 0)
 			return -EINVAL;
 		o->ncounts++;
 	}

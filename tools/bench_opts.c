@@ -8,9 +8,11 @@
 const char bench_usage[] =
 	"usage: kvfs bench [--dir DIR] [--sizes 16K,64K,256K,1M] [--pages N | --bytes TOTAL]\n"
 	"                  [--layers L] [--qd Q] [--batch B] [--repeat R] [--settle S]\n"
-	"                  [--cases read,write,mixed,conc] [--methods fast,fuse,raw,files]\n"
+	"                  [--cases read,write,mixed,conc,meta] [--methods fast,fuse,raw,files]\n"
 	"                  [--writers W] [--mix-writers M] [--mix-secs T]\n"
 	"                  [--engines E] [--streams S] [--conc-secs T] [--conc-ops read,write]\n"
+	"                  [--meta-pages N] [--meta-size SIZE] [--meta-layer-pages P]\n"
+	"                  [--meta-threads T] [--meta-batch K]\n"
 	"                  [--quick] [--keep] [--json] [--progress | --quiet]\n"
 	"  Makes a store, mounts it and measures, for each page size, these cases:\n"
 	"  read   writes the pages through the mount and as one plain file per page,\n"
@@ -33,6 +35,13 @@ const char bench_usage[] =
 	"         reader and writer with the same streams (qd Q each), while the\n"
 	"         bench stat()s names the kernel has never seen and lists a\n"
 	"         1,000-page layer: aggregate GB/s, and metadata latency under load\n"
+	"  meta   (after the others) N small pages in one model through fast-path\n"
+	"         batch writes, named like an engine's block hashes, P per layer;\n"
+	"         then the daemon's RAM per page (RSS after minus before, VmHWM;\n"
+	"         again after a remount), the time a cold remount takes to answer\n"
+	"         and to answer a first LOOKUP, a cold ls of a P-page layer, prefix\n"
+	"         LOOKUP keys/s (K descriptors per call, T threads) and `kvfs fsck`\n"
+	"         pages/s (no --verify-data) on the unmounted store\n"
 	"  The daemon's I/O scheduler follows KVFS_SCHED (fifo: no read priority).\n"
 	"  Run as root so caches can be dropped.\n"
 	"  --dir DIR      workspace (default /var/tmp/kvfs-bench.XXXXXX), removed at\n"
@@ -54,12 +63,20 @@ const char bench_usage[] =
 	"                 most 64; E x S at most 256)\n"
 	"  --conc-secs T  conc case: seconds of each phase (default 3)\n"
 	"  --conc-ops LIST  conc case: read, write or both (default read,write)\n"
+	"  --meta-pages N meta case: pages to create (default 1M, --quick 4K; K = 10^3,\n"
+	"                 M = 10^6, e.g. 10M; 4 KiB pages take ~4.2 GB of disk per 1M)\n"
+	"  --meta-size SIZE  meta case: bytes per page (default 4K, 64 to 1M)\n"
+	"  --meta-layer-pages P  meta case: pages per layer, the listed layer's size\n"
+	"                 (default 100K; layers = N / P rounded up, at most 100,000)\n"
+	"  --meta-threads T  meta case: writer and LOOKUP threads (default 4, at most 64)\n"
+	"  --meta-batch K meta case: descriptors per LOOKUP call (default 65536),\n"
+	"                 rounded down to whole blocks (a multiple of the layers)\n"
 	"  --quick        64 pages per size, 4 layers, 1 run, no wait, 0.5 s mixed\n"
 	"                 and conc phases (a smoke test)\n"
 	"  --keep         leave the workspace (store, log, files) in place\n"
 	"  --json         one JSON object per line on stdout (an \"event\" each:\n"
 	"                 config, write, read, ratio, write_case, mixed, conc,\n"
-	"                 conc_ratio); errors and the status line go to stderr\n"
+	"                 conc_ratio, meta); errors and the status line go to stderr\n"
 	"  --progress     show the status line (step under way, steps done, ETA) on\n"
 	"                 stderr even when it is not a terminal\n"
 	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n";
@@ -142,6 +159,27 @@ static int check_conc_opts(const struct bench_opts *o, bool given)
 	return 0;
 }
 
+/* The meta case's options, together. */
+static int check_meta_opts(const struct bench_opts *o, bool given)
+{
+	uint64_t layers = (o->meta_pages + o->meta_layer_pages - 1) / o->meta_layer_pages;
+
+	if (given && !(o->cases & 1u << C_META)) {
+		fprintf(stderr, "kvfs bench: --meta-pages, --meta-size, --meta-layer-pages, "
+			"--meta-threads and --meta-batch belong to the meta case: add "
+			"--cases meta\n");
+		return -EINVAL;
+	}
+	/* layer numbers are 5 digits (docs/abi.md) */
+	if (layers > 100000) {
+		fprintf(stderr, "kvfs bench: --meta-pages %llu / --meta-layer-pages %u is "
+			"%llu layers; at most 100000\n", (unsigned long long)o->meta_pages,
+			o->meta_layer_pages, (unsigned long long)layers);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* Options given explicitly win over --quick, wherever they appear. */
 int parse_opts(int argc, char **argv, struct bench_opts *o)
 {
@@ -164,6 +202,11 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "streams", required_argument, NULL, 'N' },
 		{ "conc-secs", required_argument, NULL, 'C' },
 		{ "conc-ops", required_argument, NULL, 'O' },
+		{ "meta-pages", required_argument, NULL, 'M' },
+		{ "meta-size", required_argument, NULL, 'Z' },
+		{ "meta-layer-pages", required_argument, NULL, 'L' },
+		{ "meta-threads", required_argument, NULL, 'H' },
+		{ "meta-batch", required_argument, NULL, 'K' },
 		{ "quick", no_argument, NULL, 'Q' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
@@ -174,6 +217,8 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 	};
 	bool quick = false, set_layers = false, set_repeat = false, set_settle = false;
 	bool set_mix = false, set_conc = false, set_csecs = false;
+	bool set_meta = false, set_mpages = false;
+	uint64_t u;
 	unsigned long v;
 	int c, li = 0, rc = 0;
 
@@ -241,6 +286,36 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			rc = parse_list(optarg, conc_op_name, CO_COUNT, &o->conc_ops);
 			set_conc = true;
 			break;
+		case 'M':
+			rc = bench_parse_count(optarg, &o->meta_pages);
+			if (rc == 0 && o->meta_pages > 1000000000ull)
+				rc = -EINVAL;
+			set_meta = set_mpages = true;
+			break;
+		case 'Z':
+			rc = kvfs_parse_size(optarg, &u);
+			if (rc == 0 && (u < 64 || u > (1u << 20)))
+				rc = -EINVAL;
+			o->meta_size = u;
+			set_meta = true;
+			break;
+		case 'L':
+			rc = bench_parse_count(optarg, &u);
+			if (rc == 0 && u > KVFS_BATCH_MAX)
+				rc = -EINVAL;
+			o->meta_layer_pages = (unsigned)u;
+			set_meta = true;
+			break;
+		case 'H':
+			rc = parse_uint(optarg, 1, WRITERS_MAX, &v);
+			o->meta_threads = (unsigned)v;
+			set_meta = true;
+			break;
+		case 'K':
+			rc = parse_uint(optarg, 1, KVFS_BATCH_MAX, &v);
+			o->meta_batch = (unsigned)v;
+			set_meta = true;
+			break;
 		case 'Q': quick = true; break;
 		case 'k': o->keep = true; break;
 		case 'j': o->json = true; break;
@@ -254,7 +329,12 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 				optarg, c == 'E' ? " (1 to " STR(ENGINES_MAX) " engines)"
 				: c == 'N' ? " (1 to " STR(STREAMS_MAX) " streams per engine)"
 				: c == 'C' ? " (0.1 to 3600 seconds)"
-				: c == 'O' ? " (read, write or read,write)" : "");
+				: c == 'O' ? " (read, write or read,write)"
+				: c == 'M' ? " (1 to 1000M pages; K = 10^3, M = 10^6)"
+				: c == 'Z' ? " (64 bytes to 1M)"
+				: c == 'L' ? " (1 to 1048576 pages; K = 10^3, M = 10^6)"
+				: c == 'H' ? " (1 to " STR(WRITERS_MAX) " threads)"
+				: c == 'K' ? " (1 to 1048576 descriptors)" : "");
 	}
 	if (rc == 0 && optind != argc)
 		rc = -EINVAL;
@@ -271,9 +351,13 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->mix_secs = 0.5;
 		if (!set_csecs)
 			o->conc_secs = 0.5;
+		if (!set_mpages)
+			o->meta_pages = 4096;
 	}
 	if (rc == 0)
 		rc = check_conc_opts(o, set_conc);
+	if (rc == 0)
+		rc = check_meta_opts(o, set_meta);
 	return rc;
 }
 
@@ -311,9 +395,13 @@ void print_header(const struct bench *b)
 		printf("],\"layers\":%u,\"qd\":%u,\"batch\":%u,\"repeats\":%u,\"settle_s\":%u,"
 		       "\"cold\":%s,\"writers\":%u,\"mix_writers\":%u,\"mix_secs\":%.2f,"
 		       "\"engines\":%u,\"streams\":%u,\"conc_secs\":%.2f,"
+		       "\"meta_pages\":%llu,\"meta_size\":%llu,\"meta_layer_pages\":%u,"
+		       "\"meta_threads\":%u,\"meta_batch\":%u,"
 		       "\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
 		       b->cold ? "true" : "false", o->writers, o->mix_writers, o->mix_secs,
-		       o->engines, o->streams, o->conc_secs, sched_mode());
+		       o->engines, o->streams, o->conc_secs,
+		       (unsigned long long)o->meta_pages, (unsigned long long)o->meta_size,
+		       o->meta_layer_pages, o->meta_threads, o->meta_batch, sched_mode());
 		return;
 	}
 	printf("kvfs bench in %s: %u layers, raw qd %u, %u run%s per method (median), "

@@ -202,7 +202,7 @@ static void *stat_main(void *arg)
 
 /* What `ls` does: open the layer and read every entry (READDIRPLUS, never
  * cached: the daemon does not set cache_readdir). */
-static int list_layer(const char *dir, unsigned long *n)
+int list_layer(const char *dir, unsigned long *n)
 {
 	struct dirent *de;
 	DIR *d = opendir(dir);

@@ -3,7 +3,7 @@
  * up front: for each size, writing its pages (to kvfs, and as plain files
  * for the files method), each method's run of the read case, each way's
  * run of the write case, each pair's run of the mixed case and each
- * phase's run of the conc case. The line names the step under way and
+ * phase's run of the conc case; then the meta case's steps. The line names the step under way and
  * counts those done; the report on stdout is printed between steps,
  * after the line is erased.
  */
@@ -37,7 +37,7 @@ static uint64_t count_steps(const struct bench_opts *o)
 		per_size += mixed_case_steps(o);
 	if (o->cases & 1u << C_CONC)
 		per_size += conc_case_steps(o);
-	return per_size * o->nsizes;
+	return per_size * o->nsizes + (o->cases & 1u << C_META ? META_STEPS : 0);
 }
 
 void bench_progress_start(const struct bench_opts *o)

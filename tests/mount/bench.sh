@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kvfs bench --quick`: the benchmark builds its own store, mounts it with its
 # own daemon, reads every page back four ways (checking each one) and cleans
-# up. It must succeed and report all four methods; the conc case too.
+# up. It must succeed and report all four methods; the conc and meta cases
+# too.
 . "$(dirname "$0")/lib.sh"
 
 # bench mounts under its own workspace; detach it should bench die midway
@@ -55,9 +56,41 @@ assert len(ratio) == 1 and ratio[0]["read_fast_raw"] > 0 and ratio[0]["write_fas
 PY
 [ ! -e "$T/bench" ] || fail "bench left $T/bench behind: $(ls -A "$T/bench")"
 
-# conc options: refused with a reason, not ignored
+# The meta case at 4,000 pages in 4 layers: creating them, the daemon's RAM,
+# a remount, a cold ls, prefix LOOKUPs of every page (4 calls of 1,024) and
+# fsck. Every figure is there and positive; the per-page RAM deltas only
+# need to be numbers (a few MB of buffers and noise over 4,000 pages).
+"$KVFS" bench --cases meta --meta-pages 4000 --meta-layer-pages 1000 --meta-batch 1024 \
+	--json --dir "$T/bench" > "$T/meta" 2> "$T/err" ||
+	{ cat "$T/err" >&2; fail "kvfs bench --cases meta"; }
+python3 - "$T/meta" <<'PY' || fail "bad meta output: $(cat "$T/meta")"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+meta = [r for r in rows if r["event"] == "meta"]
+assert len(meta) == 1, rows
+m = meta[0]
+assert (m["pages"], m["layers"], m["blocks"]) == (4000, 4, 1000), m
+for k in ("create_s", "create_pages_per_s", "rss_before_bytes", "rss_created_bytes",
+          "hwm_created_bytes", "rss_mounted_bytes", "hwm_mounted_bytes", "mount_s",
+          "first_lookup_s", "mount_s_per_10m_pages", "ls_s", "lookup_s",
+          "lookup_keys_per_s", "lookup_call_p50_ms", "lookup_call_p99_ms", "fsck_s",
+          "fsck_pages_per_s"):
+    assert isinstance(m[k], (int, float)) and m[k] > 0, (k, m)
+for k in ("ram_bytes_per_page", "mounted_ram_bytes_per_page"):
+    assert isinstance(m[k], (int, float)), (k, m)
+assert m["first_lookup_s"] >= m["mount_s"], m
+assert m["ls_entries"] == 1000 and m["lookup_keys"] == 4000, m
+assert m["lookup_calls"] == 4 and m["lookup_batch"] == 1024, m
+assert m["fsck_pages"] == 4000, m
+PY
+[ ! -e "$T/bench" ] || fail "bench left $T/bench behind: $(ls -A "$T/bench")"
+
+# conc and meta options: refused with a reason, not ignored
 for bad in "--engines 0 --cases conc" "--engines 64 --streams 8 --cases conc" \
-	   "--streams 2" "--cases conc --conc-ops scan"; do
+	   "--streams 2" "--cases conc --conc-ops scan" "--meta-pages 100" \
+	   "--cases meta --meta-pages 0" "--cases meta --meta-size 32" \
+	   "--cases meta --meta-pages 10M --meta-layer-pages 10" \
+	   "--cases meta --meta-threads 65" "--cases meta --meta-batch 2M"; do
 	rc=0
 	# shellcheck disable=SC2086
 	"$KVFS" bench --quick $bad --dir "$T/bench" > /dev/null 2> "$T/err" || rc=$?
