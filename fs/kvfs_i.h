@@ -265,12 +265,14 @@ void kvfs_dirty_init(struct kvfs *fs, uint64_t budget);
 void kvfs_dirty_fini(struct kvfs *fs);
 /* Charge bytes of write-back memory about to be filled; held: what the
  * caller already holds for pages it has not sealed (its page so far, a
- * batch's staged pages). Blocks (never fails) until the charge fits; lets
- * it through over the budget (an overrun, counted) only when waiting could
- * not end: every byte being filled is held by writers waiting here, or
- * nothing drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g.
- * one thread writing two pages at once). Never call it holding ns_lock. */
-void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
+ * batch's staged pages). Blocks until the charge fits; lets it through
+ * over the budget (an overrun, counted) only when waiting could not end:
+ * every byte being filled is held by writers waiting here, or nothing
+ * drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g. one
+ * thread writing two pages at once). 0, or -ENOSPC/-EIO (logged, nothing
+ * charged) when sealed pages wait but none became durable for 20 s: the
+ * manifest cannot commit. Never call it holding ns_lock. */
+int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
 /* Give a charge back (the page is durable, withdrawn or discarded). */
