@@ -443,7 +443,9 @@ void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space *
  * (shared and pinned last): until usage is at most target bytes, or, with
  * older_than_ns, every such page last read before that time (target is
  * then ignored). *pages (may be NULL) gets how many went. Waits until their
- * space is free. Never call with ns_lock held.
+ * space is free. 0, or the error of a commit of their deletes (logged):
+ * those pages are gone from the namespace but not yet durably deleted, and
+ * nothing more is evicted. Never call with ns_lock held.
  */
 int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	       uint64_t *pages);
