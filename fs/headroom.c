@@ -136,18 +136,18 @@ static void measure(struct kvfs *fs)
 		return;
 	fs->room.headroom = h;
 	if (fs->room.shared)
-		kv_store_set_headroom(fs->store, fs->store_dir, h);
+		kv_store_set_headroom(fs->store, fs->store_dir, h, fs->dirty.budget);
 }
 
 int kvfs_room_start(struct kvfs *fs)
 {
 	uint64_t h = HEADROOM_MIN + 2 * file_size(fs->store_dir, KV_MANIFEST_FILE);
-	int n = kv_store_set_headroom(fs->store, fs->store_dir, h);
+	int n = kv_store_set_headroom(fs->store, fs->store_dir, h, fs->dirty.budget);
 
 	if (n < 0)
 		return n;
 	if (n == 0)
-		kv_store_set_headroom(fs->store, fs->store_dir, 0);
+		kv_store_set_headroom(fs->store, fs->store_dir, 0, 0);
 	fs->room.shared = n > 0;
 	/* kept apart from the store's too: the reserve is made again only
 	 * with this much free beside it, or it would be given up again at

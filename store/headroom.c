@@ -10,13 +10,15 @@
  * writers are refused before they fill a page rather than at its seal.
  *
  * Free space lags behind allocation: a segment file is sparse, and an
- * extent takes blocks only when its write lands, which may be a whole
- * write-back budget later. Extents on such a stripe are therefore
- * fallocate'd as they are handed out: the blocks are taken at once,
- * statvfs sees them, and a disk that is full behind kvfs's back fails the
- * allocation (ENOSPC) instead of the page's write (a page lost after its
- * close). Stripes on other filesystems are left as they were: their
- * writes cannot starve the manifest.
+ * extent takes blocks only when its write lands, which may be up to `lag`
+ * bytes (the caller's write-back budget) later. Once the filesystem is
+ * that close to the headroom, extents on such a stripe are fallocate'd as
+ * they are handed out: the blocks are taken at once, statvfs sees them,
+ * and a disk that is full behind kvfs's back fails the allocation
+ * (ENOSPC) instead of the page's write (a page lost after its close).
+ * Further away it would only cost a system call per page, made under the
+ * caller's locks. Stripes on other filesystems are left as they were:
+ * their writes cannot starve the manifest.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,8 @@
 
 #include "store_i.h"
 
-int kv_store_set_headroom(struct kv_store *s, const char *dir, uint64_t bytes)
+int kv_store_set_headroom(struct kv_store *s, const char *dir, uint64_t bytes,
+			  uint64_t lag)
 {
 	struct stat sb;
 	unsigned n = 0;
@@ -46,6 +49,7 @@ int kv_store_set_headroom(struct kv_store *s, const char *dir, uint64_t bytes)
 		n += st->keeps_headroom;
 	}
 	pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->headroom_lag, lag);
 	atomic_store(&s->headroom, n ? bytes : 0);
 	return (int)n;
 }
@@ -76,14 +80,18 @@ uint64_t stripe_avail_less_headroom(const struct kv_store *s,
 }
 
 bool stripe_short_of_headroom(struct kv_store *s, const struct stripe *st,
-			      uint64_t fp)
+			      uint64_t fp, bool *near)
 {
 	uint64_t h = atomic_load(&s->headroom), avail;
 
+	*near = false;
 	if (!st->keeps_headroom || !h)
 		return false;
 	avail = fs_avail(st);
-	return avail != UINT64_MAX && avail < h + fp;
+	if (avail == UINT64_MAX)
+		return false;
+	*near = avail < h + atomic_load(&s->headroom_lag) + fp;
+	return avail < h + fp;
 }
 
 int stripe_claim_blocks(struct kv_store *s, const struct kv_extent *e)

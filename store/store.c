@@ -317,9 +317,9 @@ found:
 	return 0;
 }
 
-/* Take the new extent's blocks now where headroom is kept (headroom.c);
- * if the disk has none, the extent goes back and the stripe counts as
- * full for a second. */
+/* Take the new extent's blocks now, near the headroom (headroom.c); if
+ * the disk has none, the extent goes back and the stripe counts as full
+ * for a second. */
 static int claim_blocks(struct kv_store *s, struct kv_extent *e)
 {
 	int rc = stripe_claim_blocks(s, e);
@@ -344,6 +344,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 	struct kv_extent e = { .length = length };
 	uint64_t fp = kv_extent_footprint(&e), now = 0, until;
 	unsigned out_of_rotation = 0, short_of_headroom = 0;
+	bool near = false;
 	int rc = -ENOSPC;
 
 	if (length == 0)
@@ -375,7 +376,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		until = atomic_load(&st->full_until);
 		if (until && (now ? now : (now = now_ns())) < until)
 			continue;
-		if (stripe_short_of_headroom(s, st, fp)) {
+		if (stripe_short_of_headroom(s, st, fp, &near)) {
 			short_of_headroom++;    /* the manifest's room (headroom.c) */
 			continue;
 		}
@@ -413,7 +414,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 	*out = e;
 out:
 	pthread_mutex_unlock(&s->lock);
-	return rc == 0 ? claim_blocks(s, out) : rc;
+	return rc == 0 && near ? claim_blocks(s, out) : rc;
 }
 
 /* Find the live extent e names; -EINVAL (a caller bug) if there is none. */

@@ -147,6 +147,7 @@ struct kv_store {
 	uint64_t enospc_logged; /* CLOCK_MONOTONIC ns of the last ENOSPC log */
 	uint64_t noalloc_logged; /* ... of the last "no stripe left" log */
 	_Atomic uint64_t headroom;  /* bytes kept free for the manifest (headroom.c) */
+	_Atomic uint64_t headroom_lag;  /* ... allocated bytes not yet written, at most */
 	struct engine eng;
 };
 
@@ -173,9 +174,10 @@ void rangevec_release(struct rangevec *rv);
 
 /* ---- headroom.c ---- */
 /* Would an extent of fp bytes leave the stripe's filesystem less free
- * space than the headroom? Only for stripes that keep it. */
+ * space than the headroom? Only for stripes that keep it. *near: so close
+ * to it that the extent's blocks must be taken at once (claim them). */
 bool stripe_short_of_headroom(struct kv_store *s, const struct stripe *st,
-			      uint64_t fp);
+			      uint64_t fp, bool *near);
 /* avail (the stripe's filesystem's free bytes) less the headroom it keeps. */
 uint64_t stripe_avail_less_headroom(const struct kv_store *s,
 				    const struct stripe *st, uint64_t avail);

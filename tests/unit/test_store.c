@@ -662,8 +662,8 @@ static void test_degraded_open(void **state)
 }
 
 /* Headroom on the manifest's filesystem (store/headroom.c): stripes on it
- * refuse what would leave less free, take an extent's blocks as it is
- * handed out, and count their free space less the headroom. */
+ * refuse what would leave less free, count their free space less the
+ * headroom, and near it take an extent's blocks as it is handed out. */
 static void test_headroom(void **state)
 {
 	struct kv_store_usage u;
@@ -672,7 +672,7 @@ static void test_headroom(void **state)
 	struct kv_store *s;
 	struct stat sb, here;
 	struct tstore t;
-	uint64_t avail;
+	uint64_t avail, fp;
 
 	tstore_init(&t, "headroom", 2, 16 * MIB);
 	s = tstore_open(&t);
@@ -680,7 +680,7 @@ static void test_headroom(void **state)
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 
 	/* more than the disk has: nothing is handed out, nothing counted free */
-	assert_int_equal(kv_store_set_headroom(s, root, avail + 1024 * MIB), 2);
+	assert_int_equal(kv_store_set_headroom(s, root, avail + 1024 * MIB, 0), 2);
 	assert_int_equal(kv_store_headroom(s), avail + 1024 * MIB);
 	kv_log_set_level(KV_LOG_WARN);     /* the refusal is a warning */
 	capture_start();
@@ -691,23 +691,29 @@ static void test_headroom(void **state)
 	kv_store_usage(s, &u);
 	assert_int_equal(u.avail, 0);
 
-	/* room enough: the extent's blocks are taken before any write */
-	assert_int_equal(kv_store_set_headroom(s, root, MIB), 2);
+	/* room enough, far from it: a sparse extent, as without headroom */
+	assert_int_equal(kv_store_set_headroom(s, root, MIB, 0), 2);
 	assert_int_equal(kv_extent_alloc(s, 200000, &e), 0);
-	sb = seg_stat(&t, e.stripe, e.segment);
-	assert_true((uint64_t)sb.st_size >= e.offset + kv_extent_footprint(&e));
-	assert_true((uint64_t)sb.st_blocks * 512 >= kv_extent_footprint(&e));
+	fp = kv_extent_footprint(&e);
+	assert_true((uint64_t)seg_stat(&t, e.stripe, e.segment).st_blocks * 512 < fp);
 	kv_store_usage(s, &u);
 	assert_true(u.avail > 0 && u.avail < avail);
 	assert_int_equal(kv_extent_free(s, &e), 0);
-	assert_true((uint64_t)seg_stat(&t, e.stripe, e.segment).st_blocks * 512 <
-		    kv_extent_footprint(&e));
+
+	/* within the lag of it: the blocks are taken before any write */
+	assert_int_equal(kv_store_set_headroom(s, root, MIB, avail), 2);
+	assert_int_equal(kv_extent_alloc(s, 200000, &e), 0);
+	sb = seg_stat(&t, e.stripe, e.segment);
+	assert_true((uint64_t)sb.st_size >= e.offset + fp);
+	assert_true((uint64_t)sb.st_blocks * 512 >= fp);
+	assert_int_equal(kv_extent_free(s, &e), 0);
+	assert_true((uint64_t)seg_stat(&t, e.stripe, e.segment).st_blocks * 512 < fp);
 
 	/* a directory on another filesystem (if /dev/shm is one): no stripe
 	 * keeps headroom, whatever the amount */
 	assert_int_equal(stat(t.dirs[0], &here), 0);
 	if (stat("/dev/shm", &sb) == 0 && sb.st_dev != here.st_dev) {
-		assert_int_equal(kv_store_set_headroom(s, "/dev/shm", avail + 1024 * MIB), 0);
+		assert_int_equal(kv_store_set_headroom(s, "/dev/shm", avail + 1024 * MIB, 0), 0);
 		assert_int_equal(kv_store_headroom(s), 0);
 		assert_int_equal(kv_extent_alloc(s, 4096, &e), 0);
 		assert_int_equal(kv_extent_free(s, &e), 0);
