@@ -85,6 +85,7 @@ struct victims {
 	int64_t older_than_ns;        /* 0: any age */
 	struct victim *v;
 	size_t n, cap;
+	int commit_rc;                /* the deletes of a batch did not commit */
 };
 
 static int collect_one(void *arg, const struct kv_page_brief *p)
@@ -258,6 +259,7 @@ static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
 	struct kvfs_cap *c = fs->cap;
 	uint64_t nshared = 0, mark;
 	size_t ngone = 0, scanned = 0;
+	int rc;
 
 	*freed = 0;
 	if (!gone)
@@ -279,8 +281,10 @@ static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
 	pthread_mutex_unlock(&c->lock);
 	forget_later(gone, ngone);
 	free(gone);
-	if (ngone)
-		kvfs_commit_wait_all(fs, mark);
+	/* Not durable, not freed: the caller must not report the space as
+	 * back (gc once said so while every commit failed). */
+	if (ngone && (rc = kvfs_commit_wait_all(fs, mark)) < 0 && !vs->commit_rc)
+		vs->commit_rc = rc;
 	return ngone > 0;
 }
 
@@ -315,11 +319,15 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	pthread_mutex_lock(&c->lock);
 	ev0 = c->st.evictions;
 	pthread_mutex_unlock(&c->lock);
-	while (next < vs.n && want && !cap_stopping(c)) {
+	while (next < vs.n && want && !cap_stopping(c) && !vs.commit_rc) {
 		if (evict_some(fs, &vs, &next, want, &freed))
 			want -= freed < want ? freed : want;
 	}
 	free(vs.v);
+	if (vs.commit_rc)
+		kv_log(KV_LOG_ERR, "eviction stopped: the deletes of evicted pages did not "
+		       "commit (%s); their space comes back once the manifest commits",
+		       kv_strerror(vs.commit_rc));
 	pthread_mutex_lock(&c->lock);
 	c->st.eviction_runs++;
 	pages = c->st.evictions - ev0;
@@ -329,7 +337,7 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	kv_log(KV_LOG_DEBUG, "eviction run: %" PRIu64 " pages, usage %" PRIu64 " -> %"
 	       PRIu64 " bytes (target %" PRIu64 ")", pages, before,
 	       usage_now(fs, NULL), target);
-	return 0;
+	return vs.commit_rc;
 }
 
 int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
@@ -349,8 +357,10 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 			mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &pages);
 	usage_now(fs, &a->used_after);
 	a->pages = pages;
-	kv_log(KV_LOG_INFO, "gc: %" PRIu64 " pages evicted, %" PRIu64 " -> %" PRIu64
-	       " bytes used", pages, a->used_before, a->used_after);
+	kv_log(rc < 0 ? KV_LOG_ERR : KV_LOG_INFO, "gc: %" PRIu64 " pages evicted, %" PRIu64
+	       " -> %" PRIu64 " bytes used%s%s", pages, a->used_before, a->used_after,
+	       rc < 0 ? "; failed, their deletes are not durable: " : "",
+	       rc < 0 ? kv_strerror(rc) : "");
 	return rc;
 }
 

@@ -38,6 +38,7 @@
 
 #define ATIME_FLUSH_SECS 30  /* access times reach the manifest this often */
 #define STOP_RETRIES 5   /* transaction attempts at unmount before giving up */
+#define COMMIT_STALL_SECS 60  /* a waiter gives up after this long with no commit */
 
 /* ---- queueing (ns_lock held by the caller) ---- */
 
@@ -424,6 +425,7 @@ static void *committer(void *arg)
 			pthread_mutex_unlock(&c->lock);
 			/* Idle: the access times readers left in the index. */
 			flush_atimes(fs);
+			kvfs_room_tick(fs);
 			if (c->stop)
 				break;
 			continue;
@@ -447,9 +449,18 @@ static void *committer(void *arg)
 			finish_batch(fs, batch, last->seq);
 			continue;
 		}
+		if (rc == -ENOSPC && kvfs_room_release(fs)) {
+			/* The reserve's room is the manifest's now: retry at
+			 * once, nobody needs to hear of this failure. */
+			pthread_mutex_lock(&c->lock);
+			kvfs_commit_requeue_batch(c, batch);
+			pthread_mutex_unlock(&c->lock);
+			continue;
+		}
 		if (rc < 0) {
 			kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
 			       kv_strerror(rc));
+			atomic_store(&c->last_err, rc);
 			if (rc == KV_ERR_CORRUPT)
 				kvfs_manifest_damaged(fs, rc);
 			fail_waiters(c, batch);
@@ -460,8 +471,10 @@ static void *committer(void *arg)
 			continue;
 		}
 		failures = 0;
+		atomic_store(&c->last_err, 0);
 		after_commit(fs, batch);
 		finish_batch(fs, batch, dropped);
+		kvfs_room_tick(fs);
 		/* Busy for long: flush between batches all the same. */
 		if (kvfs_now_ns() - c->atime_flushed_ns > ATIME_FLUSH_SECS * 1000000000ll)
 			flush_atimes(fs);
@@ -529,17 +542,41 @@ uint64_t kvfs_commit_mark(struct kvfs *fs)
 int kvfs_commit_wait_all(struct kvfs *fs, uint64_t start)
 {
 	struct kvfs_commit *c = fs->commit;
-	uint64_t target;
+	uint64_t target, seen;
+	struct timespec until;
 	int rc = 0;
 
 	pthread_mutex_lock(&c->lock);
 	target = c->next_seq - 1;
-	while (c->committed_seq < target && c->fail_seq <= start)
-		pthread_cond_wait(&c->done_cv, &c->lock);
+	/* A failed transaction ends the wait at once (fail_seq); a committer
+	 * that makes no progress at all (its disk hangs in a write or a
+	 * sync) must not hold the caller forever either. */
+	seen = c->committed_seq;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += COMMIT_STALL_SECS;
+	while (c->committed_seq < target && c->fail_seq <= start) {
+		if (pthread_cond_timedwait(&c->done_cv, &c->lock, &until) != ETIMEDOUT)
+			continue;
+		if (c->committed_seq == seen) {
+			kv_log(KV_LOG_ERR, "waiting for the manifest: nothing was committed "
+			       "for %d s (the committer waits for a disk write or sync); "
+			       "giving up with EIO", COMMIT_STALL_SECS);
+			rc = -EIO;
+			break;
+		}
+		seen = c->committed_seq;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += COMMIT_STALL_SECS;
+	}
 	/* Conservative: any failure among the ops this caller waited for is
 	 * reported, as fsync reports write-back errors on Linux. */
 	if (c->fail_seq > start)
 		rc = -EIO;
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int kvfs_commit_failing(struct kvfs *fs)
+{
+	return fs->commit ? atomic_load(&fs->commit->last_err) : 0;
 }

@@ -44,6 +44,7 @@ struct kvfs_commit {
 	int64_t atime_flushed_ns;     /* committer thread only */
 	bool stop;
 	bool running;
+	_Atomic int last_err;         /* the last transaction's error, 0 once one commits */
 };
 
 /* Take up to max ops (and about max_bytes of payload) off the queue, in

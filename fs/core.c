@@ -666,6 +666,7 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 		kv_log(KV_LOG_WARN, "test hook KVFS_TEST_HASH_COLLIDE: every page of one "
 		       "length has the same checksum; checksums detect nothing");
 	}
+	kvfs_reserve_before_open(dir);
 	rc = kv_manifest_open(dir, &fs->man);
 	if (rc == 0)
 		rc = lock_store(fs);
@@ -708,6 +709,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		goto fail;
 	rc = recover_space(fs);
+	if (rc == 0)
+		rc = kvfs_room_start(fs);
 	if (rc == 0)
 		rc = kvfs_regions_start(&fs->regions);
 	if (rc < 0)

@@ -16,6 +16,12 @@
  * with two pages open, writing the second) cannot be seen: after
  * DIRTY_STALL_MS with nothing draining the charge goes through too.
  *
+ * Waiting for pages that drain ends too: when none became durable for
+ * DIRTY_GIVEUP_NS (the manifest cannot commit: its disk is full or
+ * failing), the charge is refused with ENOSPC or EIO and a log line,
+ * rather than leave the writer blocked in write(2) for as long as that
+ * lasts.
+ *
  * Lock order: ns_lock before dirty.lock; take() is never called with
  * ns_lock held, so it can sleep.
  */
@@ -51,17 +57,42 @@ static void note_peak(struct kvfs_dirty *d)
 }
 
 #define DIRTY_STALL_MS 2000
+#define DIRTY_GIVEUP_NS (20ll * 1000000000)   /* nothing durable for this long */
 
-void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
+/* Nothing drained since long before: the committer cannot make pages
+ * durable. The error says why if the manifest's commits fail (d.lock). */
+static int give_up(struct kvfs *fs, uint64_t bytes, int64_t since)
 {
 	struct kvfs_dirty *d = &fs->dirty;
+	int err = kvfs_commit_failing(fs), rc = err == -ENOSPC ? -ENOSPC : -EIO;
+	int64_t now = kvfs_now_ns();
+
+	d->refused++;
+	if (now - d->refused_log_ns >= 10 * 1000000000ll) {
+		d->refused_log_ns = now;
+		kv_log(KV_LOG_ERR, "write-back: no page became durable for %lld s (%llu bytes "
+		       "wait for the disk and the manifest%s%s); refusing a write of %llu "
+		       "bytes with %s", (long long)((now - since) / 1000000000),
+		       (unsigned long long)d->draining, err ? ", whose commits fail: " : "",
+		       err ? kv_strerror(err) : "", (unsigned long long)bytes,
+		       rc == -ENOSPC ? "ENOSPC" : "EIO");
+	}
+	return rc;
+}
+
+int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	int64_t since = kvfs_now_ns();
 	bool waited = false;
 	struct timespec until;
 	int rc;
 
 	if (bytes == 0)
-		return;
+		return 0;
 	pthread_mutex_lock(&d->lock);
+	if (d->drained_ns > since)
+		since = d->drained_ns;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += DIRTY_STALL_MS / 1000;
 	while (d->filling + d->draining + bytes > d->budget) {
@@ -75,7 +106,15 @@ void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 		d->waiting_held -= held;
 		if (rc == ETIMEDOUT && !d->draining)
 			break;
-		if (rc == ETIMEDOUT) {   /* still draining: keep waiting */
+		if (rc == ETIMEDOUT) {   /* still draining: keep waiting, */
+			if (d->drained_ns > since)
+				since = d->drained_ns;
+			if (kvfs_now_ns() - since >= DIRTY_GIVEUP_NS) {   /* not forever */
+				d->waits += waited;
+				rc = give_up(fs, bytes, since);
+				pthread_mutex_unlock(&d->lock);
+				return rc;
+			}
 			clock_gettime(CLOCK_REALTIME, &until);
 			until.tv_sec += DIRTY_STALL_MS / 1000;
 		}
@@ -91,6 +130,7 @@ void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 	d->filling += bytes;
 	note_peak(d);
 	pthread_mutex_unlock(&d->lock);
+	return 0;
 }
 
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes)
@@ -110,9 +150,10 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 	if (bytes == 0)
 		return;
 	pthread_mutex_lock(&d->lock);
-	if (sealed)
+	if (sealed) {
 		d->draining -= bytes;
-	else
+		d->drained_ns = kvfs_now_ns();
+	} else
 		d->filling -= bytes;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->lock);

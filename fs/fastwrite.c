@@ -253,8 +253,10 @@ static int32_t stage(struct wbatch *w, struct wpage *p)
 	uint64_t cap = (p->size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
 	int rc;
 
+	rc = kvfs_dirty_take(w->b.fs, cap, w->staged);
+	if (rc < 0)
+		return rc;    /* nothing charged */
 	p->charged = cap;
-	kvfs_dirty_take(w->b.fs, cap, w->staged);
 	w->staged += cap;
 	p->data = kvfs_data_new(cap);
 	if (!p->data) {

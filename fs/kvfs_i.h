@@ -157,6 +157,19 @@ struct kvfs_dirty {
 	uint64_t peak;       /* largest filling + draining seen */
 	uint64_t waits;      /* times a writer blocked on the budget */
 	uint64_t overruns;   /* charges let through with nothing draining */
+	uint64_t refused;    /* charges refused: nothing became durable for long */
+	int64_t drained_ns;  /* when sealed bytes were last given back */
+	int64_t refused_log_ns;
+};
+
+/* Room for the manifest on its filesystem (fs/headroom.c): the
+ * committer's, and the opening thread's before the committer starts. */
+struct kvfs_room {
+	uint64_t headroom;            /* bytes kept free there */
+	int64_t measured_ns;          /* when the manifest's size was last looked at */
+	bool shared;                  /* a stripe is on that filesystem */
+	bool reserve_held;            /* STORE/kvfs.reserve holds its blocks */
+	bool no_reserve;              /* the filesystem cannot preallocate one */
 };
 
 struct kvfs {
@@ -187,6 +200,7 @@ struct kvfs {
 	struct kvfs_prefetch *prefetch; /* its loader thread (fs/prefetch.c) */
 	struct kvfs_cap *cap;          /* capacity and eviction (fs/capacity.c) */
 	struct kvfs_exec *exec;        /* runs fast-path calls (fs/executor.c); NULL offline */
+	struct kvfs_room room;         /* the manifest's headroom (fs/headroom.c) */
 
 	struct kvfs_stats st;
 };
@@ -269,12 +283,14 @@ void kvfs_dirty_init(struct kvfs *fs, uint64_t budget);
 void kvfs_dirty_fini(struct kvfs *fs);
 /* Charge bytes of write-back memory about to be filled; held: what the
  * caller already holds for pages it has not sealed (its page so far, a
- * batch's staged pages). Blocks (never fails) until the charge fits; lets
- * it through over the budget (an overrun, counted) only when waiting could
- * not end: every byte being filled is held by writers waiting here, or
- * nothing drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g.
- * one thread writing two pages at once). Never call it holding ns_lock. */
-void kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
+ * batch's staged pages). Blocks until the charge fits; lets it through
+ * over the budget (an overrun, counted) only when waiting could not end:
+ * every byte being filled is held by writers waiting here, or nothing
+ * drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g. one
+ * thread writing two pages at once). 0, or -ENOSPC/-EIO (logged, nothing
+ * charged) when sealed pages wait but none became durable for 20 s: the
+ * manifest cannot commit. Never call it holding ns_lock. */
+int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
 /* Give a charge back (the page is durable, withdrawn or discarded). */
@@ -322,8 +338,12 @@ void kvfs_commit_group_end(struct kvfs *fs);
 /* A point to wait from: take it before queueing what the caller will wait for. */
 uint64_t kvfs_commit_mark(struct kvfs *fs);
 /* Wait until every operation queued before this call is durable. 0, or -EIO
- * if one queued after mark could not be made durable. */
+ * if one queued after mark could not be made durable, or if nothing at all
+ * was committed for 60 s (the committer is stuck on its disk; logged). */
 int kvfs_commit_wait_all(struct kvfs *fs, uint64_t mark);
+/* The error of the last manifest transaction if it failed (the committer
+ * is retrying it), else 0. */
+int kvfs_commit_failing(struct kvfs *fs);
 
 /* ---- fast-path pins (fs/pin.c) ---- */
 void kvfs_pins_init(struct kvfs_pins *p);
@@ -387,6 +407,20 @@ void kvfs_prefetch_stop(struct kvfs *fs);
  * queued (no tier, or the queue already holds the tier's budget). */
 bool kvfs_prefetch_queue(struct kvfs *fs, const struct kvfs_prefetch_page *pg);
 
+/* ---- the manifest's filesystem (fs/headroom.c) ---- */
+/* Before the manifest opens: if the store directory's filesystem is full,
+ * give up the reserve (logged) so that SQLite has room to open. */
+void kvfs_reserve_before_open(const char *dir);
+/* The store is open: keep headroom on the manifest's filesystem where a
+ * stripe shares it, make the reserve if there is room. 0 or -errno. */
+int kvfs_room_start(struct kvfs *fs);
+/* Committer, after a commit: re-measure the headroom (at most once a
+ * second) and make the reserve again once there is room for it. */
+void kvfs_room_tick(struct kvfs *fs);
+/* Committer, a commit failed with ENOSPC: give up the reserve (logged).
+ * True if it held space, so that a retry at once may succeed. */
+bool kvfs_room_release(struct kvfs *fs);
+
 /* ---- capacity (fs/capacity.c) ---- */
 struct kvfs_cap_stats {
 	uint64_t capacity;            /* physical byte budget; 0: none */
@@ -427,7 +461,9 @@ void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space *
  * (shared and pinned last): until usage is at most target bytes, or, with
  * older_than_ns, every such page last read before that time (target is
  * then ignored). *pages (may be NULL) gets how many went. Waits until their
- * space is free. Never call with ns_lock held.
+ * space is free. 0, or the error of a commit of their deletes (logged):
+ * those pages are gone from the namespace but not yet durably deleted, and
+ * nothing more is evicted. Never call with ns_lock held.
  */
 int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	       uint64_t *pages);

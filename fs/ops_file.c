@@ -423,7 +423,9 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	charge = dirty_charge_for(fs, fh->ino, end, &held);
-	kvfs_dirty_take(fs, charge, held);   /* may block: write-back is full */
+	rc = kvfs_dirty_take(fs, charge, held);   /* may block: write-back is full */
+	if (rc < 0)
+		return kvfs_reply_err(req, rc);
 	/* May block while the evictor makes room (cache mode); others may
 	 * take that room first, so the check under the lock can send us back
 	 * to wait, until the evictor has nothing left to give. */

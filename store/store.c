@@ -317,11 +317,34 @@ found:
 	return 0;
 }
 
+/* Take the new extent's blocks now, near the headroom (headroom.c); if
+ * the disk has none, the extent goes back and the stripe counts as full
+ * for a second. */
+static int claim_blocks(struct kv_store *s, struct kv_extent *e)
+{
+	int rc = stripe_claim_blocks(s, e);
+
+	if (rc == 0)
+		return 0;
+	kv_extent_free(s, e);
+	if (rc == -ENOSPC || rc == -EDQUOT) {
+		stripe_mark_full(s, e->stripe);
+		pthread_mutex_lock(&s->lock);
+		log_enospc(s, "the manifest's filesystem is full", kv_extent_footprint(e));
+		pthread_mutex_unlock(&s->lock);
+		return -ENOSPC;
+	}
+	if (stripe_error_is_device(rc))
+		stripe_write_failed(s, e->stripe, rc);
+	return rc;
+}
+
 int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 {
 	struct kv_extent e = { .length = length };
 	uint64_t fp = kv_extent_footprint(&e), now = 0, until;
-	unsigned out_of_rotation = 0;
+	unsigned out_of_rotation = 0, short_of_headroom = 0;
+	bool near = false;
 	int rc = -ENOSPC;
 
 	if (length == 0)
@@ -353,6 +376,10 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		until = atomic_load(&st->full_until);
 		if (until && (now ? now : (now = now_ns())) < until)
 			continue;
+		if (stripe_short_of_headroom(s, st, fp, &near)) {
+			short_of_headroom++;    /* the manifest's room (headroom.c) */
+			continue;
+		}
 		rc = stripe_alloc(s, st, fp, &e);
 		if (rc == -ENOSPC || rc == -EDQUOT) {
 			stripe_mark_full(s, i);
@@ -375,7 +402,8 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		goto out;
 	}
 	if (rc == -ENOSPC || rc == -EDQUOT) {
-		log_enospc(s, "every stripe is full", fp);
+		log_enospc(s, short_of_headroom ? "every stripe is full or keeps the "
+			   "headroom of the manifest's filesystem" : "every stripe is full", fp);
 		rc = -ENOSPC;
 		goto out;
 	}
@@ -386,7 +414,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 	*out = e;
 out:
 	pthread_mutex_unlock(&s->lock);
-	return rc;
+	return rc == 0 && near ? claim_blocks(s, out) : rc;
 }
 
 /* Find the live extent e names; -EINVAL (a caller bug) if there is none. */
@@ -705,7 +733,8 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u)
 		if (seen || fstatvfs(s->stripes[i].dirfd, &vfs) < 0)
 			continue;
 		fs_total += (uint64_t)vfs.f_blocks * vfs.f_frsize;
-		fs_avail += (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		fs_avail += stripe_avail_less_headroom(s, &s->stripes[i],
+						       (uint64_t)vfs.f_bavail * vfs.f_frsize);
 	}
 	u->capacity = s->capacity ? s->capacity : fs_total;
 	room = u->capacity > u->used ? u->capacity - u->used : 0;

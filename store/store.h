@@ -325,6 +325,22 @@ struct kv_store_usage {
 void kv_store_usage(struct kv_store *s, struct kv_store_usage *u);
 
 /*
+ * Keep at least bytes free on the filesystem holding dir (the store
+ * directory: manifest, journal, log). Stripes on that filesystem then
+ * refuse an allocation (ENOSPC) that would leave less, count their free
+ * space less bytes in kv_store_usage, and, once within lag bytes of the
+ * headroom (lag: the most bytes allocated but not yet written, e.g. a
+ * write-back budget), preallocate each extent as it is handed out, so
+ * free space does not lag behind. Call again to change the amounts;
+ * bytes 0 turns it off. Returns how many stripes share that filesystem,
+ * or -errno (dir cannot be stat'ed; logged). Thread-safe.
+ */
+int kv_store_set_headroom(struct kv_store *s, const char *dir, uint64_t bytes,
+			  uint64_t lag);
+/* The headroom in force (0: none, or no stripe shares the filesystem). */
+uint64_t kv_store_headroom(struct kv_store *s);
+
+/*
  * Stripe health. A stripe is taken out of allocation (FAILED) when its
  * writes or fdatasyncs fail with a device error: EROFS at once, EIO, ENXIO,
  * ENODEV or EUCLEAN after 3 in a row (a success in between starts the

@@ -76,6 +76,8 @@ struct stripe {
 	_Atomic int failed;     /* 0, or the -errno that took it out of alloc */
 	atomic_uint fail_run;   /* writes failed in a row */
 	_Atomic uint64_t write_errors;  /* failed writes and fdatasyncs */
+	/* headroom.c: on the manifest's filesystem, so it keeps headroom */
+	atomic_bool keeps_headroom;
 };
 
 struct fsync_req;
@@ -144,6 +146,8 @@ struct kv_store {
 	uint64_t extents;       /* live extents */
 	uint64_t enospc_logged; /* CLOCK_MONOTONIC ns of the last ENOSPC log */
 	uint64_t noalloc_logged; /* ... of the last "no stripe left" log */
+	_Atomic uint64_t headroom;  /* bytes kept free for the manifest (headroom.c) */
+	_Atomic uint64_t headroom_lag;  /* ... allocated bytes not yet written, at most */
 	struct engine eng;
 };
 
@@ -167,6 +171,19 @@ uint64_t rangevec_take(struct rangevec *rv, uint64_t len, uint64_t *off);
 uint64_t rangevec_span(const struct rangevec *rv, uint64_t off);
 uint64_t rangevec_largest(const struct rangevec *rv);
 void rangevec_release(struct rangevec *rv);
+
+/* ---- headroom.c ---- */
+/* Would an extent of fp bytes leave the stripe's filesystem less free
+ * space than the headroom? Only for stripes that keep it. *near: so close
+ * to it that the extent's blocks must be taken at once (claim them). */
+bool stripe_short_of_headroom(struct kv_store *s, const struct stripe *st,
+			      uint64_t fp, bool *near);
+/* avail (the stripe's filesystem's free bytes) less the headroom it keeps. */
+uint64_t stripe_avail_less_headroom(const struct kv_store *s,
+				    const struct stripe *st, uint64_t avail);
+/* Preallocate a new extent's blocks where headroom is kept: 0, -ENOSPC
+ * when the disk is full, another -errno with a log line. No lock held. */
+int stripe_claim_blocks(struct kv_store *s, const struct kv_extent *e);
 
 /* ---- uring.c ---- */
 int engine_start(struct kv_store *s, unsigned qd);

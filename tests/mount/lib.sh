@@ -54,6 +54,30 @@ mount_kvfs() {
 	fail "mount did not appear within 10 s"
 }
 
+# ext4_image SIZE MOUNT_OPTIONS [mkfs.ext4 options]: a fresh ext4 image
+# ($IMG) on a loop device, mounted at $FS, released by the cleanup. Skips
+# (77) where loop devices, root or e2fsprogs are missing.
+release_image() {
+	umount "$FS" 2>/dev/null || umount -l "$FS" 2>/dev/null || true
+	for dev in $(losetup -n -O NAME -j "$IMG" 2>/dev/null); do losetup -d "$dev" 2>/dev/null || true; done
+}
+ext4_image() {
+	local size=$1 opts=$2
+	shift 2
+	[ "$(id -u)" = 0 ] || skip "needs root (loop devices, mount)"
+	[ -e /dev/loop-control ] || skip "no loop devices (/dev/loop-control is missing)"
+	command -v losetup >/dev/null || skip "losetup is not installed (util-linux)"
+	command -v mkfs.ext4 >/dev/null || skip "mkfs.ext4 is not installed (apt-get install e2fsprogs)"
+	IMG=$T/disk.img
+	FS=$T/disk
+	CLEANUP_HOOK=release_image
+	mkdir -p "$FS"
+	truncate -s "$size" "$IMG"
+	mkfs.ext4 -q -F "$@" "$IMG" || fail "mkfs.ext4 $IMG"
+	mount -o "loop${opts:+,$opts}" "$IMG" "$FS" 2>"$T/mount.err" ||
+		skip "cannot loop-mount an ext4 image: $(cat "$T/mount.err")"
+}
+
 # Clean unmount; the daemon must exit 0 after committing everything.
 umount_kvfs() {
 	fusermount3 -u "$MNT" || fail "fusermount3 -u $MNT"

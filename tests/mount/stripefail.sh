@@ -8,24 +8,9 @@
 # back bit-exact and fsck is clean.
 . "$(dirname "$0")/lib.sh"
 
-[ "$(id -u)" = 0 ] || skip "needs root (loop devices, mount)"
-[ -e /dev/loop-control ] || skip "no loop devices (/dev/loop-control is missing)"
-command -v losetup >/dev/null || skip "losetup is not installed (util-linux)"
-command -v mkfs.ext4 >/dev/null || skip "mkfs.ext4 is not installed (apt-get install e2fsprogs)"
 [ -w /proc/sys/vm/drop_caches ] || skip "cannot drop the page cache (need root)"
-
-IMG=$T/disk1.img
-FS=$T/disk1
+ext4_image 64M errors=remount-ro
 S1=$FS/s1
-release_image() {
-	umount "$FS" 2>/dev/null || umount -l "$FS" 2>/dev/null || true
-	for dev in $(losetup -n -O NAME -j "$IMG" 2>/dev/null); do losetup -d "$dev" 2>/dev/null || true; done
-}
-CLEANUP_HOOK=release_image
-mkdir -p "$FS"
-truncate -s 64M "$IMG"
-mkfs.ext4 -q -F "$IMG" || fail "mkfs.ext4 $IMG"
-mount -o loop,errors=remount-ro "$IMG" "$FS" 2>"$T/mount.err" || skip "cannot loop-mount an ext4 image: $(cat "$T/mount.err")"
 DEV=$(basename "$(findmnt -n -o SOURCE "$FS")")
 [ -w "/sys/fs/ext4/$DEV/trigger_fs_error" ] || skip "no /sys/fs/ext4/$DEV/trigger_fs_error to fail the disk with"
 

@@ -1,9 +1,12 @@
 /*
  * Unit tests of the extent store (store/), part one: stripe markers, the
  * allocator (alignment, round-robin, free-list reuse, segment unlinking,
- * capacity), recovery (mark_used + reclaim), buffered mode, hashing and
- * error codes. Every test works in its own directory; see store_fixture.h.
+ * capacity, headroom), recovery (mark_used + reclaim), buffered mode,
+ * hashing and error codes. Every test works in its own directory; see
+ * store_fixture.h.
  */
+#include <sys/statvfs.h>
+
 #include "store_fixture.h"
 
 /* ---- markers ---- */
@@ -658,6 +661,66 @@ static void test_degraded_open(void **state)
 	assert_null(s);
 }
 
+/* Headroom on the manifest's filesystem (store/headroom.c): stripes on it
+ * refuse what would leave less free, count their free space less the
+ * headroom, and near it take an extent's blocks as it is handed out. */
+static void test_headroom(void **state)
+{
+	struct kv_store_usage u;
+	struct statvfs vfs;
+	struct kv_extent e;
+	struct kv_store *s;
+	struct stat sb, here;
+	struct tstore t;
+	uint64_t avail, fp;
+
+	tstore_init(&t, "headroom", 2, 16 * MIB);
+	s = tstore_open(&t);
+	assert_int_equal(statvfs(root, &vfs), 0);
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+
+	/* more than the disk has: nothing is handed out, nothing counted free */
+	assert_int_equal(kv_store_set_headroom(s, root, avail + 1024 * MIB, 0), 2);
+	assert_int_equal(kv_store_headroom(s), avail + 1024 * MIB);
+	kv_log_set_level(KV_LOG_WARN);     /* the refusal is a warning */
+	capture_start();
+	assert_int_equal(kv_extent_alloc(s, 4096, &e), -ENOSPC);
+	capture_stop();
+	kv_log_set_level(KV_LOG_ERR);
+	assert_non_null(strstr(log_buf, "headroom of the manifest's filesystem"));
+	kv_store_usage(s, &u);
+	assert_int_equal(u.avail, 0);
+
+	/* room enough, far from it: a sparse extent, as without headroom */
+	assert_int_equal(kv_store_set_headroom(s, root, MIB, 0), 2);
+	assert_int_equal(kv_extent_alloc(s, 200000, &e), 0);
+	fp = kv_extent_footprint(&e);
+	assert_true((uint64_t)seg_stat(&t, e.stripe, e.segment).st_blocks * 512 < fp);
+	kv_store_usage(s, &u);
+	assert_true(u.avail > 0 && u.avail < avail);
+	assert_int_equal(kv_extent_free(s, &e), 0);
+
+	/* within the lag of it: the blocks are taken before any write */
+	assert_int_equal(kv_store_set_headroom(s, root, MIB, avail), 2);
+	assert_int_equal(kv_extent_alloc(s, 200000, &e), 0);
+	sb = seg_stat(&t, e.stripe, e.segment);
+	assert_true((uint64_t)sb.st_size >= e.offset + fp);
+	assert_true((uint64_t)sb.st_blocks * 512 >= fp);
+	assert_int_equal(kv_extent_free(s, &e), 0);
+	assert_true((uint64_t)seg_stat(&t, e.stripe, e.segment).st_blocks * 512 < fp);
+
+	/* a directory on another filesystem (if /dev/shm is one): no stripe
+	 * keeps headroom, whatever the amount */
+	assert_int_equal(stat(t.dirs[0], &here), 0);
+	if (stat("/dev/shm", &sb) == 0 && sb.st_dev != here.st_dev) {
+		assert_int_equal(kv_store_set_headroom(s, "/dev/shm", avail + 1024 * MIB, 0), 0);
+		assert_int_equal(kv_store_headroom(s), 0);
+		assert_int_equal(kv_extent_alloc(s, 4096, &e), 0);
+		assert_int_equal(kv_extent_free(s, &e), 0);
+	}
+	kv_store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -677,6 +740,7 @@ int main(void)
 		cmocka_unit_test(test_buffered_mode),
 		cmocka_unit_test(test_hash_and_errors),
 		cmocka_unit_test(test_degraded_open),
+		cmocka_unit_test(test_headroom),
 	};
 
 	return cmocka_run_group_tests_name("store", tests, group_setup,
