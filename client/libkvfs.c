@@ -14,8 +14,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -80,9 +82,18 @@ int kvfs_client_open(const char *model_dir, struct kvfs_client **out)
 	rc = -pthread_cond_init(&c->work_cv, NULL);
 	if (rc)
 		goto err_mutex;
+	/* Made up front, not on the first kvfs_client_event_fd: a batch that
+	 * completed before the engine asked for the fd must still show. */
+	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->efd < 0) {
+		rc = -errno;
+		goto err_cond;
+	}
 	*out = c;
 	return 0;
 
+err_cond:
+	pthread_cond_destroy(&c->work_cv);
 err_mutex:
 	pthread_mutex_destroy(&c->lock);
 err_close:
@@ -109,6 +120,7 @@ void kvfs_client_close(struct kvfs_client *c)
 	}
 	pthread_cond_destroy(&c->work_cv);
 	pthread_mutex_destroy(&c->lock);
+	close(c->efd);
 	close(c->fd);
 	free(c);
 }
@@ -118,26 +130,48 @@ int kvfs_client_fd(const struct kvfs_client *c)
 	return c ? c->fd : -EINVAL;
 }
 
+int kvfs_client_event_fd(const struct kvfs_client *c)
+{
+	return c ? c->efd : -EINVAL;
+}
+
+int kvfs_client_event_drain(struct kvfs_client *c)
+{
+	uint64_t n;
+
+	if (!c)
+		return -EINVAL;
+	if (read(c->efd, &n, sizeof(n)) != (ssize_t)sizeof(n))
+		return errno == EAGAIN ? 0 : -errno;
+	return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* ---- regions ---- */
 
 /*
- * Map and register memory behind fd (which the region now owns). The
- * mapping is populated up front so the first read into it does not pay for
- * page faults, neither here nor in the daemon's copy of the pages.
+ * Map and register bytes [offset, offset + size) of the memory behind fd
+ * (which the region now owns). The mapping is populated up front so the
+ * first read into it does not pay for page faults, neither here nor in the
+ * daemon's copy of the pages. Offset 0 goes without KVFS_REGION_AT_OFFSET,
+ * so whole-file regions still work with daemons that predate the flag.
  */
-static int region_attach(struct kvfs_client *c, int fd, size_t size,
-			 struct kvfs_region **out)
+static int region_attach(struct kvfs_client *c, int fd, uint64_t offset,
+			 size_t size, struct kvfs_region **out)
 {
 	struct kvfs_region_arg a = { .abi = KVFS_ABI_VERSION, .fd = fd,
 				     .length = size };
 	struct kvfs_region *r;
 	int rc;
 
+	if (offset) {
+		a.flags = KVFS_REGION_AT_OFFSET;
+		a.offset = offset;
+	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_POPULATE, fd, 0);
+		       MAP_SHARED | MAP_POPULATE, fd, (off_t)offset);
 	if (r->base == MAP_FAILED) {
 		rc = -errno;
 		goto err_free;
@@ -148,6 +182,7 @@ static int region_attach(struct kvfs_client *c, int fd, size_t size,
 	r->c = c;
 	r->fd = fd;
 	r->size = size;
+	r->offset = offset;
 	r->id = a.region_id;
 	pthread_mutex_lock(&c->lock);
 	r->next = c->regions;
@@ -185,7 +220,7 @@ int kvfs_region_create(struct kvfs_client *c, size_t size,
 		rc = -errno;
 		goto err_close;
 	}
-	rc = region_attach(c, fd, size, out);
+	rc = region_attach(c, fd, 0, size, out);
 	if (rc)
 		goto err_close;
 	return 0;
@@ -198,10 +233,18 @@ err_close:
 int kvfs_region_register_fd(struct kvfs_client *c, int fd, size_t size,
 			    struct kvfs_region **out)
 {
+	return kvfs_region_register_fd_at(c, fd, 0, size, out);
+}
+
+int kvfs_region_register_fd_at(struct kvfs_client *c, int fd, uint64_t offset,
+			       size_t size, struct kvfs_region **out)
+{
+	long page = sysconf(_SC_PAGESIZE);
 	struct stat st;
 	int dfd, rc;
 
-	if (!c || !out || fd < 0)
+	/* mmap and the daemon both need a page-aligned start. */
+	if (!c || !out || fd < 0 || offset % (uint64_t)(page > 0 ? page : 4096))
 		return -EINVAL;
 	dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (dfd < 0)
@@ -214,12 +257,14 @@ int kvfs_region_register_fd(struct kvfs_client *c, int fd, size_t size,
 	rc = -EINVAL;
 	if (!S_ISREG(st.st_mode) || st.st_size <= 0)
 		goto err_close;
-	if (size == 0)
-		size = (size_t)st.st_size;
 	rc = -ERANGE;
-	if ((uint64_t)size > (uint64_t)st.st_size)
+	if (offset >= (uint64_t)st.st_size)
 		goto err_close;
-	rc = region_attach(c, dfd, size, out);
+	if (size == 0)
+		size = (size_t)((uint64_t)st.st_size - offset);
+	if ((uint64_t)size > (uint64_t)st.st_size - offset)
+		goto err_close;
+	rc = region_attach(c, dfd, offset, size, out);
 	if (rc)
 		goto err_close;
 	return 0;
@@ -261,10 +306,11 @@ int kvfs_region_destroy(struct kvfs_region *r)
 		return -EINVAL;
 	c = r->c;
 	/* A submitted batch refers to its region until kvfs_batch_wait
-	 * collects it. Checked and unlinked in one hold of the lock, so no
-	 * submission slips in between. */
+	 * collects it, and a batch whose data region this is would send its
+	 * id in its next call. Checked and unlinked in one hold of the lock,
+	 * so no submission slips in between. */
 	pthread_mutex_lock(&c->lock);
-	if (r->pending) {
+	if (r->pending || r->data_users) {
 		pthread_mutex_unlock(&c->lock);
 		return -EBUSY;
 	}
@@ -287,5 +333,10 @@ size_t kvfs_region_size(const struct kvfs_region *r)
 uint64_t kvfs_region_id(const struct kvfs_region *r)
 {
 	return r ? r->id : 0;
+}
+
+uint64_t kvfs_region_offset(const struct kvfs_region *r)
+{
+	return r ? r->offset : 0;
 }
 

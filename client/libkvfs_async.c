@@ -5,10 +5,15 @@
  * without threads of its own. Kept apart from the batch layout because it
  * is the only part of libkvfs with threads and a queue; the state of a
  * submitted batch (idle -> queued -> done -> idle) changes only here.
+ * Completion is reported three ways over the same state: kvfs_batch_wait
+ * blocks on the batch's condition variable, kvfs_batch_poll looks, and the
+ * client's eventfd counts completions for engines that select or epoll.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "libkvfs_i.h"
 
@@ -28,7 +33,7 @@ void kvfs_i_workers_stop(struct kvfs_client *c)
 	c->nworkers = 0;
 }
 
-/* ---- asynchronous reads ---- */
+/* ---- asynchronous calls ---- */
 
 static struct kvfs_batch *queue_pop(struct kvfs_client *c)
 {
@@ -68,6 +73,38 @@ static void queue_drop_tail(struct kvfs_client *c, struct kvfs_batch *b)
 	c->queued--;
 }
 
+/*
+ * The daemon refuses a call with EAGAIN, having done nothing, while 256 of
+ * the uid's calls wait. A submitted call is retried here after a short,
+ * growing sleep: the daemon asked for exactly that, and it keeps -EAGAIN
+ * meaning "still in flight" for kvfs_batch_poll.
+ */
+static int worker_call(struct kvfs_client *c, struct kvfs_batch *b)
+{
+	struct timespec delay = { 0, 50 * 1000 };
+	int rc;
+
+	while ((rc = kvfs_i_ioctl(c->fd, b->cmd, &b->arg)) == -EAGAIN) {
+		nanosleep(&delay, NULL);
+		if (delay.tv_nsec < 10 * 1000 * 1000)
+			delay.tv_nsec *= 2;
+	}
+	return rc;
+}
+
+/* A completion is published in this order: state, then the eventfd. A
+ * consumer that drains the eventfd and then polls every batch therefore
+ * either sees this batch done or finds the eventfd readable again. */
+static void batch_complete(struct kvfs_client *c, struct kvfs_batch *b)
+{
+	uint64_t one = 1;
+
+	batch_set_state(b, BATCH_DONE);
+	pthread_cond_broadcast(&b->done_cv);
+	/* Only a counter at 2^64 - 2 would refuse: not reachable. */
+	(void)!write(c->efd, &one, sizeof(one));
+}
+
 static void *worker_main(void *arg)
 {
 	struct kvfs_client *c = arg;
@@ -84,10 +121,9 @@ static void *worker_main(void *arg)
 			break;
 		b = queue_pop(c);
 		pthread_mutex_unlock(&c->lock);
-		b->rc = kvfs_i_ioctl(c->fd, b->cmd, &b->arg);
+		b->rc = worker_call(c, b);
 		pthread_mutex_lock(&c->lock);
-		batch_set_state(b, BATCH_DONE);
-		pthread_cond_broadcast(&b->done_cv);
+		batch_complete(c, b);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -132,7 +168,7 @@ static int batch_submit(struct kvfs_batch *b, unsigned long cmd, unsigned flags)
 		rc = -ESHUTDOWN;
 		goto out;
 	}
-	kvfs_i_batch_arg(b, 0, flags, &b->arg);
+	kvfs_i_batch_arg(b, cmd, 0, flags, &b->arg);
 	b->cmd = cmd;
 	queue_push(c, b);
 	rc = worker_spawn(c);
@@ -143,6 +179,7 @@ static int batch_submit(struct kvfs_batch *b, unsigned long cmd, unsigned flags)
 	}
 	rc = 0;
 	b->r->pending++;
+	b->gen++;
 	batch_set_state(b, BATCH_QUEUED);
 	pthread_cond_signal(&c->work_cv);
 out:
@@ -162,7 +199,41 @@ int kvfs_batch_submit_write(struct kvfs_batch *b, unsigned flags)
 	return batch_submit(b, KVFS_IOC_WRITE, flags);
 }
 
+/* Hand a done batch's result to the caller and the batch back to its
+ * owner (c->lock held). */
+static int batch_collect(struct kvfs_batch *b, struct kvfs_batch_result *res)
+{
+	int rc = b->rc;
+
+	if (rc == 0)
+		kvfs_i_batch_result(&b->arg, res);
+	b->r->pending--;
+	batch_set_state(b, BATCH_IDLE);
+	return rc;
+}
+
 int kvfs_batch_wait(struct kvfs_batch *b, struct kvfs_batch_result *res)
+{
+	struct kvfs_client *c;
+	unsigned gen;
+	int rc = -EINVAL;   /* nothing submitted, or collected by another thread */
+
+	if (!b)
+		return -EINVAL;
+	c = b->r->c;
+	pthread_mutex_lock(&c->lock);
+	gen = b->gen;
+	/* A kvfs_batch_poll on another thread may collect this submission
+	 * (and the owner submit again) while we sleep: stop at either. */
+	while (b->state == BATCH_QUEUED && b->gen == gen)
+		pthread_cond_wait(&b->done_cv, &c->lock);
+	if (b->state == BATCH_DONE && b->gen == gen)
+		rc = batch_collect(b, res);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int kvfs_batch_poll(struct kvfs_batch *b, struct kvfs_batch_result *res)
 {
 	struct kvfs_client *c;
 	int rc;
@@ -171,18 +242,17 @@ int kvfs_batch_wait(struct kvfs_batch *b, struct kvfs_batch_result *res)
 		return -EINVAL;
 	c = b->r->c;
 	pthread_mutex_lock(&c->lock);
-	if (b->state == BATCH_IDLE) {
-		rc = -EINVAL;   /* nothing submitted */
-		goto out;
+	switch (b->state) {
+	case BATCH_QUEUED:
+		rc = -EAGAIN;
+		break;
+	case BATCH_DONE:
+		rc = batch_collect(b, res);
+		break;
+	default:
+		rc = -EINVAL;   /* nothing submitted, or already collected */
+		break;
 	}
-	while (b->state != BATCH_DONE)
-		pthread_cond_wait(&b->done_cv, &c->lock);
-	rc = b->rc;
-	if (rc == 0)
-		kvfs_i_batch_result(&b->arg, res);
-	b->r->pending--;
-	batch_set_state(b, BATCH_IDLE);
-out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

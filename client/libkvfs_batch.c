@@ -56,6 +56,7 @@ void kvfs_batch_free(struct kvfs_batch *b)
 	 * the submission until it is collected: wait for both. */
 	if (batch_state(b) != BATCH_IDLE)
 		(void)kvfs_batch_wait(b, NULL);
+	(void)kvfs_batch_set_data_region(b, NULL);
 	pthread_cond_destroy(&b->done_cv);
 	free(b);
 }
@@ -158,8 +159,47 @@ int kvfs_batch_set_dst(struct kvfs_batch *b, unsigned i, uint64_t dst_off,
 	return 0;
 }
 
-void kvfs_i_batch_arg(const struct kvfs_batch *b, unsigned group,
-		      unsigned flags, struct kvfs_batch_arg *a)
+/*
+ * The batch's own region keeps its descriptors and names either way. The
+ * data region is counted (not pinned by the daemon: it is looked up by id
+ * on every call) so that kvfs_region_destroy cannot free it under a batch
+ * that would send its id next.
+ */
+int kvfs_batch_set_data_region(struct kvfs_batch *b, struct kvfs_region *data)
+{
+	struct kvfs_client *c;
+	int rc = 0;
+
+	if (!b)
+		return -EINVAL;
+	c = b->r->c;
+	if (data && data->c != c)
+		return -EXDEV;
+	if (data == b->r)
+		data = NULL;       /* the default: same-region overlap checks apply */
+	pthread_mutex_lock(&c->lock);
+	if (b->state != BATCH_IDLE) {
+		rc = -EBUSY;
+	} else if (b->dr != data) {
+		if (b->dr)
+			b->dr->data_users--;
+		if (data)
+			data->data_users++;
+		b->dr = data;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+struct kvfs_region *kvfs_batch_data_region(const struct kvfs_batch *b)
+{
+	if (!b)
+		return NULL;
+	return b->dr ? b->dr : b->r;
+}
+
+void kvfs_i_batch_arg(const struct kvfs_batch *b, unsigned long cmd,
+		      unsigned group, unsigned flags, struct kvfs_batch_arg *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->abi = KVFS_ABI_VERSION;
@@ -168,6 +208,12 @@ void kvfs_i_batch_arg(const struct kvfs_batch *b, unsigned group,
 	a->desc_off = b->ctl_off;
 	a->count = b->count;
 	a->group = group;
+	/* Lookups and prefetches have no destinations: the flag would only
+	 * make the daemon refuse them. */
+	if (b->dr && (cmd == KVFS_IOC_READ || cmd == KVFS_IOC_WRITE)) {
+		a->flags |= KVFS_BATCH_DATA_REGION;
+		a->data_region_id = b->dr->id;
+	}
 }
 
 void kvfs_i_batch_result(const struct kvfs_batch_arg *a,
@@ -190,7 +236,7 @@ static int batch_call(struct kvfs_batch *b, unsigned long cmd, unsigned group,
 		return -EINVAL;
 	if (batch_state(b) != BATCH_IDLE)
 		return -EBUSY;
-	kvfs_i_batch_arg(b, group, flags, &a);
+	kvfs_i_batch_arg(b, cmd, group, flags, &a);
 	rc = kvfs_i_ioctl(b->r->c->fd, cmd, &a);
 	if (rc == 0)
 		kvfs_i_batch_result(&a, res);

@@ -44,6 +44,7 @@ struct kvfs_client {
 	unsigned nworkers;
 	unsigned idle;                 /* workers waiting on work_cv */
 	bool stopping;
+	int efd;                       /* eventfd: +1 per completed submission */
 };
 
 struct kvfs_region {
@@ -52,13 +53,19 @@ struct kvfs_region {
 	int fd;                            /* our own descriptor of the memory */
 	void *base;
 	size_t size;
+	uint64_t offset;                   /* where it starts in the file */
 	uint64_t id;
 	unsigned pending;                  /* batches submitted and not yet
 	                                    * waited for, under c->lock */
+	unsigned data_users;               /* batches whose data region it is,
+	                                    * under c->lock */
 };
 
 struct kvfs_batch {
 	struct kvfs_region *r;
+	struct kvfs_region *dr;        /* data region (not r), or NULL; set by
+	                                * the batch's owner, counted in
+	                                * dr->data_users under r->c->lock */
 	struct kvfs_page_desc *desc;   /* region bytes at ctl_off */
 	char *names;                   /* max * KVFS_NAME_MAX bytes after desc */
 	uint64_t ctl_off;
@@ -67,6 +74,8 @@ struct kvfs_batch {
 	/* Submission state, under r->c->lock. state is also read without the
 	 * lock (atomically) to refuse changes to a batch a worker owns. */
 	int state;
+	unsigned gen;                  /* submissions so far: a waiter tells
+	                                * its own from a later one */
 	struct kvfs_batch *next_queued;
 	pthread_cond_t done_cv;
 	struct kvfs_batch_arg arg;     /* what the worker issues, and its outs */
@@ -86,9 +95,11 @@ static inline void batch_set_state(struct kvfs_batch *b, int state)
 
 /* ioctl as 0/-errno, repeated after EINTR except for a write. */
 KVFS_HIDDEN int kvfs_i_ioctl(int fd, unsigned long cmd, void *arg);
-/* The ioctl argument for batch b (flags already checked). */
-KVFS_HIDDEN void kvfs_i_batch_arg(const struct kvfs_batch *b, unsigned group,
-				  unsigned flags, struct kvfs_batch_arg *a);
+/* The argument of ioctl cmd for batch b (flags already checked); a read or
+ * write names the batch's data region if it has one. */
+KVFS_HIDDEN void kvfs_i_batch_arg(const struct kvfs_batch *b, unsigned long cmd,
+				  unsigned group, unsigned flags,
+				  struct kvfs_batch_arg *a);
 KVFS_HIDDEN void kvfs_i_batch_result(const struct kvfs_batch_arg *a,
 				     struct kvfs_batch_result *res);
 /* Nonzero if a write's flags are ones the daemon knows. */
