@@ -234,6 +234,8 @@ int kvfs_batch_wait(struct kvfs_batch *b, struct kvfs_batch_result *res);
  * (0 with res filled, or the call's -errno). -EAGAIN: still in flight.
  * -EINVAL: nothing submitted, or already collected (by this or another
  * thread: of several threads polling one batch, one gets the result).
+ * (A call the daemon refused as a whole may itself return -EINVAL; either
+ * way, any return but -EAGAIN means the batch is no longer submitted.)
  * Safe from any thread, for any batch of any client.
  */
 int kvfs_batch_poll(struct kvfs_batch *b, struct kvfs_batch_result *res);
