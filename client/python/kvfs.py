@@ -12,11 +12,9 @@ or a page-aligned part of it): pages land in it directly, and every array
 or memoryview this module returns is a view of it (nothing is copied),
 except lookup_prefix's small result arrays. A Batch is one fast-path call:
 descriptors and names in a control area of its region, destinations in
-other ranges of the same region, or of a data region
-(Batch.set_data_region: an engine's host pool with no room to spare).
-A destination or source is a byte offset in that region, or an object that
-lies in it: a numpy array, anything with the buffer protocol, or anything
-with data_ptr() (a CPU torch tensor), contiguous.
+other ranges of it or of a data region (Batch.set_data_region: an engine's
+host pool). A destination or source is an offset in that region, or an
+object in it: a numpy array, a buffer, a CPU tensor (data_ptr()).
 
 Without blocking: Batch.submit() starts a call and returns; Batch.poll()
 gives its Result once done (None while in flight); Client.event_fd() is a
@@ -42,7 +40,6 @@ one directory up, as in a build tree, or in build/client of a source
 checkout), else wherever the dynamic linker finds it.
 """
 
-import asyncio
 import collections
 import ctypes
 import ctypes.util
@@ -56,6 +53,9 @@ try:
     import numpy as np
 except ImportError:  # views as memoryviews still work without numpy
     np = None
+
+from _kvfs_util import AsyncDispatch as _AsyncDispatch  # noqa: E402
+from _kvfs_util import byte_view as _byte_view, memory_of as _memory  # noqa: E402
 
 __all__ = ["Client", "Region", "Batch", "Result", "PageError", "PageDesc",
            "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED", "DESC_CACHED",
@@ -203,71 +203,6 @@ def _write_flags(durable, replace):
     return (WRITE_DURABLE if durable else 0) | (WRITE_REPLACE if replace else 0)
 
 
-def _tensor_memory(obj):
-    """(address, nbytes) of an object with data_ptr() (a torch tensor):
-    refused unless it is in CPU memory and contiguous, since the address of
-    anything else is not bytes this process can read."""
-    dev = getattr(obj, "device", None)
-    if dev is not None and getattr(dev, "type", "cpu") != "cpu":
-        raise ValueError("kvfs: %s memory is not host memory" % dev)
-    if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
-        raise ValueError("kvfs: a tensor must be contiguous")
-    nbytes = getattr(obj, "nbytes", None)
-    if nbytes is None:
-        nbytes = obj.numel() * obj.element_size()
-    return obj.data_ptr(), int(nbytes)
-
-
-def _memory(obj):
-    """(address, nbytes) of contiguous memory: a numpy array, an object
-    with data_ptr() (torch), or one with the (writable) buffer protocol."""
-    if np is not None and isinstance(obj, np.ndarray):
-        if not obj.flags.c_contiguous:
-            raise ValueError("kvfs: the array must be C-contiguous")
-        return obj.__array_interface__["data"][0], obj.nbytes
-    if callable(getattr(obj, "data_ptr", None)):
-        return _tensor_memory(obj)
-    with memoryview(obj) as m:
-        if not m.c_contiguous:
-            raise ValueError("kvfs: the buffer must be contiguous")
-        if m.nbytes == 0:
-            raise ValueError("kvfs: an empty buffer has no place in a region")
-        if m.readonly:
-            if np is None:
-                raise TypeError("kvfs: a read-only buffer's address needs numpy")
-            a = np.frombuffer(m, np.uint8)
-            addr = a.__array_interface__["data"][0]
-            del a      # before m is released
-            return addr, m.nbytes
-        cbuf = (ctypes.c_char * m.nbytes).from_buffer(m)
-        try:
-            return ctypes.addressof(cbuf), m.nbytes
-        finally:
-            del cbuf
-
-
-def _byte_view(data):
-    """A flat, contiguous byte view of bytes-like data, a numpy array
-    (copied only if the array is not contiguous) or a CPU tensor with
-    data_ptr() (viewed in place: it must be contiguous)."""
-    if np is not None and isinstance(data, np.ndarray):
-        return memoryview(np.ascontiguousarray(data)).cast("B")
-    if callable(getattr(data, "data_ptr", None)) and not _has_buffer(data):
-        addr, n = _tensor_memory(data)
-        arr = (ctypes.c_uint8 * n).from_address(addr)
-        arr._owner = data      # the tensor outlives the view
-        return memoryview(arr).cast("B")
-    return memoryview(data).cast("B")
-
-
-def _has_buffer(obj):
-    try:
-        memoryview(obj).release()
-        return True
-    except TypeError:
-        return False
-
-
 def _need_numpy():
     if np is None:
         raise ImportError("kvfs: this call needs numpy (apt-get install python3-numpy)")
@@ -361,19 +296,6 @@ class Client(_Closing):
             for r in closable:
                 r.close()
         self._release_if_unused()
-
-    def _dispatcher(self):
-        """wait_async's one reader of event_fd() per client, on the
-        running event loop."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            d = self._dispatch
-            if d is None or (d.loop is not loop and (not d.waiting or d.loop.is_closed())):
-                d = self._dispatch = _AsyncDispatch(self, loop)
-            elif d.loop is not loop:
-                raise RuntimeError("kvfs: a client's batches are awaited "
-                                   "from one event loop at a time")
-            return d
 
     def _release_if_unused(self):
         with self._lock:
@@ -828,7 +750,7 @@ class Batch(_Closing):
         client's event_fd() is watched by the loop (one loop per client
         at a time), and the Result is returned as poll() would. Cancelling
         the await leaves the call submitted: collect it with wait()."""
-        return await self.region.client._dispatcher().wait(self)
+        return await _AsyncDispatch.of(self.region.client).wait(self)
 
     def status(self, i):
         """(status, bytes) of page i: 0 or -errno, and the page's size."""
@@ -875,49 +797,3 @@ class Batch(_Closing):
         if self.data_region is not self.region:
             self.data_region._data_users.discard(self)
             self.data_region = self.region
-
-
-class _AsyncDispatch:
-    """One reader of a client's event_fd() on one asyncio loop, shared by
-    every wait_async() of the client: an eventfd has one count, so two
-    readers would take each other's wakeups."""
-
-    def __init__(self, client, loop):
-        self.client = client
-        self.loop = loop
-        self.fd = client.event_fd()
-        self.waiting = {}      # Batch -> Future
-        self.reading = False
-
-    def wait(self, batch):
-        fut = self.loop.create_future()
-        res = batch.poll()
-        if res is not None:
-            fut.set_result(res)
-            return fut
-        self.waiting[batch] = fut
-        if not self.reading:
-            # Level-triggered: a completion since poll() above fires at once.
-            self.loop.add_reader(self.fd, self._on_event)
-            self.reading = True
-        return fut
-
-    def _on_event(self):
-        self.client.drain_events()     # first, then poll: nothing is missed
-        for b, fut in list(self.waiting.items()):
-            if fut.done():            # cancelled: the caller collects it
-                del self.waiting[b]
-                continue
-            try:
-                res = b.poll()
-            except (OSError, ValueError) as e:
-                del self.waiting[b]
-                fut.set_exception(e)
-                continue
-            if res is not None:
-                del self.waiting[b]
-                fut.set_result(res)
-        if not self.waiting:
-            self.loop.remove_reader(self.fd)
-            self.reading = False
-
