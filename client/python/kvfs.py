@@ -7,11 +7,20 @@
         c.write_layer(0, ["blk-c"], kv_rows, durable=True)   # store pages
 
 A Client is one model directory of a mounted kvfs. A Region is shared
-memory registered with the daemon: pages land in it directly, and every
-array or memoryview this module returns is a view of it (nothing is
-copied), except lookup_prefix's small result arrays. A Batch is one
-fast-path call: descriptors and names in a control area of its region,
-destinations in other ranges of the same region.
+memory registered with the daemon (a new memfd, or the caller's file, whole
+or a page-aligned part of it): pages land in it directly, and every array
+or memoryview this module returns is a view of it (nothing is copied),
+except lookup_prefix's small result arrays. A Batch is one fast-path call:
+descriptors and names in a control area of its region, destinations in
+other ranges of it or of a data region (Batch.set_data_region: an engine's
+host pool). A destination or source is an offset in that region, or an
+object in it: a numpy array, a buffer, a CPU tensor (data_ptr()).
+
+Without blocking: Batch.submit() starts a call and returns; Batch.poll()
+gives its Result once done (None while in flight); Client.event_fd() is a
+descriptor that select/poll/epoll report readable when a submitted call
+completes (drain it with Client.drain_events(), then poll every batch in
+flight); under asyncio, await Batch.wait_async().
 
 Lifetime: a view keeps its region alive, and a region its client. A region
 with live views cannot be closed (BufferError, as with mmap); Client.close()
@@ -35,6 +44,7 @@ import collections
 import ctypes
 import ctypes.util
 import errno
+import operator
 import os
 import threading
 import weakref
@@ -43,6 +53,9 @@ try:
     import numpy as np
 except ImportError:  # views as memoryviews still work without numpy
     np = None
+
+from _kvfs_util import AsyncDispatch as _AsyncDispatch  # noqa: E402
+from _kvfs_util import byte_view as _byte_view, memory_of as _memory  # noqa: E402
 
 __all__ = ["Client", "Region", "Batch", "Result", "PageError", "PageDesc",
            "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED", "DESC_CACHED",
@@ -143,8 +156,12 @@ _pres = ctypes.POINTER(_Result)
 _proto("kvfs_client_open", _int, ctypes.c_char_p, _pvp)
 _proto("kvfs_client_close", None, _vp)
 _proto("kvfs_client_fd", _int, _vp)
+_proto("kvfs_client_event_fd", _int, _vp)
+_proto("kvfs_client_event_drain", _int, _vp)
 _proto("kvfs_region_create", _int, _vp, ctypes.c_size_t, _pvp)
 _proto("kvfs_region_register_fd", _int, _vp, _int, ctypes.c_size_t, _pvp)
+_proto("kvfs_region_register_fd_at", _int, _vp, _int, _u64, ctypes.c_size_t, _pvp)
+_proto("kvfs_region_offset", _u64, _vp)
 _proto("kvfs_region_destroy", _int, _vp)
 _proto("kvfs_region_base", _vp, _vp)
 _proto("kvfs_region_size", ctypes.c_size_t, _vp)
@@ -157,6 +174,7 @@ _proto("kvfs_batch_count", ctypes.c_uint, _vp)
 _proto("kvfs_batch_add", _int, _vp, _u32, ctypes.c_char_p, _u64, _u64)
 _proto("kvfs_batch_add_handle", _int, _vp, _u64, _u64, _u64)
 _proto("kvfs_batch_set_dst", _int, _vp, ctypes.c_uint, _u64, _u64)
+_proto("kvfs_batch_set_data_region", _int, _vp, _vp)
 _proto("kvfs_batch_read", _int, _vp, _pres)
 _proto("kvfs_batch_lookup", _int, _vp, ctypes.c_uint, _pres)
 _proto("kvfs_batch_write", _int, _vp, ctypes.c_uint, _pres)
@@ -164,6 +182,7 @@ _proto("kvfs_batch_prefetch", _int, _vp, _pres)
 _proto("kvfs_batch_submit", _int, _vp)
 _proto("kvfs_batch_submit_write", _int, _vp, ctypes.c_uint)
 _proto("kvfs_batch_wait", _int, _vp, _pres)
+_proto("kvfs_batch_poll", _int, _vp, _pres)
 _proto("kvfs_batch_status", _int, _vp, ctypes.c_uint, ctypes.POINTER(_u64))
 _proto("kvfs_batch_handle", _u64, _vp, ctypes.c_uint)
 _proto("kvfs_batch_desc", ctypes.POINTER(PageDesc), _vp, ctypes.c_uint)
@@ -182,14 +201,6 @@ def _round_up(n, a):
 
 def _write_flags(durable, replace):
     return (WRITE_DURABLE if durable else 0) | (WRITE_REPLACE if replace else 0)
-
-
-def _byte_view(data):
-    """A flat, contiguous byte view of bytes-like data or a numpy array
-    (copied only if the array is not contiguous)."""
-    if np is not None and isinstance(data, np.ndarray):
-        return memoryview(np.ascontiguousarray(data)).cast("B")
-    return memoryview(data).cast("B")
 
 
 def _need_numpy():
@@ -227,6 +238,7 @@ class Client(_Closing):
         self._regions = weakref.WeakSet()
         self._scratch = None     # control area for lookup_prefix, reused
         self._closing = False
+        self._dispatch = None    # wait_async's reader of event_fd()
 
     @property
     def fd(self):
@@ -243,10 +255,26 @@ class Client(_Closing):
         """New shared memory of size bytes, registered: Region.create."""
         return Region.create(self, size)
 
-    def region_from_fd(self, fd, size=0):
+    def region_from_fd(self, fd, size=0, offset=0):
         """Register memory the caller has (a /dev/shm file opened O_RDWR,
-        or a memfd): Region.from_fd."""
-        return Region.from_fd(self, fd, size)
+        or a memfd), whole or bytes [offset, offset + size): Region.from_fd."""
+        return Region.from_fd(self, fd, size, offset)
+
+    def event_fd(self):
+        """A descriptor that select/poll/epoll report readable once a
+        submitted call of this client has completed (an eventfd; the client
+        owns it: do not close it). It stays readable until drained: call
+        drain_events(), then poll() every batch in flight, in that order,
+        and no completion is missed. A wakeup may find nothing new (a call
+        collected by wait() counts too). One consumer per client: whoever
+        drains takes every batch's wakeup, so threads or event loops that
+        each watch only their own batches need a client each."""
+        return _lib.kvfs_client_event_fd(self._handle())
+
+    def drain_events(self):
+        """Reset event_fd() without blocking; returns the completions
+        counted since the last drain (0 if none)."""
+        return _check(_lib.kvfs_client_event_drain(self._handle()))
 
     def close(self):
         """Close every region without live views, and the client once the
@@ -259,8 +287,13 @@ class Client(_Closing):
             scratch, self._scratch = self._scratch, None
         if scratch is not None:
             scratch.close()
-        for r in regions:
-            if r._closable():
+        # A data region can close only once the batches that use it are
+        # gone, which closing their own region does: repeat until stuck.
+        while True:
+            closable = [r for r in regions if r._closable()]
+            if not closable:
+                break
+            for r in closable:
                 r.close()
         self._release_if_unused()
 
@@ -435,8 +468,9 @@ class Client(_Closing):
 
 class Region(_Closing):
     """Shared memory registered with the daemon. Make one with
-    Region.create(client, size) or Region.from_fd(client, fd, size=0);
-    close it with close() (or a with block), or drop every reference."""
+    Region.create(client, size) or Region.from_fd(client, fd, size=0,
+    offset=0); close it with close() (or a with block), or drop every
+    reference. offset is where it starts in its file."""
 
     def __init__(self, client, handle):
         self.client = client
@@ -444,8 +478,10 @@ class Region(_Closing):
         self.base = _lib.kvfs_region_base(handle)
         self.size = _lib.kvfs_region_size(handle)
         self.id = _lib.kvfs_region_id(handle)
+        self.offset = _lib.kvfs_region_offset(handle)
         self._mem_ref = None
         self._batches = weakref.WeakSet()
+        self._data_users = weakref.WeakSet()   # batches whose data region it is
         with client._lock:
             client._regions.add(self)
 
@@ -458,13 +494,18 @@ class Region(_Closing):
         return cls(client, h.value)
 
     @classmethod
-    def from_fd(cls, client, fd, size=0):
+    def from_fd(cls, client, fd, size=0, offset=0):
         """Register memory the caller has: a /dev/shm file opened O_RDWR,
-        or a memfd; size bytes from offset 0 (0 = the whole file). The
-        descriptor is duplicated: the caller still owns fd."""
+        or a memfd; size bytes from offset (0 = to the end of the file).
+        offset is a multiple of 4096, and region offsets count from it:
+        tensor-parallel ranks each register their part of one host pool
+        (whose memory the daemon counts once). The file must hold offset +
+        size allocated bytes (write or fallocate it first). The descriptor
+        is duplicated: the caller still owns fd. OSError EINVAL (offset
+        not aligned, not a regular file), ERANGE (past the end)."""
         h = ctypes.c_void_p()
         ch = client._handle()
-        _check(_lib.kvfs_region_register_fd(ch, fd, size, ctypes.byref(h)))
+        _check(_lib.kvfs_region_register_fd_at(ch, fd, offset, size, ctypes.byref(h)))
         return cls(client, h.value)
 
     def _handle(self):
@@ -489,7 +530,19 @@ class Region(_Closing):
 
     def _closable(self):
         return (self._h is not None and not self._views_alive()
-                and not any(b._inflight for b in list(self._batches)))
+                and not any(b._inflight for b in list(self._batches))
+                and not self._data_users)
+
+    def offset_of(self, obj):
+        """(offset, nbytes) of obj in this region: obj is a numpy array,
+        a buffer-protocol object or anything with data_ptr() (a CPU torch
+        tensor), contiguous and wholly inside the region (else
+        ValueError)."""
+        self._handle()
+        addr, n = _memory(obj)
+        if addr < self.base or addr + n > self.base + self.size:
+            raise ValueError("kvfs: the memory is not inside the region")
+        return addr - self.base, n
 
     def buffer(self, offset=0, length=None):
         """Writable memoryview of bytes [offset, offset + length)."""
@@ -524,6 +577,9 @@ class Region(_Closing):
         for b in list(self._batches):
             if b._inflight:
                 raise OSError(errno.EBUSY, "kvfs region has a read in flight")
+        if self._data_users:
+            raise OSError(errno.EBUSY, "kvfs region is the data region of a "
+                          "batch (close it, or set_data_region(None))")
         for b in list(self._batches):
             b.close()
         h, self._h = self._h, None
@@ -545,6 +601,7 @@ class Batch(_Closing):
         self.region = region
         self.ctl_off = ctl_off
         self.max_pages = max_pages
+        self.data_region = region   # where destinations / sources lie
         self._h = h.value
         self._inflight = False
         region._batches.add(self)
@@ -559,26 +616,59 @@ class Batch(_Closing):
             raise ValueError("kvfs batch (or its region) is closed")
         return self._h
 
+    def _dst(self, dst, dst_len):
+        """(offset, length) of a destination: an offset in the data region,
+        or an object that lies in it (its size unless dst_len is given)."""
+        try:
+            return operator.index(dst), dst_len
+        except TypeError:
+            off, n = self.data_region.offset_of(dst)
+            return off, dst_len or n
+
     def add(self, layer, name, dst_off=0, dst_len=0):
         """Append a page by layer (a number, or a layer directory's name
-        such as "07") and name (str or bytes); read it into region bytes
-        [dst_off, dst_off + dst_len), or for write() store those bytes as
-        the page (dst_len is then its size). Returns its index."""
+        such as "07") and name (str or bytes); read it into data region
+        bytes [dst_off, dst_off + dst_len), or for write() store those
+        bytes as the page (dst_len is then its size). dst_off may instead
+        be an array, buffer or tensor in the data region (dst_len then
+        defaults to its size). Returns its index."""
         layer = int(layer)
         name = os.fsencode(name)
         if b"\0" in name:
             raise OSError(errno.EINVAL, "page name contains NUL", name)
+        dst_off, dst_len = self._dst(dst_off, dst_len)
         return _check(_lib.kvfs_batch_add(self._handle(), layer, name,
                                           dst_off, dst_len), name)
 
     def add_handle(self, handle, dst_off=0, dst_len=0):
-        """Append a page by handle (from a lookup). Returns its index."""
+        """Append a page by handle (from a lookup); dst_off as for add().
+        Returns its index."""
+        dst_off, dst_len = self._dst(dst_off, dst_len)
         return _check(_lib.kvfs_batch_add_handle(self._handle(), handle,
                                                  dst_off, dst_len))
 
-    def set_dst(self, i, dst_off, dst_len):
-        """Point page i at a new destination (a lookup batch, then read)."""
+    def set_dst(self, i, dst_off, dst_len=0):
+        """Point page i at a new destination (a lookup batch, then read);
+        dst_off as for add()."""
+        dst_off, dst_len = self._dst(dst_off, dst_len)
         _check(_lib.kvfs_batch_set_dst(self._handle(), i, dst_off, dst_len))
+
+    def set_data_region(self, region):
+        """Make reads and writes move page bytes to and from region (a
+        Region of the same client, e.g. an engine's host pool): every
+        destination (or write source) is then an offset in it, while the
+        descriptors and names stay in this batch's control area. None goes
+        back to the batch's own region. The region cannot close while a
+        batch uses it. OSError EXDEV (another client's region), EBUSY
+        (submitted)."""
+        new = self.region if region is None else region
+        _check(_lib.kvfs_batch_set_data_region(
+            self._handle(), None if new is self.region else new._handle()))
+        if self.data_region is not self.region:
+            self.data_region._data_users.discard(self)
+        if new is not self.region:
+            new._data_users.add(self)
+        self.data_region = new
 
     def reset(self):
         """Forget every page (the control area is reused)."""
@@ -642,6 +732,26 @@ class Batch(_Closing):
         _check(rc)
         return Result(r.done, r.failed, r.bytes)
 
+    def poll(self):
+        """Never blocks: the submitted call's Result once it is done
+        (collected, as wait() would), None while it is in flight. OSError
+        if the call failed as a whole, or EINVAL if nothing is submitted
+        (or another thread collected it)."""
+        r = _Result()
+        rc = _lib.kvfs_batch_poll(self._handle(), ctypes.byref(r))
+        if rc == -errno.EAGAIN:
+            return None
+        self._inflight = False
+        _check(rc)
+        return Result(r.done, r.failed, r.bytes)
+
+    async def wait_async(self):
+        """Await the submitted call without blocking the event loop: the
+        client's event_fd() is watched by the loop (one loop per client
+        at a time), and the Result is returned as poll() would. Cancelling
+        the await leaves the call submitted: collect it with wait()."""
+        return await _AsyncDispatch.of(self.region.client).wait(self)
+
     def status(self, i):
         """(status, bytes) of page i: 0 or -errno, and the page's size."""
         if i < 0 or i >= len(self):
@@ -684,4 +794,6 @@ class Batch(_Closing):
         h, self._h = self._h, None
         _lib.kvfs_batch_free(h)
         self._inflight = False
-
+        if self.data_region is not self.region:
+            self.data_region._data_users.discard(self)
+            self.data_region = self.region

@@ -160,7 +160,9 @@ class Mount:
         return rc, errors, tail
 
 
-class FastPathTest(unittest.TestCase):
+class MountedModel(unittest.TestCase):
+    """A fresh mount with the model make_model describes, and a client of
+    it, for the test classes here and in test_hostpool.py."""
     mount = None
 
     @classmethod
@@ -222,6 +224,8 @@ class FastPathTest(unittest.TestCase):
     def address(self, a):
         return a.__array_interface__["data"][0]
 
+
+class FastPathTest(MountedModel):
     # ---- reads ----
 
     def test_read_layer_matches_cat(self):
