@@ -28,7 +28,10 @@
  * REPLACE write, at most 5 s), for the committer and for the write-back
  * budget, none of which waits for an executor job while it holds the
  * notifier up. The committer waits for pins (extent frees), which batches
- * drop when their reads end, whatever else happens.
+ * drop when their reads end, whatever else happens. The committer also
+ * answers reads parked on MOUNT/.kvfs/events and sends their poll
+ * notifications: neither waits in the kernel (unlike the notifier's
+ * invalidations), so it never waits for a FUSE worker.
  */
 #ifndef KVFS_I_H
 #define KVFS_I_H

@@ -307,10 +307,11 @@ def test_blocked_readers():
                 fail('stat failed while readers were blocked')
         except subprocess.TimeoutExpired:
             fail('stat hung while readers were blocked on events')
+    if stats()['readers'] != before + 16:     # safe now: ls answered
+        fail(f'readers: {stats()["readers"]}, want {before + 16}')
+    # The write wakes them: after it, readers leave.
     bounded([sys.executable, '-c', 'import sys; open(sys.argv[1], "w").write("x")',
              os.path.join(M, '0', 'during')], 'a write')
-    if stats()['readers'] != before + 16:
-        fail(f'readers: {stats()["readers"]}, want {before + 16}')
     for p in procs:
         try:
             out, _ = p.communicate(timeout=WAIT)
