@@ -219,7 +219,7 @@ static bool evict_one(struct kvfs *fs, const struct victim *v,
 	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
 		frees = kv_extent_footprint(&n.ext);
 	log_eviction(&n, v->protect);
-	if ((rc = kvfs_page_forget(fs, &n, false)) < 0) {
+	if ((rc = kvfs_page_forget(fs, &n, false, KVFS_EV_EVICTED)) < 0) {
 		kv_log(KV_LOG_WARN, "eviction of page %s (inode %" PRIu64 ") failed, it stays: %s",
 		       n.name, n.ino, kv_strerror(rc));
 		return false;

@@ -116,16 +116,23 @@ static struct op *op_new_retry(enum kvfs_op_kind kind, const struct kv_node_info
 	return o;
 }
 
-void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n)
+void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n,
+			  struct kvfs_event *ev)
 {
-	enqueue(fs, op_new_retry(KVFS_OP_PUT_PAGE, n));
+	struct op *o = op_new_retry(KVFS_OP_PUT_PAGE, n);
+
+	o->ev = ev;
+	enqueue(fs, o);
 }
 
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
-			  bool drop_extent, bool unref, bool with_next)
+			  bool drop_extent, bool unref, bool with_next,
+			  enum kvfs_event_type ev)
 {
 	struct op *o = op_new_retry(KVFS_OP_DEL_PAGE, n);
 
+	if (ev != KVFS_EV_NONE)
+		o->ev = kvfs_event_capture(fs, ev, n);
 	o->drop_extent = drop_extent;
 	o->unref_extent = unref;
 	o->with_next = with_next;
@@ -171,7 +178,8 @@ void kvfs_commit_pair_abandon(struct kvfs *fs)
 }
 
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload, bool shared)
+			 struct kvfs_data *payload, bool shared,
+			 enum kvfs_event_type ev)
 {
 	struct kvfs_commit *c = fs->commit;
 	struct op *o = op_new(KVFS_OP_PUT_PAGE, n);
@@ -179,6 +187,7 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 
 	if (!o)
 		return -ENOMEM;
+	o->ev = kvfs_event_capture(fs, ev, n);
 	o->new_page = true;
 	o->payload = kvfs_data_get(payload);
 	if (shared) {
@@ -330,6 +339,25 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 	free_extents(fs, batch);
 }
 
+/* The batch committed: its changes' KV event records go out, in queue
+ * order, numbered as the transaction recorded (kvfs_commit_apply_batch).
+ * After ns_lock: publishing answers readers' parked reads. */
+static void publish_events(struct kvfs *fs, struct op *batch)
+{
+	struct kvfs_event *chain = NULL, **tail = &chain;
+	struct op *o;
+
+	for (o = batch; o; o = o->next) {
+		if (!o->ev || !o->ev_ok)
+			continue;
+		*tail = o->ev;
+		while (*tail)
+			tail = &(*tail)->next;
+		o->ev = NULL;
+	}
+	kvfs_events_publish(fs, chain);
+}
+
 static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 {
 	struct kvfs_commit *c = fs->commit;
@@ -355,6 +383,7 @@ static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 			atomic_fetch_add(&fs->st.bytes_deduped, o->node.size);
 		}
 		kvfs_data_put(o->payload);
+		kvfs_event_free(o->ev);     /* not published: not applied */
 		free(o);
 		n++;
 	}
@@ -473,6 +502,7 @@ static void *committer(void *arg)
 		failures = 0;
 		atomic_store(&c->last_err, 0);
 		after_commit(fs, batch);
+		publish_events(fs, batch);
 		finish_batch(fs, batch, dropped);
 		kvfs_room_tick(fs);
 		/* Busy for long: flush between batches all the same. */

@@ -242,6 +242,26 @@ static int persist_dir_times(struct kvfs *fs, struct op *batch)
 	return 0;
 }
 
+/*
+ * The KV event records of the applied changes are numbered on from the
+ * last one published, and the last number commits with them (meta
+ * event_seq): the next mount continues from it, and a record is never
+ * numbered twice, whatever crash comes. Only the committer publishes, so
+ * the numbers are known before the commit.
+ */
+static int persist_event_seq(struct kvfs *fs, struct op *batch)
+{
+	uint64_t n = 0;
+	struct op *o;
+
+	for (o = batch; o; o = o->next)
+		if (o->ev_ok)
+			n += kvfs_event_count(o->ev);
+	if (!n)
+		return 0;
+	return kv_manifest_set_event_seq(fs->man, kvfs_events_last_seq(fs) + n);
+}
+
 int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped)
 {
 	struct op *o;
@@ -252,12 +272,14 @@ int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped
 	if (rc < 0)
 		return rc;
 	for (o = batch; o; o = o->next) {
+		o->ev_ok = false;     /* a retried batch counts afresh */
 		if (kvfs_commit_op_skipped(fs->commit, o))
 			continue;
 		rc = apply_op(fs, o);
 		if (rc == -ENOENT && o->kind != KVFS_OP_PUT_PAGE) {
 			kv_log(KV_LOG_WARN, "manifest: %s had no row to delete",
 			       o->node.name);
+			o->ev_ok = true;     /* gone from the namespace all the same */
 			continue;
 		}
 		if (rc < 0 && error_is_permanent(rc)) {
@@ -273,8 +295,11 @@ int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped
 			kv_manifest_rollback(fs->man);
 			return rc;
 		}
+		o->ev_ok = true;
 	}
 	rc = persist_dir_times(fs, batch);
+	if (rc == 0)
+		rc = persist_event_seq(fs, batch);
 	if (rc == 0)
 		rc = kv_manifest_commit(fs->man);
 	if (rc < 0)

@@ -16,6 +16,8 @@ struct op {
 	bool unref_extent;            /* DEL_PAGE: others still share the extent */
 	bool with_next;               /* commit in the same transaction as the next op */
 	bool free_extent;             /* after_commit: punch node.ext once unlocked */
+	struct kvfs_event *ev;        /* KV event records it makes once durable */
+	bool ev_ok;                   /* applied in the transaction: publish ev */
 	/* new pages only */
 	bool new_page;                /* sealed page: its first row */
 	bool shares;                  /* ... naming an existing extent (dedup) */

@@ -37,6 +37,7 @@ void kvfs_opts_default(struct kvfs_opts *o)
 	o->ram_cache = KVFS_RAM_CACHE_DEFAULT;
 	o->evict_high = KVFS_EVICT_HIGH_DEFAULT;
 	o->evict_low = KVFS_EVICT_LOW_DEFAULT;
+	o->events_ring = KVFS_EVENTS_RING_DEFAULT;
 }
 
 int kvfs_parse_size(const char *s, uint64_t *out)
@@ -560,6 +561,18 @@ int kvfs_mountpoint_outside(const char *mnt, const char *store_dir,
 
 static void fs_free(struct kvfs *fs);
 
+/* Before the committer, which publishes: numbering goes on from the last
+ * record an earlier mount committed. */
+static int start_events(struct kvfs *fs)
+{
+	uint64_t last;
+	int rc = kv_manifest_event_seq(fs->man, &last);
+
+	if (rc < 0)
+		return rc;
+	return kvfs_events_init(fs, last, fs->opts.events_ring);
+}
+
 static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 {
 	struct kvfs *fs = calloc(1, sizeof(*fs));
@@ -622,6 +635,7 @@ static void fs_free(struct kvfs *fs)
 	kvfs_dirty_fini(fs);
 	kvfs_ram_fini(fs);
 	kvfs_cap_free(fs);
+	kvfs_events_fini(fs);
 	kvfs_unlock_store(&fs->lock);
 	free(fs->live);
 	free(fs->store_dir);
@@ -715,7 +729,9 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 		rc = kvfs_regions_start(&fs->regions);
 	if (rc < 0)
 		goto fail;
-	rc = kvfs_commit_start(fs);
+	rc = start_events(fs);
+	if (rc == 0)
+		rc = kvfs_commit_start(fs);
 	if (rc == 0)
 		rc = kvfs_cap_start(fs);
 	if (rc == 0)

@@ -1,17 +1,20 @@
 /*
  * The control directory MOUNT/.kvfs (its inodes in fs/ops.h): its
  * attributes and lookups for the namespace operations (fs/ops.c), its
- * read-only files, and the file operations kvfs_ops names, which route the
- * control directory's inodes here and every other to the pages
- * (fs/ops_file.c, fs/fastpath.c).
+ * read-only snapshot files, and the file operations kvfs_ops names, which
+ * route the control directory's inodes here (the event stream on to
+ * fs/events.c) and every other to the pages (fs/ops_file.c,
+ * fs/fastpath.c).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ctl.h"
+#include "events.h"
 #include "metrics.h"
 #include "ops.h"
 
@@ -78,7 +81,7 @@ int ctl_stat(uint64_t ino, struct stat *st)
 {
 	int64_t now = kvfs_now_ns();
 
-	if (ino != KVFS_INO_CTL && !ctl_file_by_ino(ino))
+	if (ino != KVFS_INO_CTL && ino != KVFS_INO_EVENTS && !ctl_file_by_ino(ino))
 		return -ENOENT;
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
@@ -91,6 +94,12 @@ int ctl_stat(uint64_t ino, struct stat *st)
 	if (ino == KVFS_INO_CTL) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
+		st->st_blksize = 4096;
+	} else if (ino == KVFS_INO_EVENTS) {
+		/* It names every page stored or removed, whatever the modes
+		 * of their directories hide from others: the owner's only. */
+		st->st_mode = S_IFREG | 0400;
+		st->st_nlink = 1;
 		st->st_blksize = 4096;
 	} else {
 		st->st_mode = S_IFREG | 0444;
@@ -120,6 +129,8 @@ void ctl_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (parent == FUSE_ROOT_ID)
 		ino = KVFS_INO_CTL;
+	else if (parent == KVFS_INO_CTL && !strcmp(name, "events"))
+		ino = KVFS_INO_EVENTS;
 	else if (parent == KVFS_INO_CTL)
 		for (i = 0; i < NCTL_FILES; i++)
 			if (!strcmp(name, ctl_files[i].name))
@@ -214,6 +225,8 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (ino == KVFS_INO_EVENTS)
+		return kvfs_events_open(req, fi);
 	if (kvfs_ino_virtual(ino))
 		return ctl_open(req, ino, fi);
 	kvfs_op_open(req, ino, fi);
@@ -222,6 +235,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	     struct fuse_file_info *fi)
 {
+	if (ino == KVFS_INO_EVENTS)
+		return kvfs_events_read(req, size, fi);
 	if (kvfs_ino_virtual(ino))
 		return ctl_read(req, size, off, fi);
 	kvfs_op_read(req, ino, size, off, fi);
@@ -244,6 +259,8 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (ino == KVFS_INO_EVENTS)
+		return kvfs_events_release(req, fi);
 	if (kvfs_ino_virtual(ino))
 		return ctl_release(req, fi);
 	kvfs_op_release(req, ino, fi);
@@ -265,4 +282,19 @@ void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -ENOTTY);
 	kvfs_op_ioctl(req, ino, cmd, arg, fi, flags, in_buf, in_bufsz, out_bufsz);
+}
+
+/*
+ * Only the event stream waits for something. Every other file is always
+ * ready, as on a local file system: an error here (ENOSYS) would make the
+ * kernel stop asking for the whole mount, the events file included.
+ */
+void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+	     struct fuse_pollhandle *ph)
+{
+	if (ino == KVFS_INO_EVENTS)
+		return kvfs_events_poll(req, fi, ph);
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	fuse_reply_poll(req, POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM);
 }

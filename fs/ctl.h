@@ -32,6 +32,8 @@ void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	      struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 	      size_t in_bufsz, size_t out_bufsz);
+void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+	     struct fuse_pollhandle *ph);
 
 /* fs/ops.c */
 void ts_from_ns(struct timespec *ts, int64_t ns);

@@ -112,6 +112,7 @@ static void mount_usage(FILE *f)
 		"                     (default 64M, at most the store's segment size)\n"
 		"  -o entry_timeout=S seconds the kernel caches sealed pages' names/attrs (default 3600)\n"
 		"  -o commit_batch=N  most changes per manifest transaction (default 4096)\n"
+		"  -o events_ring=N   KV event records .kvfs/events keeps (default 65536)\n"
 		"  -o no_direct       buffered segment I/O (stripes on tmpfs)\n"
 		"  -o dirty=SIZE      RAM for pages sealed but not yet durable; writers\n"
 		"                     wait when it is full (default 256M)\n"
@@ -218,6 +219,12 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	if (!strncmp(opt, "entry_timeout=", 14)) {
 		c->opts.entry_timeout = strtod(v, &end);
 		return *end || c->opts.entry_timeout < 0 ? -EINVAL : 1;
+	}
+	if (!strncmp(opt, "events_ring=", 12)) {
+		unsigned long n = strtoul(v, &end, 10);
+
+		c->opts.events_ring = (unsigned)n;
+		return *end || !*v || n == 0 || n > KVFS_EVENTS_RING_MAX ? -EINVAL : 1;
 	}
 	if (!strncmp(opt, "commit_batch=", 13)) {
 		c->opts.commit_batch = (unsigned)strtoul(v, &end, 10);
@@ -551,6 +558,9 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 		kv_log(KV_LOG_ERR, "fast-path calls will run on FUSE workers: "
 		       "their executor could not start");
 	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
+	/* Readers parked on .kvfs/events get end of file while the session
+	 * can still answer them. */
+	kvfs_events_shutdown(fs);
 	if (c->foreground)
 		sd_notify_state("STOPPING=1\nSTATUS=committing and unmounting");
 	/* Calls already queued finish and reply while the session's fd is

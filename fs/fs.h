@@ -29,6 +29,7 @@ struct kvfs_opts {
 	bool fault_injection;     /* tests: root may arm faults (user.kvfs.fault) */
 	bool degraded;            /* mount without stripes that cannot be opened
 	                           * (their pages give EIO); else refuse */
+	unsigned events_ring;     /* KV event records MOUNT/.kvfs/events keeps */
 };
 
 #define KVFS_MAX_PAGE_DEFAULT (64ull << 20)
@@ -38,6 +39,8 @@ struct kvfs_opts {
 #define KVFS_RAM_CACHE_DEFAULT (512ull << 20)
 #define KVFS_EVICT_HIGH_DEFAULT 95u
 #define KVFS_EVICT_LOW_DEFAULT 90u
+#define KVFS_EVENTS_RING_DEFAULT 65536u
+#define KVFS_EVENTS_RING_MAX (1u << 24)
 
 void kvfs_opts_default(struct kvfs_opts *o);
 

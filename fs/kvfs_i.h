@@ -18,6 +18,8 @@
  *   notifier lock  (notifier.c) its FIFO of names; they are sent outside it
  *   regions lock   (region.c) the region table; logging happens after it
  *   log limiter    (store/log.c) KV_LOG_LIMITED's windows
+ *   events lock    (events.c) the KV event ring, its readers and parked
+ *                  reads; replies and poll notifications are sent after it
  *
  * Waits that cross threads, and why none closes a cycle: a FUSE worker
  * never waits for an executor job or the notifier (it queues and returns);
@@ -26,7 +28,10 @@
  * REPLACE write, at most 5 s), for the committer and for the write-back
  * budget, none of which waits for an executor job while it holds the
  * notifier up. The committer waits for pins (extent frees), which batches
- * drop when their reads end, whatever else happens.
+ * drop when their reads end, whatever else happens. The committer also
+ * answers reads parked on MOUNT/.kvfs/events and sends their poll
+ * notifications: neither waits in the kernel (unlike the notifier's
+ * invalidations), so it never waits for a FUSE worker.
  */
 #ifndef KVFS_I_H
 #define KVFS_I_H
@@ -92,6 +97,7 @@ struct kvfs_ram;
 struct kvfs_prefetch;
 struct kvfs_cap;
 struct kvfs_regions;
+struct kvfs_events;
 
 /* Extent pins of fast-path batches (fs/pin.c). */
 struct kvfs_pin {
@@ -201,9 +207,54 @@ struct kvfs {
 	struct kvfs_cap *cap;          /* capacity and eviction (fs/capacity.c) */
 	struct kvfs_exec *exec;        /* runs fast-path calls (fs/executor.c); NULL offline */
 	struct kvfs_room room;         /* the manifest's headroom (fs/headroom.c) */
+	struct kvfs_events *events;    /* MOUNT/.kvfs/events (fs/events.c) */
 
 	struct kvfs_stats st;
 };
+
+/* ---- KV events (fs/events.c) ---- */
+enum kvfs_event_type {
+	KVFS_EV_NONE,
+	KVFS_EV_STORED,      /* a new page under a name that had none */
+	KVFS_EV_REMOVED,     /* unlinked, or renamed away from this name */
+	KVFS_EV_EVICTED,     /* removed by the capacity evictor or kvfs gc */
+	KVFS_EV_REPLACED,    /* a new page took the name of an existing one */
+};
+/* A change's record, captured when it is queued; a change may carry two
+ * (a rename: removed, then stored or replaced), linked by next. */
+struct kvfs_event {
+	enum kvfs_event_type type;
+	uint64_t size;
+	int64_t time_ns;             /* when the change was made */
+	char model[KV_NAME_MAX + 1];
+	char layer[KV_NAME_MAX + 1];
+	char name[KV_NAME_MAX + 1];
+	struct kvfs_event *next;
+};
+/* Record a change to page n, whose layer (n->parent) is still in the
+ * index: ns_lock held. Never fails (waits out a lack of memory). */
+struct kvfs_event *kvfs_event_capture(struct kvfs *fs, enum kvfs_event_type type,
+				      const struct kv_node_info *n);
+void kvfs_event_free(struct kvfs_event *chain);
+size_t kvfs_event_count(const struct kvfs_event *chain);
+/* A ring of ring records (at least 1); the first record gets last_seq + 1. */
+int kvfs_events_init(struct kvfs *fs, uint64_t last_seq, size_t ring);
+void kvfs_events_fini(struct kvfs *fs);
+/* The committer's thread only, once the changes are durable: number the
+ * records (in order) and append them; takes the chain. */
+void kvfs_events_publish(struct kvfs *fs, struct kvfs_event *chain);
+/* The newest record's seq (what meta event_seq holds once committed). */
+uint64_t kvfs_events_last_seq(struct kvfs *fs);
+/* End parked reads (EOF) and every later one: the daemon is stopping. */
+void kvfs_events_shutdown(struct kvfs *fs);
+struct kvfs_events_stats {
+	uint64_t last_seq;      /* newest record */
+	uint64_t retained;      /* records in the ring */
+	uint64_t readers;       /* opens of the file */
+	uint64_t missed;        /* records readers lost to overflow */
+	uint64_t overflows;     /* overflow records delivered */
+};
+void kvfs_events_stats(struct kvfs *fs, struct kvfs_events_stats *out);
 
 /* ---- live pages (caller holds ns_lock) ---- */
 struct kvfs_live *kvfs_live_find(struct kvfs *fs, uint64_t ino);
@@ -243,8 +294,11 @@ bool kvfs_seal_plan_fits(const struct kvfs_seal_plan *p, const struct kvfs_data 
 int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 		   const struct kvfs_seal_plan *plan);
 /* Detach a page from the namespace (unlink or replaced by rename); frees its
- * extent once the manifest forgot it and no one holds it open. ns_lock held. */
-int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next);
+ * extent once the manifest forgot it and no one holds it open. why: the KV
+ * event its removal makes once durable (KVFS_EV_NONE when the change that
+ * follows, with_next, tells it: a replacement). ns_lock held. */
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next,
+		     enum kvfs_event_type why);
 /* Payload size allowed for pages under layer dir `parent` (geometry or max). */
 int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 		    bool *exact);
@@ -311,22 +365,27 @@ enum kvfs_op_kind {
 int kvfs_commit_start(struct kvfs *fs);
 /* Commit everything queued, then stop the thread. */
 void kvfs_commit_stop(struct kvfs *fs);
-/* Queue a namespace row change (ns_lock held, so queue order = namespace order). */
-void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n);
+/* Queue a namespace row change (ns_lock held, so queue order = namespace
+ * order). ev (may be NULL; taken): records published once it committed. */
+void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n,
+			  struct kvfs_event *ev);
 /* with_next: the next queued op belongs to the same atomic change (a rename
  * replacing this page) and must commit in the same transaction. drop_extent:
  * it was the extent's last page; unref: other pages still share the extent
  * (dedup), so its refcount goes down by one. */
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
-			  bool drop_extent, bool unref, bool with_next);
+			  bool drop_extent, bool unref, bool with_next,
+			  enum kvfs_event_type ev);
 void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
 void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
 /* Queue a newly sealed page: submits the write of payload to n->ext now,
  * the row follows once the data is synced. Takes a reference on payload.
  * shared: n->ext is an existing durable extent (dedup): nothing is written,
- * the row adds a reference to it. */
+ * the row adds a reference to it. ev: KVFS_EV_STORED or KVFS_EV_REPLACED.
+ * -ENOMEM: nothing was queued. */
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload, bool shared);
+			 struct kvfs_data *payload, bool shared,
+			 enum kvfs_event_type ev);
 /* The last queued op promised a partner (with_next) that will not come. */
 void kvfs_commit_pair_abandon(struct kvfs *fs);
 /* Everything queued between begin and end commits in one transaction (a

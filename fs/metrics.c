@@ -194,6 +194,18 @@ static void snap_fast(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_NOTIFY_DROPPED, n.dropped);
 }
 
+static void snap_events(struct kvfs *fs, struct kvfs_metrics *m)
+{
+	struct kvfs_events_stats e;
+
+	kvfs_events_stats(fs, &e);
+	set_u(m, MV_EV_LAST_SEQ, e.last_seq);
+	set_u(m, MV_EV_RETAINED, e.retained);
+	set_u(m, MV_EV_READERS, e.readers);
+	set_u(m, MV_EV_MISSED, e.missed);
+	set_u(m, MV_EV_OVERFLOWS, e.overflows);
+}
+
 void kvfs_metrics_snapshot(struct kvfs *fs, struct kvfs_metrics *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -203,6 +215,7 @@ void kvfs_metrics_snapshot(struct kvfs *fs, struct kvfs_metrics *m)
 	snap_dirty(fs, m);
 	snap_sched(fs, m);
 	snap_fast(fs, m);
+	snap_events(fs, m);
 	snap_hist(&fs->st.lat_read, &m->lat[KVFS_LAT_READ]);
 	snap_hist(&fs->st.lat_write, &m->lat[KVFS_LAT_WRITE]);
 	snap_hist(&fs->st.lat_lookup, &m->lat[KVFS_LAT_LOOKUP]);
@@ -385,6 +398,16 @@ static const struct mdef defs[] = {
 	  "Replaced or evicted names queued for the kernel to forget" },
 	{ MV_NOTIFY_DROPPED, "fastpath", "notify_dropped", "kvfs_kernel_notify_dropped_total",
 	  NULL, C, "Names the kernel was not told to forget (queue full)" },
+	{ MV_EV_LAST_SEQ, "events", "last_seq", "kvfs_events_last_seq", NULL, G,
+	  "Sequence number of the newest KV event record (continues across mounts)" },
+	{ MV_EV_RETAINED, "events", "retained", "kvfs_events_retained", NULL, G,
+	  "KV event records kept for readers (at most -o events_ring)" },
+	{ MV_EV_READERS, "events", "readers", "kvfs_events_readers", NULL, G,
+	  "Opens of .kvfs/events" },
+	{ MV_EV_MISSED, "events", "missed", "kvfs_events_missed_total", NULL, C,
+	  "KV event records readers lost because they fell out of the ring" },
+	{ MV_EV_OVERFLOWS, "events", "overflows", "kvfs_events_overflows_total", NULL, C,
+	  "Overflow records delivered to readers" },
 };
 #undef C
 #undef G
@@ -392,7 +415,7 @@ static const struct mdef defs[] = {
 
 static const char *const sections[] = {
 	"ram", "ssd", "namespace", "reads", "writes", "dedup", "pages",
-	"writeback", "sched", "fastpath", NULL,
+	"writeback", "sched", "fastpath", "events", NULL,
 };
 static const char *const lat_names[KVFS_LAT_COUNT] = {
 	"read", "write", "lookup", "prefetch",

@@ -51,6 +51,8 @@ enum kvfs_mv {
 	/* fast-path calls and the kernel-cache notifier */
 	MV_FAST_REFUSED, MV_FAST_QUEUED, MV_FAST_RUNNING, MV_FAST_MEM,
 	MV_NOTIFY_PENDING, MV_NOTIFY_DROPPED,
+	/* KV events */
+	MV_EV_LAST_SEQ, MV_EV_RETAINED, MV_EV_READERS, MV_EV_MISSED, MV_EV_OVERFLOWS,
 	MV_COUNT
 };
 

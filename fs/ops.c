@@ -154,12 +154,20 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_attr(req, &st, unlinked ? 0.0 : attr_timeout(fs, &n));
 }
 
-static void queue_attr_change(struct kvfs *fs, const struct kv_node_info *n)
+/* ev (may be NULL): KV event records of the change, taken. */
+static void queue_change(struct kvfs *fs, const struct kv_node_info *n,
+			 struct kvfs_event *ev)
 {
 	if (n->kind == KV_KIND_MODEL || n->kind == KV_KIND_LAYER)
 		kvfs_commit_put_dir(fs, n);
 	else if (n->kind == KV_KIND_PAGE && n->state != KV_PAGE_WRITING)
-		kvfs_commit_put_page(fs, n);
+		return kvfs_commit_put_page(fs, n, ev);
+	kvfs_event_free(ev);
+}
+
+static void queue_attr_change(struct kvfs *fs, const struct kv_node_info *n)
+{
+	queue_change(fs, n, NULL);
 }
 
 /* Attribute changes. A sealed page's content is immutable (no truncate),
@@ -370,7 +378,7 @@ static int do_unlink(struct kvfs *fs, fuse_ino_t parent, const char *name)
 		return rc;
 	if (n.kind != KV_KIND_PAGE)
 		return -EISDIR;
-	return kvfs_page_forget(fs, &n, false);
+	return kvfs_page_forget(fs, &n, false, KVFS_EV_REMOVED);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -440,7 +448,8 @@ static int drop_target(struct kvfs *fs, const struct kv_node_info *n,
 	if (n->kind != KV_KIND_PAGE && d->kind == KV_KIND_PAGE)
 		return -ENOTDIR;
 	if (d->kind == KV_KIND_PAGE)   /* its delete commits with the move */
-		return kvfs_page_forget(fs, d, n->state != KV_PAGE_WRITING);
+		return kvfs_page_forget(fs, d, n->state != KV_PAGE_WRITING,
+					KVFS_EV_NONE);   /* the move says replaced */
 	if (d->nchildren)
 		return -ENOTEMPTY;
 	rc = kv_index_remove(fs->idx, d->ino);
@@ -453,6 +462,8 @@ static int do_rename(struct kvfs *fs, fuse_ino_t parent, const char *name,
 		     fuse_ino_t newparent, const char *newname, bool replace)
 {
 	struct kv_node_info n, np, d;
+	struct kvfs_event *ev = NULL;
+	bool over_sealed = false;
 	uint64_t replaced;
 	int rc;
 
@@ -470,14 +481,27 @@ static int do_rename(struct kvfs *fs, fuse_ino_t parent, const char *name,
 		rc = drop_target(fs, &n, &d, replace);
 		if (rc < 0)
 			return rc;
+		over_sealed = d.kind == KV_KIND_PAGE && d.state != KV_PAGE_WRITING;
 	}
+	/* A sealed page leaves its name (removed) and takes the new one
+	 * (stored, or replaced over a sealed page); a page still being
+	 * written was never announced: its seal will be, under the new name. */
+	if (n.kind == KV_KIND_PAGE && n.state != KV_PAGE_WRITING)
+		ev = kvfs_event_capture(fs, KVFS_EV_REMOVED, &n);
 	rc = kv_index_move(fs->idx, n.ino, newparent, newname, 0, &replaced);
-	if (rc < 0)
+	if (rc < 0) {
+		kvfs_event_free(ev);
 		return rc;
+	}
 	if (kv_index_get(fs->idx, n.ino, &n) == 0) {
 		n.attr.ctime_ns = kvfs_now_ns();
 		kv_index_update(fs->idx, n.ino, &n, KV_UPD_ATTR);
-		queue_attr_change(fs, &n);
+		if (ev)
+			ev->next = kvfs_event_capture(fs, over_sealed ? KVFS_EV_REPLACED
+						      : KVFS_EV_STORED, &n);
+		queue_change(fs, &n, ev);
+	} else {
+		kvfs_event_free(ev);
 	}
 	kvfs_dir_changed(fs, newparent);
 	if (parent != newparent) {
@@ -528,6 +552,7 @@ static const struct vent root_vents[] = {
 static const struct vent ctl_vents[] = {
 	{ "stats", KVFS_INO_STATS, KV_KIND_PAGE },
 	{ "metrics", KVFS_INO_METRICS, KV_KIND_PAGE },
+	{ "events", KVFS_INO_EVENTS, KV_KIND_PAGE },
 };
 
 struct dirh {
@@ -766,4 +791,5 @@ const struct fuse_lowlevel_ops kvfs_ops = {
 	.setxattr = kvfs_op_setxattr,
 	.removexattr = kvfs_op_removexattr,
 	.ioctl = op_ioctl,
+	.poll = op_poll,
 };

@@ -24,6 +24,7 @@ extern const struct fuse_lowlevel_ops kvfs_ops;
 #define KVFS_INO_CTL (UINT64_MAX - 15)
 #define KVFS_INO_STATS (KVFS_INO_CTL + 1)
 #define KVFS_INO_METRICS (KVFS_INO_CTL + 2)
+#define KVFS_INO_EVENTS (KVFS_INO_CTL + 3)
 static inline bool kvfs_ino_virtual(uint64_t ino)
 {
 	return ino >= KVFS_INO_CTL;

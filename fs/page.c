@@ -189,7 +189,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 	 * whatever the mode says (open for writing gets EPERM), and mtime
 	 * stays the time of the last write or of the writer's futimens. */
 	n.attr.ctime_ns = kvfs_now_ns();
-	rc = kvfs_commit_new_page(fs, &n, d, shared);
+	rc = kvfs_commit_new_page(fs, &n, d, shared, KVFS_EV_STORED);
 	if (rc < 0) {
 		unplace_payload(fs, &n, shared);
 		return rc;
@@ -217,7 +217,8 @@ void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l)
 	l->reserved = 0;
 }
 
-int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next)
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next,
+		     enum kvfs_event_type why)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, n->ino);
 	uint32_t count = 0;
@@ -234,7 +235,7 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	if (n->state == KV_PAGE_WRITING)
 		return 0;      /* no row and no extent yet; release discards it */
 	if (n->extent_id == KV_EXTENT_EMPTY) {
-		kvfs_commit_del_page(fs, n, false, true, with_next);
+		kvfs_commit_del_page(fs, n, false, true, with_next, why);
 		return 0;
 	}
 	rc = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
@@ -244,7 +245,7 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	else if (count == 0)
 		kvfs_ram_drop(fs, n->extent_id);
 	kvfs_commit_del_page(fs, n, rc == 0 && count == 0, rc == 0 && count > 0,
-			     with_next);
+			     with_next, why);
 	return 0;
 }
 
@@ -378,9 +379,10 @@ static int publish_target(struct kvfs *fs, uint64_t layer_ino, const char *name,
  * dirty charge. Only ENOMEM can fail here. */
 static int publish_commit(struct kvfs *fs, struct kvfs_live *l,
 			  const struct kv_node_info *n, struct kvfs_data *d,
-			  uint64_t charged, bool shared)
+			  uint64_t charged, bool shared, bool replaces)
 {
-	int rc = kvfs_commit_new_page(fs, n, d, shared);
+	int rc = kvfs_commit_new_page(fs, n, d, shared,
+				      replaces ? KVFS_EV_REPLACED : KVFS_EV_STORED);
 
 	if (rc < 0)
 		return rc;
@@ -416,10 +418,10 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 		return -ENOMEM;
 	}
 	if (has_old)   /* its delete commits with the new row, as a rename */
-		kvfs_page_forget(fs, &old, true);
+		kvfs_page_forget(fs, &old, true, KVFS_EV_NONE);
 	rc = kv_index_add(fs->idx, n);
 	if (rc == 0) {
-		rc = publish_commit(fs, l, n, d, charged, shared);
+		rc = publish_commit(fs, l, n, d, charged, shared, has_old);
 		if (rc < 0)
 			kv_index_remove(fs->idx, n->ino);
 	}

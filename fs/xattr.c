@@ -264,7 +264,7 @@ static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
 	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_ATTR);
 	if (rc < 0)
 		return rc;
-	kvfs_commit_put_page(fs, &n);
+	kvfs_commit_put_page(fs, &n, NULL);
 	kvfs_ram_protect(fs, n.extent_id, kvfs_extent_protected(fs, n.extent_id, n.attr.mode));
 	kv_log(KV_LOG_INFO, "page %s (inode %llu) %s", n.name, (unsigned long long)ino,
 	       pin ? "pinned" : "unpinned");

@@ -16,7 +16,9 @@
  *   meta(key TEXT PRIMARY KEY, value NOT NULL)
  *       format = 'kvfs', schema_version, uuid (text, 36 chars),
  *       segment_size, capacity (0 = no budget), created_ns,
- *       journal_seq (the last journaled batch committed: journal.c)
+ *       journal_seq (the last journaled batch committed: journal.c),
+ *       event_seq (the last MOUNT/.kvfs/events record committed; absent
+ *       until the first: fs/events.c)
  *   stripes(id INTEGER PRIMARY KEY, path TEXT NOT NULL)
  *       id = stripe index, 0..n-1 without gaps
  *   models(ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
@@ -148,6 +150,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* Only forward: a late flush never undoes a newer row's time. */
 	[ST_TOUCH_PAGE] = "UPDATE pages SET atime_ns = ?2 WHERE ino = ?1 AND atime_ns < ?2",
 	[ST_SET_JOURNAL_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_seq', ?1)",
+	[ST_SET_EVENT_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('event_seq', ?1)",
 };
 
 /* ---- errors ---- */

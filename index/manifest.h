@@ -196,6 +196,18 @@ int kv_manifest_meta(struct kv_manifest *m, struct kv_store_meta *out);
 int kv_manifest_bump_mount(struct kv_manifest *m, uint32_t *gen);
 
 /*
+ * The sequence number of the last event record (MOUNT/.kvfs/events) whose
+ * change committed: meta event_seq. get: 0 when it was never set, or
+ * KV_ERR_CORRUPT (logged) for a value that is not a non-negative integer.
+ * set: inside a transaction (it commits with the changes it counts); the
+ * journal does not carry it, so a manifest rebuilt or rolled forward from
+ * the journal has the value of its last SQLite commit. -EINVAL outside a
+ * transaction.
+ */
+int kv_manifest_event_seq(struct kv_manifest *m, uint64_t *seq);
+int kv_manifest_set_event_seq(struct kv_manifest *m, uint64_t seq);
+
+/*
  * Group commit. begin/commit/rollback bracket any number of put/del calls
  * (a put/del outside them commits on its own). begin inside a transaction or
  * commit outside one is -EINVAL. commit is durable when it returns 0; when it

@@ -75,7 +75,7 @@ static int run(struct kv_manifest *m, enum stmt s, bool deleting, const char *fm
 	va_list ap;
 	int rc;
 
-	if (s >= ST_PUT_MODEL && s != ST_SET_JOURNAL_SEQ && (rc = fault_fire(m, KV_MF_FAULT_WRITE, "changing a row")))
+	if (s >= ST_PUT_MODEL && s < ST_SET_JOURNAL_SEQ && (rc = fault_fire(m, KV_MF_FAULT_WRITE, "changing a row")))
 		return rc;
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE) {
@@ -118,6 +118,16 @@ int kv_manifest_begin(struct kv_manifest *m)
 	if (rc == 0)
 		m->in_txn = true;
 	return rc;
+}
+
+/* Bookkeeping, not a row change: no fault fires for it (fault counts stay
+ * those of the rows), and the journal does not carry it. */
+int kv_manifest_set_event_seq(struct kv_manifest *m, uint64_t seq)
+{
+	if (!m->in_txn || seq > INT64_MAX)
+		return -EINVAL;
+	sqlite3_bind_int64(m->st[ST_SET_EVENT_SEQ], 1, (int64_t)seq);
+	return run(m, ST_SET_EVENT_SEQ, false, "recording event seq %" PRIu64, seq);
 }
 
 /*

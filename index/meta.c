@@ -1,7 +1,8 @@
 /*
  * The manifest's meta table: the store's identity and configuration written
  * at mkfs (format, schema version, uuid, segment size, capacity, creation
- * time), and the mount count bumped at every mount. Reading it back and
+ * time), the mount count bumped at every mount, and the last event record's
+ * sequence number (fs/events.c). Reading it back and
  * validating it is manifest_read.c's.
  */
 #include <errno.h>
@@ -139,4 +140,28 @@ int kv_manifest_bump_mount(struct kv_manifest *m, uint32_t *gen)
 		return mf_db_fail(m->db, m->path, rc, "writing mount_generation");
 	*gen = (uint32_t)v;
 	return 0;
+}
+
+int kv_manifest_event_seq(struct kv_manifest *m, uint64_t *seq)
+{
+	sqlite3_stmt *st;
+	int64_t v;
+	int rc;
+
+	*seq = 0;
+	rc = mf_query_row(m->db, m->path, "SELECT value FROM meta WHERE key = 'event_seq'",
+			  NULL, &st);
+	if (rc <= 0)
+		return rc;   /* 0: never set; the first record will be 1 */
+	v = sqlite3_column_int64(st, 0);
+	if (sqlite3_column_type(st, 0) != SQLITE_INTEGER || v < 0) {
+		kv_log(KV_LOG_ERR, "manifest %s: meta event_seq = '%s' is not a "
+		       "non-negative integer", m->path, mf_col_str(st, 0));
+		rc = KV_ERR_CORRUPT;
+	} else {
+		*seq = (uint64_t)v;
+		rc = 0;
+	}
+	sqlite3_finalize(st);
+	return rc;
 }

@@ -12,7 +12,7 @@ import re
 import sys
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "metrics.md")
-SECTIONS = ["ram", "ssd", "namespace", "reads", "writes", "dedup", "pages", "writeback", "sched", "fastpath"]
+SECTIONS = ["ram", "ssd", "namespace", "reads", "writes", "dedup", "pages", "writeback", "sched", "fastpath", "events"]
 LAT_OPS = ["read", "write", "lookup", "prefetch"]
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 
@@ -237,12 +237,14 @@ def step_readonly(mnt):
     import fcntl
     ctl, f = f"{mnt}/.kvfs", f"{mnt}/.kvfs/stats"
     deny = (errno.EPERM, errno.EACCES)
-    expect(lambda: open(f, "w"), deny, "open for writing")
-    expect(lambda: os.open(f, os.O_RDWR), deny, "open O_RDWR")
-    expect(lambda: os.open(f, os.O_RDONLY | os.O_TRUNC), deny, "open O_TRUNC")
-    expect(lambda: os.truncate(f, 0), deny, "truncate")
-    expect(lambda: os.chmod(f, 0o666), deny, "chmod")
-    expect(lambda: os.utime(f, (0, 0)), deny, "utime")
+    for g in (f, f"{mnt}/.kvfs/events"):
+        expect(lambda: open(g, "w"), deny, f"open {g} for writing")
+        expect(lambda: os.open(g, os.O_RDWR), deny, f"open {g} O_RDWR")
+        expect(lambda: os.open(g, os.O_RDONLY | os.O_TRUNC), deny, f"open {g} O_TRUNC")
+        expect(lambda: os.truncate(g, 0), deny, f"truncate {g}")
+        expect(lambda: os.chmod(g, 0o666), deny, f"chmod {g}")
+        expect(lambda: os.utime(g, (0, 0)), deny, f"utime {g}")
+        expect(lambda: os.unlink(g), deny, f"unlink {g}")
     expect(lambda: os.open(f"{ctl}/new", os.O_CREAT | os.O_WRONLY, 0o644), deny, "create")
     expect(lambda: os.mkdir(f"{ctl}/d"), deny, "mkdir inside")
     expect(lambda: os.unlink(f), deny, "unlink")
@@ -262,7 +264,7 @@ def step_readonly(mnt):
         expect(lambda: fcntl.ioctl(fd, 0x40087801, b"\0" * 8), (errno.ENOTTY,), "ioctl")
     finally:
         os.close(fd)
-    check(sorted(os.listdir(ctl)) == ["metrics", "stats"], f"ls .kvfs: {os.listdir(ctl)}")
+    check(sorted(os.listdir(ctl)) == ["events", "metrics", "stats"], f"ls .kvfs: {os.listdir(ctl)}")
     check(os.path.isdir(f"{mnt}/m"), "the model went away")
 
 

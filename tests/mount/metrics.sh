@@ -14,7 +14,7 @@ mount_kvfs
 # .kvfs is reached by name only (not listed: find, du, cp -a never see it),
 # lists its two files, and takes no space.
 if ls -a "$MNT" | grep -q kvfs; then fail "the root lists .kvfs: $(ls -a "$MNT")"; fi
-[ "$(ls -a "$MNT/.kvfs" | tr '\n' ' ')" = ". .. metrics stats " ] || fail "ls -a .kvfs: $(ls -a "$MNT/.kvfs")"
+[ "$(ls -a "$MNT/.kvfs" | tr '\n' ' ')" = ". .. events metrics stats " ] || fail "ls -a .kvfs: $(ls -a "$MNT/.kvfs")"
 [ "$(du -s "$MNT/.kvfs" | cut -f1)" = 0 ] || fail "du counts .kvfs: $(du -s "$MNT/.kvfs")"
 [ -z "$(find "$MNT" -type f)" ] || fail "find sees files in an empty store: $(find "$MNT" -type f)"
 $MPY docs "$MNT" || fail "docs/metrics.md and the metrics file disagree"
