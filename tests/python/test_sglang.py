@@ -53,6 +53,12 @@ def venv_python():
 
 if __name__ == "__main__" and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
     py = venv_python()
+    pre = os.environ.get("LD_PRELOAD", "")
+    if "libasan" in pre and "libstdc++" not in pre:
+        # tools/sanitize.sh preloads ASan alone; torch throws C++ exceptions
+        # while it loads, and ASan then aborts (its __cxa_throw interceptor
+        # finds no libstdc++ loaded before it). Preloaded after it, it does.
+        os.environ["LD_PRELOAD"] = pre + " libstdc++.so.6"
     os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
 
 if __name__ == "__main__":
