@@ -116,7 +116,7 @@ def make_pool(allocator="shm", layout="page_first"):
         pool = MHATokenToKVPoolHost(
             info, host_to_device_ratio=2.0, host_size=0, page_size=PAGE_TOKENS,
             layout=layout, pin_memory=False, device="cpu", allocator_type=allocator,
-            device_capacity_tokens=cap, start_layer=0, end_layer=LAYERS,
+            device_capacity_tokens=cap // 2, start_layer=0, end_layer=LAYERS,
             host_token_capacity=cap)
     raw = pool.kv_buffer.view(torch.uint8)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8))
