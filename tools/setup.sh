@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="meson ninja-build pkg-config gcc libfuse3-dev fuse3 liburing-dev
-      libsqlite3-dev sqlite3 libxxhash-dev xxhash libcmocka-dev attr python3 python3-numpy
+      libsqlite3-dev sqlite3 libxxhash-dev xxhash libcmocka-dev attr python3 python3-numpy python3-venv
       clang libclang-rt-dev xfsprogs e2fsprogs mount util-linux man-db
       rsync tar coreutils findutils"
 

@@ -7,5 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
+# SGLang (pinned) in a cached venv for the engine backend tests; without
+# it (no network, say) those tests skip and say why.
+tools/engines_venv.sh || echo "kvfs test: no engines venv: the engine tests will skip" >&2
 meson test -C build --print-errorlogs "$@"
 [ $# -gt 0 ] || tools/sanitize.sh

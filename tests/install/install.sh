@@ -49,6 +49,9 @@ grep -q "^ExecStart=$BIN/kvfs mount -f" "$UNIT" || fail "unit does not run $BIN/
 for doc in usage.md operators.md engine.md abi.md metrics.md; do need "$SHARE/doc/kvfs/$doc"; done
 PYMOD=$(find "$D" -name kvfs.py | head -1)
 [ -n "$PYMOD" ] || fail "the Python module is not installed"
+for m in __init__.py sglang.py; do
+	[ -f "$(dirname "$PYMOD")/kvfs_engines/$m" ] || fail "kvfs_engines/$m is not installed next to kvfs.py"
+done
 
 # A client built and linked the way an engine would, from the staged tree.
 cat > "$T/client.c" <<'C'
@@ -82,6 +85,9 @@ out=$(cd "$T" && PYTHONPATH=$(dirname "$PYMOD") LD_LIBRARY_PATH=$D$LIB KVFS_LIB=
 	python3 -c 'import kvfs, sys; print(kvfs.__file__, kvfs.ABI_VERSION)') ||
 	fail "import the installed Python module"
 [ "$out" = "$PYMOD 1" ] || fail "Python module: $out"
+# The engine package imports without any engine installed.
+(cd "$T" && PYTHONPATH=$(dirname "$PYMOD") python3 -c 'import kvfs_engines') ||
+	fail "import the installed kvfs_engines package"
 fi
 
 # The man page holds each command's --help, verbatim.
