@@ -112,7 +112,7 @@ static void mount_usage(FILE *f)
 		"                     (default 64M, at most the store's segment size)\n"
 		"  -o entry_timeout=S seconds the kernel caches sealed pages' names/attrs (default 3600)\n"
 		"  -o commit_batch=N  most changes per manifest transaction (default 4096)\n"
-		"  -o events_ring=N   KV event records .kvfs/events keeps (default 65536)\n"
+		"  -o events_ring=N   KV event records .kvfs/events keeps (default 16384)\n"
 		"  -o no_direct       buffered segment I/O (stripes on tmpfs)\n"
 		"  -o dirty=SIZE      RAM for pages sealed but not yet durable; writers\n"
 		"                     wait when it is full (default 256M)\n"

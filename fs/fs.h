@@ -39,7 +39,7 @@ struct kvfs_opts {
 #define KVFS_RAM_CACHE_DEFAULT (512ull << 20)
 #define KVFS_EVICT_HIGH_DEFAULT 95u
 #define KVFS_EVICT_LOW_DEFAULT 90u
-#define KVFS_EVENTS_RING_DEFAULT 65536u
+#define KVFS_EVENTS_RING_DEFAULT 16384u
 #define KVFS_EVENTS_RING_MAX (1u << 24)
 
 void kvfs_opts_default(struct kvfs_opts *o);
