@@ -394,7 +394,10 @@ def remount_phase(last):
     reg = Region()
     size = 128 << 10
     for b in range(8):
-        res, ds = reg.write([(3, b'e%02d_%d' % (b, i), b'e' * size) for i in range(8)])
+        # Bytes of their own: identical pages would share one extent
+        # (dedup) and, depending on commit timing, never fill the store.
+        res, ds = reg.write([(3, b'e%02d_%d' % (b, i),
+                              (b'e%02d_%d.' % (b, i) * size)[:size]) for i in range(8)])
         if res['done'] != 8:
             fail(f'eviction flood: {res} {[d.status for d in ds]}')
     # The evictor runs on its own: wait until every eviction it counted
