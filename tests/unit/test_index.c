@@ -1,8 +1,8 @@
 /*
  * Unit tests for index/index.c: the namespace (add, lookup, get, update,
  * remove, rename rules, readdir snapshots), the extent table (dedup lookup,
- * refcounts), incremental stats, scale, loading from a manifest (including
- * damaged ones) and lookups racing with a writer.
+ * refcounts), incremental stats, scale and lookups racing with a writer.
+ * Loading from a manifest is in test_index_load.c.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +11,6 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,94 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sqlite3.h>
-
-#include "index.h"
-
-/* ---- helpers ---- */
-
-static void quiet(enum kv_log_level lvl, const char *line)
-{
-	(void)lvl;
-	(void)line;
-}
-
-static int setup(void **state)
-{
-	struct kv_index *x;
-
-	if (kv_index_new(&x) < 0)
-		return -1;
-	kv_log_set_sink(quiet);
-	*state = x;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	kv_index_free(*state);
-	kv_log_set_sink(NULL);
-	return 0;
-}
-
-static struct kv_node_info info(enum kv_kind kind, uint64_t ino, uint64_t parent,
-				const char *name)
-{
-	struct kv_node_info n = { .ino = ino, .parent = parent, .kind = kind,
-				  .attr = { .mode = 0755, .uid = 7, .gid = 8,
-					    .ctime_ns = 100, .mtime_ns = 200, .atime_ns = 300 } };
-
-	snprintf(n.name, sizeof(n.name), "%s", name);
-	return n;
-}
-
-static int add_model(struct kv_index *x, uint64_t ino, const char *name)
-{
-	struct kv_node_info n = info(KV_KIND_MODEL, ino, KV_ROOT_INO, name);
-
-	return kv_index_add(x, &n);
-}
-
-static int add_layer(struct kv_index *x, uint64_t ino, uint64_t model, uint32_t num)
-{
-	struct kv_node_info n = info(KV_KIND_LAYER, ino, model, "");
-
-	snprintf(n.name, sizeof(n.name), "%02u", num);
-	n.layer = num;
-	return kv_index_add(x, &n);
-}
-
-static int add_page(struct kv_index *x, uint64_t ino, uint64_t layer,
-		    const char *name, uint64_t size)
-{
-	struct kv_node_info n = info(KV_KIND_PAGE, ino, layer, name);
-
-	n.attr.mode = 0444;
-	n.size = size;
-	n.state = KV_PAGE_SEALED;
-	n.extent_id = ino;
-	n.ext = (struct kv_extent){ .stripe = 1, .segment = 2, .offset = 4096 * ino,
-				    .length = size };
-	n.hash[0] = (uint8_t)ino;
-	return kv_index_add(x, &n);
-}
-
-/* model 2 "m", layer 3 "00", pages 10 "a" (100 B), 11 "b" (200 B). */
-static void small_tree(struct kv_index *x)
-{
-	assert_int_equal(add_model(x, 2, "m"), 0);
-	assert_int_equal(add_layer(x, 3, 2, 0), 0);
-	assert_int_equal(add_page(x, 10, 3, "a", 100), 0);
-	assert_int_equal(add_page(x, 11, 3, "b", 200), 0);
-}
-
-static void hash_of(uint64_t v, uint8_t h[KV_HASH_LEN])
-{
-	unsigned i;
-
-	for (i = 0; i < KV_HASH_LEN; i++)
-		h[i] = (uint8_t)(v >> (8 * (i % 8))) ^ (uint8_t)i;
-}
+#include "index_fixture.h"
 
 /* ---- namespace ---- */
 
@@ -584,167 +496,6 @@ static void test_many(void **state)
 	assert_int_equal(n.nchildren, N / LAYERS);
 }
 
-/* ---- load from a manifest ---- */
-
-struct store {
-	char dir[64];
-	char db[128];
-	struct kv_manifest *m;
-};
-
-static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *f)
-{
-	(void)sb;
-	(void)type;
-	(void)f;
-	return remove(p);
-}
-
-static void store_make(struct store *s)
-{
-	struct kv_store_meta *meta = calloc(1, sizeof(*meta));
-
-	assert_non_null(meta);
-	strcpy(s->dir, "/tmp/kvfs-test-index-XXXXXX");
-	assert_non_null(mkdtemp(s->dir));
-	snprintf(s->db, sizeof(s->db), "%s/%s", s->dir, KV_MANIFEST_FILE);
-	strcpy(meta->uuid, "0123abcd-89ab-4def-8123-456789abcdef");
-	meta->segment_size = 1ull << 30;
-	meta->nstripes = 1;
-	strcpy(meta->stripes[0], "/srv/ssd0");
-	assert_int_equal(kv_manifest_create(s->dir, meta), 0);
-	free(meta);
-	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
-}
-
-static void store_done(struct store *s)
-{
-	kv_manifest_close(s->m);
-	nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void store_sql(struct store *s, const char *sql)
-{
-	sqlite3 *db;
-
-	kv_manifest_close(s->m);
-	assert_int_equal(sqlite3_open(s->db, &db), SQLITE_OK);
-	assert_int_equal(kv_manifest_register_sql(db), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-	sqlite3_close(db);
-	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
-}
-
-/* model 2, layer 3 "05", extents 1 (two pages) and 2, pages 10, 11, 12. */
-static void store_fill(struct store *s)
-{
-	struct kv_model_rec mo = { .ino = 2, .name = "qwen", .attr = { .mode = 0750 },
-				   .geo = { .layers = 28, .kv_heads = 4, .head_dim = 128,
-					    .page_tokens = 16, .dtype = "f16" } };
-	struct kv_layer_rec la = { .ino = 3, .model_ino = 2, .layer = 5, .name = "05",
-				   .attr = { .mode = 0750 } };
-	struct kv_extent_rec e1 = { .id = 1, .refcount = 2,
-				    .ext = { .segment = 0, .offset = 0, .length = 32768 } };
-	struct kv_extent_rec e2 = { .id = 2, .refcount = 1,
-				    .ext = { .segment = 1, .offset = 4096, .length = 32768 } };
-	struct kv_page_rec p = { .layer_ino = 3, .size = 32768, .attr = { .mode = 0444 } };
-	struct kv_manifest *m = s->m;
-
-	hash_of(1, e1.hash);
-	hash_of(2, e2.hash);
-	assert_int_equal(kv_manifest_begin(m), 0);
-	assert_int_equal(kv_manifest_put_model(m, &mo), 0);
-	assert_int_equal(kv_manifest_put_layer(m, &la), 0);
-	assert_int_equal(kv_manifest_put_extent(m, &e1), 0);
-	assert_int_equal(kv_manifest_put_extent(m, &e2), 0);
-	p.ino = 10, p.extent_id = 1, strcpy(p.name, "p10");
-	assert_int_equal(kv_manifest_put_page(m, &p), 0);
-	p.ino = 11, p.extent_id = 1, strcpy(p.name, "p11");
-	assert_int_equal(kv_manifest_put_page(m, &p), 0);
-	p.ino = 12, p.extent_id = 2, strcpy(p.name, "p12");
-	assert_int_equal(kv_manifest_put_page(m, &p), 0);
-	assert_int_equal(kv_manifest_commit(m), 0);
-}
-
-static void test_load_roundtrip(void **state)
-{
-	struct kv_index *x = *state;
-	struct kv_index_stats st;
-	struct kv_extent_rec e;
-	struct kv_node_info n;
-	struct store s;
-	uint8_t h[KV_HASH_LEN];
-
-	store_make(&s);
-	store_fill(&s);
-	assert_int_equal(kv_index_load(x, s.m), 0);
-	assert_int_equal(kv_index_lookup(x, KV_ROOT_INO, "qwen", &n), 0);
-	assert_int_equal(n.ino, 2);
-	assert_int_equal(n.geo.kv_heads, 4);
-	assert_int_equal(n.attr.mode, 0750);
-	assert_int_equal(kv_index_lookup(x, 2, "05", &n), 0);
-	assert_int_equal(n.layer, 5);
-	assert_int_equal(kv_index_lookup(x, 3, "p12", &n), 0);
-	assert_int_equal(n.ino, 12);
-	assert_int_equal(n.state, KV_PAGE_DURABLE);
-	assert_int_equal(n.extent_id, 2);
-	assert_int_equal(n.ext.segment, 1);
-	assert_int_equal(n.ext.offset, 4096);
-	hash_of(2, h);
-	assert_memory_equal(n.hash, h, KV_HASH_LEN);
-	assert_int_equal(kv_index_extent_get(x, 1, &e), 0);
-	assert_int_equal(e.refcount, 2);
-	kv_index_stats(x, &st);
-	assert_int_equal(st.models, 1);
-	assert_int_equal(st.layers, 1);
-	assert_int_equal(st.pages, 3);
-	assert_int_equal(st.page_bytes, 3 * 32768);
-	assert_int_equal(st.extents, 2);
-	assert_int_equal(st.extent_bytes, 2 * 32768);
-	assert_true(kv_index_next_ino(x) > 12);
-	assert_true(kv_index_next_extent_id(x) > 2);
-	/* Only into an empty index. */
-	assert_int_equal(kv_index_load(x, s.m), -EINVAL);
-	store_done(&s);
-}
-
-static void test_load_missing_extent(void **state)
-{
-	struct kv_index *x = *state;
-	struct store s;
-
-	store_make(&s);
-	store_fill(&s);
-	store_sql(&s, "INSERT INTO pages VALUES (13, 3, 'lost', 99, 32768, 292, 0, 0, 0, 0, 0, "
-		  "kvfs_ident_page(13, 3, 'lost', 99, 32768));");
-	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
-	store_done(&s);
-}
-
-static void test_load_refcount_mismatch(void **state)
-{
-	struct kv_index *x = *state;
-	struct store s;
-
-	store_make(&s);
-	store_fill(&s);
-	store_sql(&s, "UPDATE extents SET refcount = 3 WHERE id = 1;");
-	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
-	store_done(&s);
-}
-
-static void test_load_missing_layer(void **state)
-{
-	struct kv_index *x = *state;
-	struct store s;
-
-	store_make(&s);
-	store_fill(&s);
-	store_sql(&s, "UPDATE pages SET layer_ino = 44 WHERE ino = 12;");
-	assert_int_equal(kv_index_load(x, s.m), KV_ERR_CORRUPT);
-	store_done(&s);
-}
-
 /* ---- concurrency ---- */
 
 enum { STABLE = 2000, CHURN = 500, ROUNDS = 20 };
@@ -840,10 +591,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_extents, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extent_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_load_roundtrip, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_load_missing_extent, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_load_refcount_mismatch, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_load_missing_layer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
 	};
 
