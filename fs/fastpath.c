@@ -261,9 +261,9 @@ static void desc_ranges(const struct kvfs_page_desc *d, enum kvfs_batch_kind kin
 	r[1][1] = data ? d->dst_len : 0;
 }
 
-/* Map the residency of the span that range k of every live descriptor
- * covers in region reg. */
-static int span_residency(struct fp_batch *b, enum kvfs_batch_kind kind, int k,
+/* Map the residency of the span that the ranges in mask (bit 0 names,
+ * bit 1 data) of every live descriptor cover in region reg. */
+static int span_residency(struct fp_batch *b, enum kvfs_batch_kind kind, unsigned mask,
 			  struct kvfs_region *reg, struct kvfs_residency *m)
 {
 	uint64_t lo = UINT64_MAX, hi = 0, r[2][2];
@@ -272,26 +272,30 @@ static int span_residency(struct fp_batch *b, enum kvfs_batch_kind kind, int k,
 		if (b->status[i])
 			continue;
 		desc_ranges(&b->d[i], kind, r);
-		if (!r[k][1])
-			continue;
-		lo = r[k][0] < lo ? r[k][0] : lo;
-		hi = r[k][0] + r[k][1] > hi ? r[k][0] + r[k][1] : hi;
+		for (int k = 0; k < 2; k++) {
+			if (!(mask & 1u << k) || !r[k][1])
+				continue;
+			lo = r[k][0] < lo ? r[k][0] : lo;
+			hi = r[k][0] + r[k][1] > hi ? r[k][0] + r[k][1] : hi;
+		}
 	}
 	return kvfs_region_residency(reg, hi > lo ? lo : 0, hi > lo ? hi : 0, m);
 }
 
 /* Descriptors whose memory the engine punched out or never allocated get
- * -EFAULT before anything touches it (one mincore per region). */
+ * -EFAULT before anything touches it: one mincore per region (names and
+ * data share one when they share the region). */
 static int refuse_unpopulated(struct fp_batch *b, enum kvfs_batch_kind kind)
 {
+	bool one = b->dr == b->r;
 	struct kvfs_residency names, data;
+	const struct kvfs_residency *dm = one ? &names : &data;
 	uint64_t r[2][2];
-	int rc = span_residency(b, kind, 0, b->r, &names);
+	int rc = span_residency(b, kind, one ? 3 : 1, b->r, &names);
 
 	if (rc < 0)
 		return rc;
-	rc = span_residency(b, kind, 1, b->dr, &data);
-	if (rc < 0) {
+	if (!one && (rc = span_residency(b, kind, 2, b->dr, &data)) < 0) {
 		kvfs_residency_free(&names);
 		return rc;
 	}
@@ -300,11 +304,12 @@ static int refuse_unpopulated(struct fp_batch *b, enum kvfs_batch_kind kind)
 			continue;
 		desc_ranges(&b->d[i], kind, r);
 		if (!kvfs_residency_has(&names, r[0][0], r[0][1]) ||
-		    !kvfs_residency_has(&data, r[1][0], r[1][1]))
+		    !kvfs_residency_has(dm, r[1][0], r[1][1]))
 			b->status[i] = -EFAULT;
 	}
 	kvfs_residency_free(&names);
-	kvfs_residency_free(&data);
+	if (!one)
+		kvfs_residency_free(&data);
 	return 0;
 }
 

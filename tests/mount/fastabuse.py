@@ -63,6 +63,15 @@ def as_nobody(fn):
     return pid
 
 
+def run_threads(fn, n):
+    """fn(i) on n threads at once; returns when all are done."""
+    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def wait_all(pids, what):
     for pid in pids:
         _, st = os.waitpid(pid, 0)
@@ -84,17 +93,13 @@ def huge():
     mem[0:64 * n] = one * n
     results = []
 
-    def call():
+    def call(_):
         try:
             results.append(abi.batch(dirfd, abi.WRITE, rid, 0, n))
         except OSError as e:
             results.append(e.errno)
 
-    ts = [threading.Thread(target=call) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(call, 4)
     for r in results:
         if not isinstance(r, dict) or r['done'] != 0 or r['failed'] != n:
             print('huge: unexpected result %r' % (r,), file=sys.stderr)
@@ -124,11 +129,7 @@ def flood():
                 if e.errno != errno.EAGAIN:   # a full queue may refuse
                     errs.append(e)
 
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(64)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(run, 64)
     if errs:
         print('flood:', errs[:3], file=sys.stderr)
     return 1 if errs else 0
@@ -196,11 +197,7 @@ def punched():
             r = abi.batch(dirfd, abi.READ, rid, base, 1)
             if r['done'] != 1:
                 errs.append(r)
-    ts = [threading.Thread(target=reader, args=(t,)) for t in range(16)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(reader, 16)
     if errs or os.fstat(fd).st_blocks != blocks:
         print('punched: reads into the populated part: %r, blocks %d -> %d' % (
             errs[:2], blocks, os.fstat(fd).st_blocks), file=sys.stderr)
