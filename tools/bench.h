@@ -35,7 +35,7 @@
 
 #include <liburing.h>
 
-#include "fs.h"
+#include "engine.h"
 #include "libkvfs.h"
 #include "progress.h"
 #include "store.h"

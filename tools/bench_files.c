@@ -24,7 +24,7 @@
 
 #include <liburing.h>
 
-#include "fs.h"
+#include "engine.h"
 #include "tools.h"
 
 struct bench {

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "fs.h"
+#include "engine.h"
 #include "index.h"
 #include "manifest.h"
 #include "store.h"

@@ -41,7 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs.h"
+#include "engine.h"
 #include "fsck.h"
 #include "tools.h"
 

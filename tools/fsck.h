@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "fs.h"
+#include "engine.h"
 #include "manifest.h"
 #include "progress.h"
 #include "store.h"

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs.h"
+#include "engine.h"
 #include "store.h"
 #include "kvfs_ioctl.h"
 #include "progress.h"
@@ -195,7 +195,7 @@ static int gc_store(const struct gc_opts *o, struct kvfs_gc_arg *a)
 	int rc;
 
 	kvfs_opts_default(&ko);
-	ko.ram_cache = 0;
+	ko.offline = true;    /* no RAM tier, no loader or evictor thread */
 	rc = kvfs_open(o->path, &ko, &fs);
 	if (rc < 0)
 		return rc;

@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs.h"
+#include "engine.h"
 #include "libkvfs.h"
 #include "progress.h"
 #include "tools.h"

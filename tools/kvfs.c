@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "fs.h"
+#include "mount.h"
 #include "store.h"
 #include "tools.h"
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs.h"
+#include "mount.h"
 #include "tools.h"
 
 #define MOUNT_EX_USAGE 1

@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs.h"
+#include "mount.h"
 #include "tools.h"
 
 #define UMOUNT_USAGE \

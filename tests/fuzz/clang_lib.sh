@@ -11,8 +11,8 @@ rm -rf "$obj" "$out"
 mkdir -p "$obj"
 flags="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
  -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -std=gnu11 -I$build -I$src/store -I$src/index
- -I$src/fs -I$src/client $(pkg-config --cflags fuse3)"
-# One object per source, named after its directory too (fs/x.c, index/x.c).
+ -I$src/engine -I$src/fast -I$src/fuse -I$src/client $(pkg-config --cflags fuse3)"
+# One object per source, named after its directory too (engine/x.c, index/x.c).
 for f in "$@"; do
 	printf '%s\n' "$f"
 done | xargs -P "$(nproc)" -I{} sh -c \

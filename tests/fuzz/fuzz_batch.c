@@ -1,5 +1,5 @@
 /*
- * Fuzz target for the fast-path batch validator (fs/batch_check.c): the
+ * Fuzz target for the fast-path batch validator (fast/batch_check.c): the
  * input is the kind of call (lookup, read, write), a region length, a
  * struct kvfs_batch_arg and descriptors, all attacker-chosen. Whatever the
  * bytes, the validator must not crash, and everything it accepts must be

@@ -1,6 +1,6 @@
 /*
  * Fuzz target for the manifest loader: the input is a whole STORE/kvfs.db,
- * opened as the daemon opens a store (fs/core.c: kv_manifest_open,
+ * opened as the daemon opens a store (engine/core.c: kv_manifest_open,
  * kv_manifest_meta, kv_index_load into a fresh index), then walked with a
  * visitor that checks every row it is handed, then checked as fsck does
  * (kv_manifest_check). Any return code is fine; these are not:

@@ -2,13 +2,13 @@
  * Fuzz target for the name and geometry text checks every path component
  * and user.kvfs.geometry value passes through:
  *   - kv_name_check_len / kv_name_check (index/kvname.h: the manifest and
- *     the index) and kvfs_check_name (fs/ops.c: FUSE lookup, create, mkdir,
+ *     the index) and kvfs_check_name (fuse/ops.c: FUSE lookup, create, mkdir,
  *     rename): whatever they accept is 1..KV_NAME_MAX bytes without '/' or
  *     NUL and is not "." or ".."; whatever they refuse breaks one of those
  *     rules; both layers give the same answer for the same string;
  *   - kv_layer_name_parse: accepts exactly the non-empty all-digit strings
  *     whose value fits 32 bits, with the value strtoul gives;
- *   - kvfs_geometry_parse / kvfs_geometry_format (fs/geometry_text.c): what
+ *   - kvfs_geometry_parse / kvfs_geometry_format (engine/geometry_text.c): what
  *     parse accepts passes kv_geometry_check and survives format -> parse
  *     unchanged; and every geometry kv_geometry_check accepts (built from
  *     the input's bytes) round-trips through format -> parse too.
@@ -27,7 +27,7 @@
 #include "geometry_text.h"
 #include "kvname.h"
 
-int kvfs_check_name(const char *name);   /* fs/ops.c (its header needs FUSE) */
+int kvfs_check_name(const char *name);   /* fuse/ops.c (its header needs FUSE) */
 
 static unsigned long names_ok, layers_ok, geos_ok, geos_set, structs_ok;
 

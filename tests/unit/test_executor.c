@@ -1,5 +1,5 @@
 /*
- * Unit tests of the fast path's executor (fs/executor.c), built without
+ * Unit tests of the fast path's executor (fast/executor.c), built without
  * FUSE: jobs run and stop drains them; uids are served in turn, so one
  * uid's backlog does not delay another's call; a uid's thread share, its
  * memory share and the global memory bound hold; a full uid queue

@@ -1,0 +1,701 @@
+/*
+ * Capacity: the store's physical byte budget (mkfs --capacity, or
+ * -o capacity) is never exceeded; the store's allocator refuses past it.
+ *
+ * Cache mode (the default) keeps writes flowing: once usage (extents plus
+ * space held for pages being written) passes the high watermark, the
+ * evictor thread removes least recently used pages that nobody holds open
+ * (shared and pinned pages last) until usage is below the low watermark.
+ * A writer that needs more room than is left waits for it, and gets
+ * ENOSPC only when nothing is left to evict. Authoritative mode never
+ * evicts: a full store refuses writes with ENOSPC.
+ *
+ * An eviction is an unlink the daemon makes on its own: the page leaves
+ * the namespace and the kernel's name cache, its row is deleted through
+ * the committer like any other, and its extent is freed once the delete
+ * is durable and no reader or fast-path batch holds it. Access times
+ * order the victims; they live in the index and reach the manifest
+ * lazily (kvfs_atime_flush, from the committer every ATIME_FLUSH_SECS and
+ * at unmount), so LRU order survives a restart without a write per read.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kvfs_i.h"
+#include "kvfs_ioctl.h"
+
+#define EVICT_BATCH 256            /* pages forgotten per ns_lock hold */
+#define EVICT_SCAN 4096            /* victims looked at per ns_lock hold */
+#define SPACE_WAIT_NS (30ll * 1000000000)  /* longest a writer waits for room */
+#define RUN_WAIT_MS 100            /* then it looks again */
+#define RETRY_MS 20                /* evictor's next look while pages drain */
+#define FULL_STUCK_RUNS 3   /* stuck runs (RETRY_MS apart) that mean full */
+
+struct kvfs_cap {
+	pthread_mutex_t lock;          /* inside ns_lock, never around it */
+	pthread_cond_t work_cv;        /* the evictor has work (or stop) */
+	pthread_cond_t room_cv;        /* an eviction run ended */
+	pthread_t thread;
+	bool running, stop, wanted;
+	uint64_t runs_started, runs_done;   /* the evictor's runs, one at a time */
+	bool last_run_stuck;           /* the last run found nothing to evict */
+	unsigned stuck_runs;           /* runs in a row that found nothing to evict
+	                                * and left nothing draining */
+	uint64_t need;                 /* most bytes a waiting writer needs */
+	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
+	struct kvfs_cap_stats st;
+};
+
+/* ---- usage ---- */
+
+static uint64_t usage_now(struct kvfs *fs, uint64_t *used)
+{
+	struct kv_store_usage u;
+	uint64_t reserved;
+
+	kv_store_usage(fs->store, &u);
+	pthread_mutex_lock(&fs->ns_lock);
+	reserved = fs->reserved_bytes;
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (used)
+		*used = u.used;
+	return u.used + reserved;
+}
+
+static bool evicting(const struct kvfs *fs)
+{
+	return fs->cap && fs->cap->st.capacity && !fs->cap->st.authoritative;
+}
+
+/* ---- choosing victims ---- */
+
+struct victim {
+	uint64_t ino;
+	uint64_t extent_id;
+	int64_t atime_ns;
+	bool protect;
+};
+
+struct victims {
+	int64_t older_than_ns;        /* 0: any age */
+	struct victim *v;
+	size_t n, cap;
+	int commit_rc;                /* the deletes of a batch did not commit */
+};
+
+static int collect_one(void *arg, const struct kv_page_brief *p)
+{
+	struct victims *vs = arg;
+	struct victim *nv;
+
+	if (p->state != KV_PAGE_DURABLE)
+		return 0;     /* still in write-back: not ours to drop */
+	if (p->extent_id == KV_EXTENT_EMPTY && !vs->older_than_ns)
+		return 0;     /* frees nothing: only an age sweep takes it */
+	if (vs->older_than_ns && p->atime_ns >= vs->older_than_ns)
+		return 0;
+	if (vs->n == vs->cap) {
+		size_t nc = vs->cap ? vs->cap * 2 : 1024;
+
+		nv = realloc(vs->v, nc * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		vs->v = nv;
+		vs->cap = nc;
+	}
+	vs->v[vs->n++] = (struct victim){ .ino = p->ino, .extent_id = p->extent_id,
+					  .atime_ns = p->atime_ns,
+					  .protect = (p->mode & S_ISVTX) != 0 };
+	return 0;
+}
+
+static int victim_cmp(const void *pa, const void *pb)
+{
+	const struct victim *a = pa, *b = pb;
+
+	if (a->protect != b->protect)
+		return a->protect ? 1 : -1;
+	if (a->atime_ns != b->atime_ns)
+		return a->atime_ns < b->atime_ns ? -1 : 1;
+	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+/* Durable pages (last read before older_than_ns, if set), least recently
+ * used first, shared or pinned ones last. Sharing is looked up after the
+ * walk: the walk runs under the index's lock. */
+static bool missing_stripe(struct kvfs *fs, uint32_t stripe)
+{
+	struct kv_stripe_state ss;
+
+	return fs->opts.degraded && kv_store_stripe_state(fs->store, stripe, &ss) == 0 &&
+	       ss.health == KV_STRIPE_MISSING;
+}
+
+static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
+			   struct victims *vs)
+{
+	struct kv_extent_rec er;
+	size_t k = 0;
+	int rc;
+
+	memset(vs, 0, sizeof(*vs));
+	vs->older_than_ns = older_than_ns;
+	rc = kv_index_page_walk(fs->idx, collect_one, vs);
+	if (rc < 0) {
+		free(vs->v);
+		vs->v = NULL;
+		return rc;
+	}
+	for (size_t i = 0; i < vs->n; i++) {
+		bool have = kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0;
+
+		/* a degraded mount keeps the missing stripe's pages for when
+		 * it is back: evicting them would free nothing here anyway */
+		if (have && missing_stripe(fs, er.ext.stripe))
+			continue;
+		if (have && er.refcount > 1)
+			vs->v[i].protect = true;
+		vs->v[k++] = vs->v[i];
+	}
+	vs->n = k;
+	if (vs->n)
+		qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
+	return 0;
+}
+
+/* ---- evicting ---- */
+
+struct evicted {
+	uint64_t parent;
+	bool protect;
+	char name[KV_NAME_MAX + 1];
+};
+
+/* May page n go? Only durable pages nobody has open (ns_lock held). A page
+ * read since the victims were chosen is no longer "older than". */
+static bool evictable(struct kvfs *fs, const struct kv_node_info *n,
+		      int64_t older_than_ns)
+{
+	struct kvfs_live *l;
+
+	if (n->kind != KV_KIND_PAGE || n->state != KV_PAGE_DURABLE)
+		return false;
+	if (older_than_ns && n->attr.atime_ns >= older_than_ns)
+		return false;
+	l = kvfs_live_find(fs, n->ino);
+	return !l || (!l->opens && !l->writing && !l->ram);
+}
+
+/*
+ * The debug line for an eviction. Written before the page is forgotten, so
+ * that a crash can never commit an eviction the log does not show (the
+ * crash loop tells evicted pages from lost ones by it); a page whose forget
+ * then fails says so.
+ */
+static void log_eviction(const struct kv_node_info *n, bool protect)
+{
+	kv_log(KV_LOG_DEBUG, "evicted page %s (inode %" PRIu64 ", layer dir %" PRIu64
+	       ", %" PRIu64 " bytes, %s, last read %" PRId64 " s ago)", n->name, n->ino,
+	       n->parent, n->size, protect ? "shared or pinned" : "unshared",
+	       (kvfs_now_ns() - n->attr.atime_ns) / 1000000000);
+}
+
+/* Forget one victim (ns_lock held); adds the bytes its extent will free. */
+static bool evict_one(struct kvfs *fs, const struct victim *v,
+		      int64_t older_than_ns, struct evicted *out, uint64_t *freed)
+{
+	struct kv_extent_rec er;
+	struct kv_node_info n;
+	uint64_t frees = 0;
+	int rc;
+
+	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !evictable(fs, &n, older_than_ns))
+		return false;
+	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
+		frees = kv_extent_footprint(&n.ext);
+	log_eviction(&n, v->protect);
+	if ((rc = kvfs_page_forget(fs, &n, false, KVFS_EV_EVICTED)) < 0) {
+		kv_log(KV_LOG_WARN, "eviction of page %s (inode %" PRIu64 ") failed, it stays: %s",
+		       n.name, n.ino, kv_strerror(rc));
+		return false;
+	}
+	*freed += frees;
+	*out = (struct evicted){ .parent = n.parent, .protect = v->protect };
+	memcpy(out->name, n.name, sizeof(out->name));
+	return true;
+}
+
+/*
+ * Tell the kernel to forget evicted names. The front end sends them from
+ * its own thread (fuse/notifier.h): the notification takes the directory's lock in
+ * the kernel, which a request (a create in that directory) may hold while
+ * it waits for a FUSE thread, and every FUSE thread may be a writer waiting
+ * for this evictor to make room. The name goes at once from our index, so
+ * until the kernel forgets it a lookup it still caches ends in ENOENT from
+ * us: nothing wrong is served.
+ */
+static void forget_later(struct kvfs *fs, const struct evicted *gone, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		kvfs_hook_name_gone(fs, gone[i].parent, gone[i].name);
+}
+
+/*
+ * Evict from vs (from *next on) until about want bytes will be freed, at
+ * most EVICT_BATCH pages and EVICT_SCAN victims looked at per ns_lock
+ * hold; wait for the deletes to commit, so the space is really back (or
+ * deferred behind a fast-path batch still reading it). *freed gets the
+ * bytes the evicted extents free. False if no page went.
+ */
+static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
+		       uint64_t want, uint64_t *freed)
+{
+	struct evicted *gone = malloc(EVICT_BATCH * sizeof(*gone));
+	struct kvfs_cap *c = fs->cap;
+	uint64_t nshared = 0, mark;
+	size_t ngone = 0, scanned = 0;
+	int rc;
+
+	*freed = 0;
+	if (!gone)
+		return false;
+	mark = kvfs_commit_mark(fs);
+	pthread_mutex_lock(&fs->ns_lock);
+	while (*next < vs->n && ngone < EVICT_BATCH && scanned++ < EVICT_SCAN &&
+	       *freed < want) {
+		const struct victim *v = &vs->v[(*next)++];
+
+		if (evict_one(fs, v, vs->older_than_ns, &gone[ngone], freed))
+			nshared += gone[ngone++].protect;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	pthread_mutex_lock(&c->lock);
+	c->st.evictions += ngone;
+	c->st.evicted_shared += nshared;
+	c->st.evicted_bytes += *freed;
+	pthread_mutex_unlock(&c->lock);
+	forget_later(fs, gone, ngone);
+	free(gone);
+	/* Not durable, not freed: the caller must not report the space as
+	 * back (gc once said so while every commit failed). */
+	if (ngone && (rc = kvfs_commit_wait_all(fs, mark)) < 0 && !vs->commit_rc)
+		vs->commit_rc = rc;
+	return ngone > 0;
+}
+
+/* Stop early at unmount: the rest is the next mount's work. */
+static bool cap_stopping(struct kvfs_cap *c)
+{
+	bool stop;
+
+	pthread_mutex_lock(&c->lock);
+	stop = c->stop;
+	pthread_mutex_unlock(&c->lock);
+	return stop;
+}
+
+int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
+	       uint64_t *pages_out)
+{
+	struct kvfs_cap *c = fs->cap;
+	struct victims vs;
+	uint64_t before, want, freed, pages = 0, ev0;
+	size_t next = 0;
+	int rc;
+
+	rc = collect_victims(fs, older_than_ns, &vs);
+	if (rc < 0)
+		return rc;
+	before = usage_now(fs, NULL);
+	/* Frees may be deferred behind running fast-path batches: count
+	 * what was handed over instead of measuring usage again, or a busy
+	 * reader would make each batch evict the same amount once more. */
+	want = older_than_ns ? UINT64_MAX : before > target ? before - target : 0;
+	pthread_mutex_lock(&c->lock);
+	ev0 = c->st.evictions;
+	pthread_mutex_unlock(&c->lock);
+	while (next < vs.n && want && !cap_stopping(c) && !vs.commit_rc) {
+		if (evict_some(fs, &vs, &next, want, &freed))
+			want -= freed < want ? freed : want;
+	}
+	free(vs.v);
+	if (vs.commit_rc)
+		kv_log(KV_LOG_ERR, "eviction stopped: the deletes of evicted pages did not "
+		       "commit (%s); their space comes back once the manifest commits",
+		       kv_strerror(vs.commit_rc));
+	pthread_mutex_lock(&c->lock);
+	c->st.eviction_runs++;
+	pages = c->st.evictions - ev0;
+	pthread_mutex_unlock(&c->lock);
+	if (pages_out)
+		*pages_out = pages;
+	kv_log(KV_LOG_DEBUG, "eviction run: %" PRIu64 " pages, usage %" PRIu64 " -> %"
+	       PRIu64 " bytes (target %" PRIu64 ")", pages, before,
+	       usage_now(fs, NULL), target);
+	return vs.commit_rc;
+}
+
+int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
+{
+	uint32_t mode = a->flags & (KVFS_GC_OLDER | KVFS_GC_TARGET);
+	uint64_t pages = 0;
+	int rc;
+
+	if (a->abi != KVFS_ABI_VERSION)
+		return -EPROTO;
+	if ((a->flags & ~mode) || a->reserved[0] || a->reserved[1] ||
+	    (mode != KVFS_GC_OLDER && mode != KVFS_GC_TARGET) ||
+	    (mode == KVFS_GC_OLDER && a->older_than_ns <= 0))
+		return -EINVAL;
+	usage_now(fs, &a->used_before);
+	rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
+			mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &pages);
+	usage_now(fs, &a->used_after);
+	a->pages = pages;
+	kv_log(rc < 0 ? KV_LOG_ERR : KV_LOG_INFO, "gc: %" PRIu64 " pages evicted, %" PRIu64
+	       " -> %" PRIu64 " bytes used%s%s", pages, a->used_before, a->used_after,
+	       rc < 0 ? "; failed, their deletes are not durable: " : "",
+	       rc < 0 ? kv_strerror(rc) : "");
+	return rc;
+}
+
+static bool writeback_pending(struct kvfs *fs);
+
+/* ms from now, for pthread_cond_timedwait (CLOCK_REALTIME). */
+static struct timespec deadline_ms(long ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000l;
+	ts.tv_sec += ts.tv_nsec / 1000000000l;
+	ts.tv_nsec %= 1000000000l;
+	return ts;
+}
+
+/* Sleep ms on work_cv (cap.lock held); stop or a new request ends it. */
+static void pause_locked(struct kvfs_cap *c, long ms)
+{
+	struct timespec ts;
+
+	ts = deadline_ms(ms);
+	pthread_cond_timedwait(&c->work_cv, &c->lock, &ts);
+}
+
+/* Sleep ms whatever writers signal meanwhile (unless stopping). */
+static void sleep_locked(struct kvfs_cap *c, long ms)
+{
+	struct timespec ts = deadline_ms(ms);
+
+	while (!c->stop && pthread_cond_timedwait(&c->work_cv, &c->lock, &ts) != ETIMEDOUT)
+		;
+}
+
+static void *evictor(void *arg)
+{
+	struct kvfs *fs = arg;
+	struct kvfs_cap *c = fs->cap;
+	uint64_t pages, need, target;
+	bool above, retry, draining;
+
+	pthread_setname_np(pthread_self(), "kvfs-evict");
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->wanted && !c->stop)
+			pthread_cond_wait(&c->work_cv, &c->lock);
+		if (c->stop)
+			break;
+		c->wanted = false;
+		c->runs_started++;
+		/* Below the low mark by what waiting writers need: a page
+		 * larger than the slack must find room too. */
+		need = c->need;
+		c->need = 0;
+		target = c->st.low > need ? c->st.low - need : 0;
+		pthread_mutex_unlock(&c->lock);
+		pages = 0;
+		if (usage_now(fs, NULL) > target)
+			kvfs_evict(fs, target, 0, &pages);
+		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
+		draining = writeback_pending(fs);
+		retry = above && draining;
+		pthread_mutex_lock(&c->lock);
+		/* Stuck: nothing could go, and we are still above the mark.
+		 * (Usage alone would lie: frees wait behind fast-path reads.) */
+		c->last_run_stuck = pages == 0 && above;
+		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
+		c->runs_done++;
+		pthread_cond_broadcast(&c->room_cv);
+		/* Stuck with nothing draining: pages being written now (their
+		 * writers between write and seal) may drain soon, so the next
+		 * run waits a little; FULL_STUCK_RUNS such runs mean full. */
+		if (c->stuck_runs && !c->stop)
+			sleep_locked(c, RETRY_MS);
+		/* Still above, with pages draining that will be evictable once
+		 * durable: look again shortly, whether or not a writer asks. */
+		if (retry && !c->stop) {
+			pause_locked(c, RETRY_MS);
+			c->wanted = true;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---- admission ---- */
+
+/* Pages still in write-back become evictable once durable: while any
+ * are draining, a run that found nothing to evict is not the end. */
+static bool writeback_pending(struct kvfs *fs)
+{
+	bool pending;
+
+	pthread_mutex_lock(&fs->dirty.lock);
+	pending = fs->dirty.draining > 0;
+	pthread_mutex_unlock(&fs->dirty.lock);
+	return pending;
+}
+
+/*
+ * Kick the evictor and wait, RUN_WAIT_MS at most, for the end of a run
+ * that starts after this call (cap.lock held). True if the store is
+ * really full: FULL_STUCK_RUNS runs in a row, this one the last, freed
+ * nothing and left nothing draining through write-back, and nothing was
+ * draining before this one began (a page that becomes durable meanwhile is
+ * evictable next time: a run that began earlier proves nothing). One such
+ * run is not enough: the space may be held by pages between their last
+ * write and their seal, which drain a moment later (seen in the crash loop
+ * with four writers on a 16 MiB store).
+ */
+static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
+{
+	uint64_t after = c->runs_started;
+	struct timespec ts;
+
+	if (bytes > c->need)
+		c->need = bytes;
+	c->wanted = true;
+	pthread_cond_signal(&c->work_cv);
+	ts = deadline_ms(RUN_WAIT_MS);
+	while (c->runs_done <= after && !c->stop)
+		if (pthread_cond_timedwait(&c->room_cv, &c->lock, &ts) == ETIMEDOUT)
+			return false;
+	return c->stop || (c->stuck_runs >= FULL_STUCK_RUNS && !pending);
+}
+
+int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
+{
+	struct kvfs_cap *c = fs->cap;
+	int64_t deadline = kvfs_now_ns() + SPACE_WAIT_NS;
+	bool waited = false, full, pending;
+	uint64_t use;
+
+	if (!evicting(fs))
+		return 0;
+	if (bytes > c->st.capacity) {
+		/* No eviction can make room: refuse before evicting anything. */
+		kvfs_space_refused(fs);
+		return -ENOSPC;
+	}
+	for (;;) {
+		use = usage_now(fs, NULL);
+		if (use + bytes <= c->st.high)
+			return 0;
+		pending = writeback_pending(fs);
+		pthread_mutex_lock(&c->lock);
+		if (use + bytes <= c->st.capacity) {
+			/* Fits: eviction runs behind the writer. */
+			c->wanted = true;
+			pthread_cond_signal(&c->work_cv);
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
+		if (!waited)
+			c->st.space_waits++;
+		waited = true;
+		full = full_after_run(c, bytes, pending);
+		pthread_mutex_unlock(&c->lock);
+		if (full || kvfs_now_ns() > deadline)
+			return -ENOSPC;
+	}
+}
+
+int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes)
+{
+	struct kvfs_cap *c = fs->cap;
+	bool full, pending;
+
+	if (!evicting(fs))
+		return -ENOSPC;
+	pending = writeback_pending(fs);
+	pthread_mutex_lock(&c->lock);
+	full = full_after_run(c, bytes, pending);
+	pthread_mutex_unlock(&c->lock);
+	return full ? -ENOSPC : 0;
+}
+
+void kvfs_space_refused(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->st.enospc++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- lazy access times ---- */
+
+struct touched {
+	int64_t since;
+	uint64_t *ino;
+	int64_t *atime;
+	size_t n, cap;
+};
+
+static int collect_touched(void *arg, const struct kv_page_brief *p)
+{
+	struct touched *t = arg;
+
+	if (p->state != KV_PAGE_DURABLE || p->atime_ns < t->since)
+		return 0;
+	if (t->n == t->cap) {
+		size_t nc = t->cap ? t->cap * 2 : 256;
+		uint64_t *ni = realloc(t->ino, nc * sizeof(*ni));
+
+		if (!ni)
+			return -ENOMEM;
+		t->ino = ni;
+		int64_t *na = realloc(t->atime, nc * sizeof(*na));
+		if (!na)
+			return -ENOMEM;
+		t->atime = na;
+		t->cap = nc;
+	}
+	t->ino[t->n] = p->ino;
+	t->atime[t->n++] = p->atime_ns;
+	return 0;
+}
+
+static int write_touched(struct kvfs *fs, const struct touched *t)
+{
+	int rc = kv_manifest_begin(fs->man);
+
+	for (size_t i = 0; rc == 0 && i < t->n; i++)
+		rc = kv_manifest_touch_page(fs->man, t->ino[i], t->atime[i]);
+	if (rc == 0)
+		rc = kv_manifest_commit(fs->man);
+	else
+		kv_manifest_rollback(fs->man);
+	return rc;
+}
+
+void kvfs_atime_flush(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+	struct touched t = { 0 };
+	int64_t start = kvfs_now_ns();
+	int rc;
+
+	if (!c)
+		return;
+	t.since = c->atime_flushed_ns;
+	rc = kv_index_page_walk(fs->idx, collect_touched, &t);
+	if (rc == 0 && t.n)
+		rc = write_touched(fs, &t);
+	if (rc == 0)
+		c->atime_flushed_ns = start;
+	else
+		kv_log(KV_LOG_WARN, "access times of %zu pages not saved (%s); "
+		       "retrying later", t.n, kv_strerror(rc));
+	free(t.ino);
+	free(t.atime);
+}
+
+/* ---- setup ---- */
+
+static int cap_limits(struct kvfs *fs, struct kvfs_cap *c)
+{
+	const struct kvfs_opts *o = &fs->opts;
+
+	if (o->evict_low >= o->evict_high || o->evict_high > 100) {
+		kv_log(KV_LOG_ERR, "evict_low (%u%%) must be below evict_high (%u%%), "
+		       "at most 100%%", o->evict_low, o->evict_high);
+		return -EINVAL;
+	}
+	c->st.capacity = fs->meta.capacity;
+	c->st.high = c->st.capacity / 100 * o->evict_high;
+	c->st.low = c->st.capacity / 100 * o->evict_low;
+	c->st.authoritative = o->authoritative;
+	return 0;
+}
+
+int kvfs_cap_start(struct kvfs *fs)
+{
+	struct kvfs_cap *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->work_cv, NULL);
+	pthread_cond_init(&c->room_cv, NULL);
+	c->atime_flushed_ns = kvfs_now_ns();   /* the manifest has all before */
+	fs->cap = c;
+	rc = cap_limits(fs, c);
+	if (rc == 0 && evicting(fs) && !fs->opts.offline) {
+		rc = -pthread_create(&c->thread, NULL, evictor, fs);
+		c->running = rc == 0;
+	}
+	return rc;
+}
+
+void kvfs_cap_stop(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_broadcast(&c->work_cv);
+	pthread_cond_broadcast(&c->room_cv);
+	pthread_mutex_unlock(&c->lock);
+	if (c->running) {
+		pthread_join(c->thread, NULL);
+		c->running = false;
+	}
+}
+
+void kvfs_cap_free(struct kvfs *fs)
+{
+	struct kvfs_cap *c = fs->cap;
+
+	if (!c)
+		return;
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->work_cv);
+	pthread_cond_destroy(&c->room_cv);
+	free(c);
+	fs->cap = NULL;
+}
+
+void kvfs_cap_stats(struct kvfs *fs, struct kvfs_cap_stats *out)
+{
+	struct kvfs_cap *c = fs->cap;
+	uint64_t used;
+
+	memset(out, 0, sizeof(*out));
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	*out = c->st;
+	pthread_mutex_unlock(&c->lock);
+	out->reserved = usage_now(fs, &used) - used;
+	out->used = used;
+}

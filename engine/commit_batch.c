@@ -1,0 +1,309 @@
+/*
+ * The committer's batches: taking ops off the queue, making their payloads
+ * durable (rule 2 of engine/commit.c), and applying them to the manifest in one
+ * transaction, with the times of the directories they changed.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commit_i.h"
+
+static bool ino_failed(struct kvfs_commit *c, uint64_t ino)
+{
+	size_t i;
+
+	for (i = 0; i < c->nfailed; i++)
+		if (c->failed_inos[i] == ino)
+			return true;
+	return false;
+}
+
+static void remember_failed(struct kvfs_commit *c, uint64_t ino)
+{
+	uint64_t *n = realloc(c->failed_inos, (c->nfailed + 1) * sizeof(*n));
+
+	if (!n) {
+		kv_log(KV_LOG_ERR, "out of memory recording withdrawn page %llu",
+		       (unsigned long long)ino);
+		return;
+	}
+	c->failed_inos = n;
+	c->failed_inos[c->nfailed++] = ino;
+}
+
+/* Take up to max ops off the queue, keeping their order and never splitting
+ * an atomic pair (the delete of a page a rename replaces, and the move). */
+static uint64_t op_bytes(const struct op *o)
+{
+	return o->payload ? o->payload->cap : 0;
+}
+
+/* Also at most max_bytes of payloads (unless one atomic change is larger):
+ * a page's dirty charge comes back only when its batch is durable, so
+ * smaller batches give the write-back budget back steadily. */
+struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
+			     uint64_t max_bytes)
+{
+	struct op *first = c->head, *last = first;
+	uint64_t bytes = op_bytes(first);
+	unsigned n = 1;
+
+	while (last->next && ((n < max && bytes + op_bytes(last->next) <= max_bytes) ||
+			      last->with_next)) {
+		last = last->next;
+		bytes += op_bytes(last);
+		n++;
+	}
+	c->head = last->next;
+	if (!c->head)
+		c->tail = &c->head;
+	last->next = NULL;
+	return first;
+}
+
+/* Put a batch back at the front of the queue (its transaction failed). */
+void kvfs_commit_requeue_batch(struct kvfs_commit *c, struct op *batch)
+{
+	struct op *last = batch;
+
+	while (last->next)
+		last = last->next;
+	last->next = c->head;
+	if (!c->head)
+		c->tail = &last->next;
+	c->head = batch;
+}
+
+/* Wait for the payload writes of the batch, then fdatasync their segments. */
+void kvfs_commit_make_payloads_durable(struct kvfs *fs, struct op *batch)
+{
+	struct kvfs_commit *c = fs->commit;
+	struct kv_extent *exts = NULL;
+	struct op *o;
+	unsigned n = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	for (o = batch; o; o = o->next)
+		while (o->has_write && !o->written)
+			pthread_cond_wait(&c->io_cv, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	for (o = batch; o; o = o->next) {
+		if (!o->has_write || o->io.res < 0)
+			continue;
+		if (n == cap) {
+			struct kv_extent *ne;
+
+			cap = cap ? cap * 2 : 64;
+			ne = realloc(exts, cap * sizeof(*ne));
+			if (!ne) {
+				rc = -ENOMEM;
+				goto fail_all;
+			}
+			exts = ne;
+		}
+		exts[n++] = o->io.ext;
+	}
+	if (n == 0)
+		goto out;
+	rc = kv_store_sync(fs->store, exts, n);
+	if (rc == 0)
+		goto out;
+fail_all:
+	kv_log(KV_LOG_ERR, "syncing %u page payloads failed: %s", n, kv_strerror(rc));
+	for (o = batch; o; o = o->next)
+		if (o->has_write && o->io.res == 0)
+			o->io.res = rc;
+out:
+	free(exts);
+}
+
+static int put_dir_row(struct kv_manifest *m, const struct kv_node_info *n)
+{
+	if (n->kind == KV_KIND_MODEL) {
+		struct kv_model_rec r = { .ino = n->ino, .attr = n->attr, .geo = n->geo };
+
+		memcpy(r.name, n->name, sizeof(r.name));
+		return kv_manifest_put_model(m, &r);
+	}
+	struct kv_layer_rec r = { .ino = n->ino, .model_ino = n->parent,
+				  .layer = n->layer, .attr = n->attr };
+
+	memcpy(r.name, n->name, sizeof(r.name));
+	return kv_manifest_put_layer(m, &r);
+}
+
+static int apply_op(struct kvfs *fs, struct op *o)
+{
+	struct kv_manifest *m = fs->man;
+	struct kv_page_rec pr;
+	int rc;
+
+	switch (o->kind) {
+	case KVFS_OP_PUT_PAGE:
+		if (o->shares) {
+			rc = kv_manifest_ref_extent(m, o->node.extent_id, +1);
+			if (rc < 0)
+				return rc;
+		} else if (o->has_write) {
+			struct kv_extent_rec er = {
+				.id = o->node.extent_id, .ext = o->node.ext,
+				.refcount = 1,
+			};
+
+			memcpy(er.hash, o->node.hash, KV_HASH_LEN);
+			rc = kv_manifest_put_extent(m, &er);
+			if (rc < 0)
+				return rc;
+		}
+		kvfs_node_to_rec_page(fs, &o->node, &pr);
+		return kv_manifest_put_page(m, &pr);
+	case KVFS_OP_DEL_PAGE:
+		rc = kv_manifest_del_page(m, o->node.ino);
+		if (rc == 0 && o->drop_extent)
+			rc = kv_manifest_del_extent(m, o->node.extent_id);
+		else if (rc == 0 && o->unref_extent)
+			rc = kv_manifest_ref_extent(m, o->node.extent_id, -1);
+		return rc;
+	case KVFS_OP_PUT_MODEL:
+	case KVFS_OP_PUT_LAYER:
+		return put_dir_row(m, &o->node);
+	case KVFS_OP_DEL_MODEL:
+		return kv_manifest_del_model(m, o->node.ino);
+	case KVFS_OP_DEL_LAYER:
+		return kv_manifest_del_layer(m, o->node.ino);
+	}
+	return -EINVAL;
+}
+
+bool kvfs_commit_op_skipped(struct kvfs_commit *c, struct op *o)
+{
+	bool page = o->kind == KVFS_OP_PUT_PAGE || o->kind == KVFS_OP_DEL_PAGE;
+
+	return (o->has_write && o->io.res < 0) || (page && ino_failed(c, o->node.ino));
+}
+
+/* Pages whose payload never became durable are withdrawn before anything
+ * else in the batch is applied, so a later change to them in the same
+ * batch (a rename, a touch) is skipped rather than naming a missing row. */
+static void note_failed_writes(struct kvfs_commit *c, struct op *batch)
+{
+	struct op *o;
+
+	for (o = batch; o; o = o->next)
+		if (o->has_write && o->io.res < 0 && !ino_failed(c, o->node.ino))
+			remember_failed(c, o->node.ino);
+}
+
+/* A statement refused by a constraint is undone alone (SQLite's ABORT), the
+ * transaction goes on: one inconsistent change must not block every later
+ * one. I/O-type errors abort the whole batch, which is retried. */
+static bool error_is_permanent(int rc)
+{
+	return rc == -EEXIST || rc == -EINVAL || rc == -ENOTEMPTY || rc == -ENOENT;
+}
+
+/*
+ * Directory times change with every create, unlink and rename in them
+ * (kvfs_dir_changed, in the index). Rather than queue a row per change,
+ * each batch writes, once, the current times of every model or layer
+ * directory its ops changed: the row follows the ops that changed it, in
+ * the same transaction. A directory gone from the index (rmdir queued) is
+ * skipped: its row is being deleted.
+ */
+static int persist_dir_times(struct kvfs *fs, struct op *batch)
+{
+	uint64_t seen[16];
+	size_t nseen = 0, i;
+	struct kv_node_info d;
+	struct op *o;
+	int rc;
+
+	for (o = batch; o; o = o->next) {
+		if (o->kind == KVFS_OP_PUT_MODEL || o->kind == KVFS_OP_DEL_MODEL)
+			continue;     /* the root's times live in memory only */
+		for (i = 0; i < nseen && seen[i] != o->node.parent; i++)
+			;
+		if (i < nseen)
+			continue;
+		if (nseen < sizeof(seen) / sizeof(seen[0]))
+			seen[nseen++] = o->node.parent;
+		if (kv_index_get(fs->idx, o->node.parent, &d) < 0 ||
+		    (d.kind != KV_KIND_MODEL && d.kind != KV_KIND_LAYER))
+			continue;
+		rc = put_dir_row(fs->man, &d);
+		if (rc < 0 && !error_is_permanent(rc)) {
+			kv_log(KV_LOG_ERR, "manifest: times of directory %s: %s",
+			       d.name, kv_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The KV event records of the applied changes are numbered on from the
+ * last one published, and the last number commits with them (meta
+ * event_seq): the next mount continues from it, and a record is never
+ * numbered twice, whatever crash comes. Only the committer publishes, so
+ * the numbers are known before the commit.
+ */
+static int persist_event_seq(struct kvfs *fs, struct op *batch)
+{
+	uint64_t n = 0;
+	struct op *o;
+
+	for (o = batch; o; o = o->next)
+		if (o->ev_ok)
+			n += kvfs_event_count(o->ev);
+	if (!n)
+		return 0;
+	return kv_manifest_set_event_seq(fs->man, kvfs_events_last_seq(fs) + n);
+}
+
+int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped)
+{
+	struct op *o;
+	int rc;
+
+	note_failed_writes(fs->commit, batch);
+	rc = kv_manifest_begin(fs->man);
+	if (rc < 0)
+		return rc;
+	for (o = batch; o; o = o->next) {
+		o->ev_ok = false;     /* a retried batch counts afresh */
+		if (kvfs_commit_op_skipped(fs->commit, o))
+			continue;
+		rc = apply_op(fs, o);
+		if (rc == -ENOENT && o->kind != KVFS_OP_PUT_PAGE) {
+			kv_log(KV_LOG_WARN, "manifest: %s had no row to delete",
+			       o->node.name);
+			o->ev_ok = true;     /* gone from the namespace all the same */
+			continue;
+		}
+		if (rc < 0 && error_is_permanent(rc)) {
+			kv_log(KV_LOG_ERR, "manifest: change to %s (inode %llu) refused: %s; "
+			       "it is not durable and will not survive a restart",
+			       o->node.name, (unsigned long long)o->node.ino, kv_strerror(rc));
+			*dropped = o->seq;
+			continue;
+		}
+		if (rc < 0) {
+			kv_log(KV_LOG_ERR, "manifest: applying change to %s: %s",
+			       o->node.name, kv_strerror(rc));
+			kv_manifest_rollback(fs->man);
+			return rc;
+		}
+		o->ev_ok = true;
+	}
+	rc = persist_dir_times(fs, batch);
+	if (rc == 0)
+		rc = persist_event_seq(fs, batch);
+	if (rc == 0)
+		rc = kv_manifest_commit(fs->man);
+	if (rc < 0)
+		kv_manifest_rollback(fs->man);
+	return rc;
+}
+

@@ -1,0 +1,66 @@
+/*
+ * Private to the committer (engine/commit.c: the queue and the thread;
+ * engine/commit_batch.c: taking a batch off the queue and applying it to the
+ * manifest in one transaction).
+ */
+#ifndef KVFS_COMMIT_I_H
+#define KVFS_COMMIT_I_H
+
+#include "kvfs_i.h"
+
+struct op {
+	enum kvfs_op_kind kind;
+	uint64_t seq;
+	struct kv_node_info node;     /* snapshot when queued */
+	bool drop_extent;             /* DEL_PAGE: last reference to the extent */
+	bool unref_extent;            /* DEL_PAGE: others still share the extent */
+	bool with_next;               /* commit in the same transaction as the next op */
+	bool free_extent;             /* after_commit: punch node.ext once unlocked */
+	struct kvfs_event *ev;        /* KV event records it makes once durable */
+	bool ev_ok;                   /* applied in the transaction: publish ev */
+	/* new pages only */
+	bool new_page;                /* sealed page: its first row */
+	bool shares;                  /* ... naming an existing extent (dedup) */
+	struct kvfs_data *payload;
+	struct kv_io io;
+	bool has_write;
+	bool written;                 /* under commit.lock */
+	struct kvfs_commit *c;
+	struct op *next;
+};
+
+struct kvfs_commit {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv;       /* ops queued or stop requested */
+	pthread_cond_t io_cv;         /* a payload write completed */
+	pthread_cond_t done_cv;       /* committed_seq or fail_seq advanced */
+	struct op *head, **tail;
+	uint64_t next_seq;            /* seq of the next queued op */
+	uint64_t committed_seq;       /* every op <= this is durable (or failed) */
+	uint64_t fail_seq;            /* newest op that could not be made durable */
+	uint64_t *failed_inos;        /* withdrawn pages: later ops on them are skipped */
+	size_t nfailed;
+	bool pair_open;               /* last queued op waits for its partner */
+	unsigned groups;              /* open kvfs_commit_group_begin calls */
+	int64_t atime_flushed_ns;     /* committer thread only */
+	bool stop;
+	bool running;
+	_Atomic int last_err;         /* the last transaction's error, 0 once one commits */
+};
+
+/* Take up to max ops (and about max_bytes of payload) off the queue, in
+ * order, never splitting an atomic pair (commit.lock held). */
+struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
+				  uint64_t max_bytes);
+/* Put a batch back at the front of the queue (its transaction failed). */
+void kvfs_commit_requeue_batch(struct kvfs_commit *c, struct op *batch);
+/* Wait for the batch's payload writes, then fdatasync their segments. */
+void kvfs_commit_make_payloads_durable(struct kvfs *fs, struct op *batch);
+/* A page op whose payload or page failed: nothing of it is applied. */
+bool kvfs_commit_op_skipped(struct kvfs_commit *c, struct op *o);
+/* Apply the batch in one transaction; *dropped gets the seq of an op a
+ * constraint refused. 0, or the error that rolled the transaction back. */
+int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped);
+
+#endif

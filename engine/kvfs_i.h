@@ -1,0 +1,605 @@
+/*
+ * The engine's internal header, shared by its files and by the two front
+ * ends built on it (fast/, fuse/): struct kvfs ties the store (bytes), the
+ * manifest (durable page table) and the in-memory index (what is served)
+ * together into one filesystem. Nothing here knows FUSE; what the engine
+ * must tell a front end goes through struct kvfs_hooks. docs/modules.md
+ * maps the modules and which way each calls.
+ *
+ * LOCK ORDER (the one place it is written; every mutex of engine/, fast/
+ * and fuse/), outermost first:
+ *   kvfs.ns_lock   every namespace change (create, seal, rename, unlink,
+ *                  mkdir, rmdir, setxattr), the live-page table, and the
+ *                  order in which manifest operations are queued. Held only
+ *                  for in-memory work: never across I/O or a reply to a
+ *                  request.
+ *   commit.lock    the committer's queue (taken inside ns_lock when queuing).
+ *   index rwlock   inside kv_index_*; lookups take only this.
+ *   fh.lock        (fuse/ops_file.c) a reader's lazily loaded payload.
+ *   cap.lock       (engine/capacity.c) the evictor's state and LRU victims.
+ *   evf.lock       (fuse/events_file.c) parked reads and poll handles of
+ *                  MOUNT/.kvfs/events; the engine's events lock inside it.
+ *
+ * Leaves: nothing else is taken while one is held, so they may be taken
+ * inside anything above.
+ *   dirty.lock     (engine/dirty.c) the write-back budget
+ *   pins.lock      (engine/pin.c) running batches and deferred frees
+ *   ram tier lock  (engine/ramtier.c), prefetch queue lock (engine/prefetch.c)
+ *   events lock    (engine/events.c) the KV event ring and readers' cursors
+ *   executor lock  (fast/executor.c) its per-uid queues; jobs run outside it
+ *   read pipeline  (fast/fastread.c) a READ's producer/verifier handoff
+ *   regions lock   (fast/region.c) the region table; logging happens after it
+ *   notifier lock  (fuse/notifier.c) its FIFO of names; they are sent outside it
+ *   log limiter    (store/log.c) KV_LOG_LIMITED's windows
+ *   store and index locks below (store/, index/): taken only inside their
+ *                  own calls
+ *
+ * Waits that cross threads, and why none closes a cycle: a FUSE worker
+ * never waits for an executor job or the notifier (it queues and returns);
+ * the notifier waits in the kernel for a directory lock, whose holder waits
+ * only for a FUSE worker; an executor job may wait for the notifier (a
+ * REPLACE write, at most 5 s, through the names_sent hook), for the
+ * committer and for the write-back budget, none of which waits for an
+ * executor job while it holds the notifier up. The committer waits for
+ * pins (extent frees), which batches drop when their reads end, whatever
+ * else happens. The committer also calls the events_ready hook, which
+ * answers reads parked on MOUNT/.kvfs/events and sends their poll
+ * notifications: neither waits in the kernel (unlike the notifier's
+ * invalidations), so it never waits for a FUSE worker.
+ */
+#ifndef KVFS_I_H
+#define KVFS_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "index.h"
+#include "manifest.h"
+#include "store.h"
+#include "engine.h"
+
+/*
+ * A page payload in RAM, shared by reference between the writer, the
+ * committer and readers until the page is durable. bytes comes from
+ * kv_buf_get(cap) and goes back with kv_buf_put(bytes, cap). Bytes past
+ * size are undefined (buffers are reused, not zeroed): whoever grows size
+ * over bytes it does not write zeroes them (holes read as zeros), and a
+ * write of the footprint zeroes its padding first (kvfs_page_seal).
+ */
+struct kvfs_data {
+	atomic_int refs;
+	uint64_t size;    /* payload bytes */
+	uint64_t cap;     /* allocated bytes, KV_ALIGN multiple */
+	uint8_t *bytes;   /* KV_ALIGN aligned */
+};
+
+/* size 0, cap bytes (rounded up to KV_ALIGN) of undefined content */
+struct kvfs_data *kvfs_data_new(uint64_t cap);
+struct kvfs_data *kvfs_data_get(struct kvfs_data *d);
+void kvfs_data_put(struct kvfs_data *d);
+/* Grow to hold at least need bytes (keeps the first size bytes). */
+int kvfs_data_reserve(struct kvfs_data *d, uint64_t need);
+/* RAM a payload holds while it is kept: buffer and bookkeeping. */
+uint64_t kvfs_data_footprint(const struct kvfs_data *d);
+
+/*
+ * Runtime state of a page the kernel has open, or whose payload is in RAM
+ * waiting for the committer. Lives in kvfs.live (under ns_lock) and is freed
+ * when nothing needs it any more (kvfs_live_maybe_drop).
+ */
+struct kvfs_live {
+	uint64_t ino;
+	unsigned opens;             /* open file handles */
+	bool writing;               /* a writer handle exists and has not sealed */
+	bool flushed;               /* writer closed a descriptor since its last write */
+	bool unlinked;              /* gone from the namespace; info is the last copy */
+	bool free_on_close;         /* extent to be freed at the last close */
+	int write_err;              /* a write was refused: never seal this page */
+	uint64_t reserved;          /* space held for wbuf against the capacity */
+	uint64_t dirty;             /* bytes charged to the dirty budget */
+	bool dirty_sealed;          /* ... and they are draining (sealed) */
+	struct kvfs_data *wbuf;     /* being written (WRITING) */
+	struct kvfs_data *ram;      /* sealed payload not yet durable */
+	struct kv_node_info info;   /* valid when unlinked */
+	struct kvfs_live *hnext;
+};
+
+/*
+ * What the engine tells the front end that serves it (the FUSE daemon
+ * fills these; offline tools leave them NULL and nothing is told). Called
+ * with no engine lock held, from engine threads (the evictor, the
+ * committer) and from fast-path calls; none may block on a request.
+ */
+struct kvfs_hooks {
+	void *ctx;
+	/* A name a client may have cached is gone (evicted, or replaced by a
+	 * fast-path write): queue telling it. Never blocks. A ticket for
+	 * names_sent, 0 if nothing was queued. */
+	uint64_t (*name_gone)(void *ctx, uint64_t parent, const char *name);
+	/* Wait until every name up to ticket was told, at most timeout_ms: 0
+	 * or -ETIMEDOUT. Only from threads no request waits for. */
+	int (*names_sent)(void *ctx, uint64_t ticket, unsigned timeout_ms);
+	/* KV event records were published, or the stream closed. */
+	void (*events_ready)(void *ctx);
+};
+/* Install h (kept by reference: it must outlive the engine), or NULL. */
+void kvfs_set_hooks(struct kvfs *fs, const struct kvfs_hooks *h);
+uint64_t kvfs_hook_name_gone(struct kvfs *fs, uint64_t parent, const char *name);
+int kvfs_hook_names_sent(struct kvfs *fs, uint64_t ticket, unsigned timeout_ms);
+
+struct kvfs_commit;
+struct kvfs_ram;
+struct kvfs_prefetch;
+struct kvfs_cap;
+struct kvfs_regions;
+struct kvfs_events;
+
+/* Extent pins of fast-path batches (engine/pin.c). */
+struct kvfs_pin {
+	uint64_t seq;
+	struct kvfs_pin *prev, *next;
+};
+struct kvfs_deferred;
+struct kvfs_pins {
+	pthread_mutex_t lock;
+	uint64_t seq;                    /* last batch begun */
+	struct kvfs_pin *head, *tail;    /* running batches, oldest first */
+	struct kvfs_deferred *dhead, *dtail;  /* frees waiting for them */
+};
+
+/* Latency histogram: bucket i counts calls that took < 2^i microseconds
+ * (the last bucket: everything slower). Lock-free, engine/hist.c. */
+#define KVFS_HIST_BUCKETS 24
+struct kvfs_hist {
+	atomic_uint_fast64_t bucket[KVFS_HIST_BUCKETS];
+	atomic_uint_fast64_t count;
+	atomic_uint_fast64_t sum_ns;
+};
+void kvfs_hist_record(struct kvfs_hist *h, uint64_t ns);
+/* Upper bound of bucket i in seconds (+Inf for the last: returns 0). */
+double kvfs_hist_bound(unsigned i);
+
+struct kvfs_stats {
+	atomic_uint_fast64_t pages_sealed;
+	atomic_uint_fast64_t pages_lost;        /* write/sync failed after close */
+	atomic_uint_fast64_t commits;
+	atomic_uint_fast64_t bytes_written;
+	atomic_uint_fast64_t bytes_read_disk;
+	atomic_uint_fast64_t bytes_read_ram;
+	atomic_uint_fast64_t checksum_failures;
+	atomic_uint_fast64_t fast_batches;      /* fast-path READ calls */
+	atomic_uint_fast64_t fast_pages;        /* pages delivered by them */
+	atomic_uint_fast64_t bytes_read_fast;
+	atomic_uint_fast64_t fast_bounced;      /* pages copied through a bounce buffer */
+	atomic_uint_fast64_t fast_write_batches; /* fast-path WRITE calls */
+	atomic_uint_fast64_t fast_pages_written;
+	atomic_uint_fast64_t pages_deduped;     /* sealed pages that share an extent */
+	atomic_uint_fast64_t bytes_deduped;     /* payload bytes not written again */
+	atomic_uint_fast64_t dedup_mismatches;  /* same hash and length, other bytes */
+	atomic_uint_fast64_t bytes_accepted_fuse; /* payload sealed from FUSE writes */
+	atomic_uint_fast64_t bytes_accepted_fast; /* payload published by fast-path writes */
+	atomic_uint_fast64_t ssd_bytes_written;   /* extent footprints written (padding too) */
+	atomic_uint_fast64_t pages_read_disk;     /* pages served to readers from the device */
+	atomic_uint_fast64_t fast_refused;        /* fast-path calls refused as a whole */
+	struct kvfs_hist lat_read;      /* fast-path READ calls */
+	struct kvfs_hist lat_write;     /* fast-path WRITE calls */
+	struct kvfs_hist lat_lookup;    /* fast-path LOOKUP calls */
+	struct kvfs_hist lat_prefetch;  /* fast-path PREFETCH calls (queueing only) */
+};
+
+/* Write-back memory: payloads in RAM that are not durable yet (engine/dirty.c). */
+struct kvfs_dirty {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	uint64_t budget;
+	uint64_t filling;    /* charged by pages still being written */
+	uint64_t draining;   /* charged by sealed pages the committer will retire */
+	uint64_t waiting_held; /* filling bytes held by writers waiting in take */
+	uint64_t peak;       /* largest filling + draining seen */
+	uint64_t waits;      /* times a writer blocked on the budget */
+	uint64_t overruns;   /* charges let through with nothing draining */
+	uint64_t refused;    /* charges refused: nothing became durable for long */
+	int64_t drained_ns;  /* when sealed bytes were last given back */
+	int64_t refused_log_ns;
+};
+
+/* Room for the manifest on its filesystem (engine/headroom.c): the
+ * committer's, and the opening thread's before the committer starts. */
+struct kvfs_room {
+	uint64_t headroom;            /* bytes kept free there */
+	int64_t measured_ns;          /* when the manifest's size was last looked at */
+	bool shared;                  /* a stripe is on that filesystem */
+	bool reserve_held;            /* STORE/kvfs.reserve holds its blocks */
+	bool no_reserve;              /* the filesystem cannot preallocate one */
+};
+
+struct kvfs {
+	char *store_dir;
+	struct kvfs_store_lock lock;  /* STORE and STORE/kvfs.lock, flock'ed while open */
+	_Atomic int manifest_err;     /* the manifest is damaged: changes are refused */
+	_Atomic uint64_t lost_changes;  /* queued changes never committed (unmount gave up) */
+	_Atomic int64_t refused_log_ns; /* last "changes refused" log line */
+	struct kvfs_opts opts;
+	struct kv_store_meta meta;
+	struct kv_store *store;
+	struct kv_manifest *man;
+	char fault_spec[128];       /* last armed user.kvfs.fault (ns_lock) */
+	struct kv_index *idx;
+	struct kvfs_commit *commit;
+
+	pthread_mutex_t ns_lock;
+	pthread_cond_t seal_cv;       /* a page changed state (ns_lock) */
+	struct kvfs_live **live;      /* hash by ino (ns_lock) */
+	size_t live_buckets, nlive;
+	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
+
+	uint32_t mount_gen;           /* this mount's count (fast-path handles) */
+	struct kvfs_pins pins;
+	struct kvfs_regions *regions;  /* fast-path shared memory */
+	struct kvfs_dirty dirty;
+	struct kvfs_ram *ram;          /* RAM tier (engine/ramtier.c) */
+	struct kvfs_prefetch *prefetch; /* its loader thread (engine/prefetch.c) */
+	struct kvfs_cap *cap;          /* capacity and eviction (engine/capacity.c) */
+	struct kvfs_exec *exec;        /* runs fast-path calls (fast/executor.c); NULL offline */
+	struct kvfs_room room;         /* the manifest's headroom (engine/headroom.c) */
+	struct kvfs_events *events;    /* the KV event ring (engine/events.c) */
+	_Atomic(const struct kvfs_hooks *) hooks;  /* the front end's (may be NULL) */
+
+	struct kvfs_stats st;
+};
+
+/* ---- KV events (engine/events.c) ---- */
+enum kvfs_event_type {
+	KVFS_EV_NONE,
+	KVFS_EV_STORED,      /* a new page under a name that had none */
+	KVFS_EV_REMOVED,     /* unlinked, or renamed away from this name */
+	KVFS_EV_EVICTED,     /* removed by the capacity evictor or kvfs gc */
+	KVFS_EV_REPLACED,    /* a new page took the name of an existing one */
+};
+/* A change's record, captured when it is queued; a change may carry two
+ * (a rename: removed, then stored or replaced), linked by next. */
+struct kvfs_event {
+	enum kvfs_event_type type;
+	uint64_t size;
+	int64_t time_ns;             /* when the change was made */
+	char model[KV_NAME_MAX + 1];
+	char layer[KV_NAME_MAX + 1];
+	char name[KV_NAME_MAX + 1];
+	struct kvfs_event *next;
+};
+/* Record a change to page n, whose layer (n->parent) is still in the
+ * index: ns_lock held. Never fails (waits out a lack of memory). */
+struct kvfs_event *kvfs_event_capture(struct kvfs *fs, enum kvfs_event_type type,
+				      const struct kv_node_info *n);
+void kvfs_event_free(struct kvfs_event *chain);
+size_t kvfs_event_count(const struct kvfs_event *chain);
+/* A ring of ring records (at least 1); the first record gets last_seq + 1. */
+int kvfs_events_init(struct kvfs *fs, uint64_t last_seq, size_t ring);
+void kvfs_events_fini(struct kvfs *fs);
+/* The committer's thread only, once the changes are durable: number the
+ * records (in order) and append them; takes the chain. */
+void kvfs_events_publish(struct kvfs *fs, struct kvfs_event *chain);
+/* The newest record's seq (what meta event_seq holds once committed). */
+uint64_t kvfs_events_last_seq(struct kvfs *fs);
+/* The stream ends: readers get what is left, then end of file (the
+ * daemon is stopping); the front end's events_ready hook is told. */
+void kvfs_events_shutdown(struct kvfs *fs);
+/* A reader: its own cursor, from the oldest record kept (NULL: no memory). */
+struct kvfs_events_reader;
+struct kvfs_events_reader *kvfs_events_reader_new(struct kvfs *fs);
+void kvfs_events_reader_free(struct kvfs *fs, struct kvfs_events_reader *r);
+/* Has r something to take (records, an overflow, the end of the stream)? */
+bool kvfs_events_ready(struct kvfs *fs, const struct kvfs_events_reader *r);
+/* Copy up to size bytes of r's records into buf, advancing its cursor:
+ * whole records while they fit; a record longer than size goes in part
+ * and the rest comes next. 0 when there is nothing; *eof then tells the
+ * stream ended. Never blocks. */
+size_t kvfs_events_take(struct kvfs *fs, struct kvfs_events_reader *r, char *buf,
+			size_t size, bool *eof);
+struct kvfs_events_stats {
+	uint64_t last_seq;      /* newest record */
+	uint64_t retained;      /* records in the ring */
+	uint64_t readers;       /* opens of the file */
+	uint64_t missed;        /* records readers lost to overflow */
+	uint64_t overflows;     /* overflow records delivered */
+};
+void kvfs_events_stats(struct kvfs *fs, struct kvfs_events_stats *out);
+
+/* ---- live pages (caller holds ns_lock) ---- */
+struct kvfs_live *kvfs_live_find(struct kvfs *fs, uint64_t ino);
+struct kvfs_live *kvfs_live_get(struct kvfs *fs, uint64_t ino); /* find or create */
+/* Free the entry if it is idle; frees a pending extent when unlinked. */
+void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l);
+
+/* Node snapshot by inode, including unlinked-but-open pages. */
+int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
+int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
+/* A namespace change in directory ino: its mtime and ctime become now (in
+ * the index; the committer persists them with the batch, engine/commit.c).
+ * ns_lock held. */
+void kvfs_dir_changed(struct kvfs *fs, uint64_t ino);
+
+/* ---- dedup (engine/dedup.c) ---- */
+/* What sealing a payload will do, worked out before ns_lock is taken: its
+ * checksum, and a durable extent holding the very same bytes, if any. */
+struct kvfs_seal_plan {
+	struct kvfs_data *d;          /* the payload planned for (a reference) */
+	uint64_t size;
+	uint8_t hash[KV_HASH_LEN];
+	struct kv_extent_rec share;   /* id 0: no twin, write a new extent */
+};
+/* Hash d and look for a twin (reads and compares bytes; never under
+ * ns_lock). Takes over the caller's reference to d. */
+void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
+			 struct kvfs_seal_plan *p);
+void kvfs_seal_plan_clear(struct kvfs_seal_plan *p);
+/* Is plan p still about payload d as it is now? */
+bool kvfs_seal_plan_fits(const struct kvfs_seal_plan *p, const struct kvfs_data *d);
+
+/* ---- pages (engine/page.c) ---- */
+/* Seal the page being written through l: hash, share a twin extent or
+ * allocate and submit the write, queue the manifest row. plan (may be NULL)
+ * is used if it still fits l's payload. Caller holds ns_lock. */
+int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
+		   const struct kvfs_seal_plan *plan);
+/* Detach a page from the namespace (unlink or replaced by rename); frees its
+ * extent once the manifest forgot it and no one holds it open. why: the KV
+ * event its removal makes once durable (KVFS_EV_NONE when the change that
+ * follows, with_next, tells it: a replacement). ns_lock held. */
+int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next,
+		     enum kvfs_event_type why);
+/* Payload size allowed for pages under layer dir `parent` (geometry or max). */
+int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
+		    bool *exact);
+/* Give back the space a page being written held (ns_lock held). */
+void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
+/* Read a sealed page's whole payload, verified (write-back copy, RAM tier
+ * or disk; a disk read is kept in the RAM tier). */
+int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);
+/* A page on this extent with this mode is shared by several pages or
+ * pinned: kept longest by the RAM tier and evicted last for capacity. */
+bool kvfs_extent_protected(struct kvfs *fs, uint64_t extent_id, uint32_t mode);
+/* A page was read: note its access time for LRU eviction (cheap; the
+ * manifest learns it lazily, engine/capacity.c). */
+void kvfs_page_touch(struct kvfs *fs, const struct kv_node_info *n);
+
+/*
+ * Publish a page whose payload the daemon owns (the fast-path write): a new
+ * page named name in layer directory layer_ino, sealed at once (checksum,
+ * dedup, extent, write-behind, manifest row queued) and visible when this
+ * returns. d->size bytes; d's dirty charge of `charged` bytes (see
+ * kvfs_dirty_take) moves to the page and is given back when it is durable.
+ * An existing page of that name: -EEXIST, unless replace (then it is
+ * replaced atomically, as by rename(2)). -EISDIR/-EINVAL for a name that
+ * is a directory or not a valid page name, -EINVAL for a size the model
+ * geometry does not allow, -ENOSPC. On error nothing changed and the
+ * charge is still the caller's. Takes ns_lock itself (the dedup probe
+ * reads the disk before): never call it holding ns_lock. out (may be NULL)
+ * gets the new page's node.
+ */
+int kvfs_page_publish(struct kvfs *fs, uint64_t layer_ino, const char *name,
+		      const struct kv_obj_attr *attr, struct kvfs_data *d,
+		      uint64_t charged, bool replace, struct kv_node_info *out);
+
+/* ---- dirty budget (engine/dirty.c) ---- */
+void kvfs_dirty_init(struct kvfs *fs, uint64_t budget);
+void kvfs_dirty_fini(struct kvfs *fs);
+/* Charge bytes of write-back memory about to be filled; held: what the
+ * caller already holds for pages it has not sealed (its page so far, a
+ * batch's staged pages). Blocks until the charge fits; lets it through
+ * over the budget (an overrun, counted) only when waiting could not end:
+ * every byte being filled is held by writers waiting here, or nothing
+ * drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g. one
+ * thread writing two pages at once). 0, or -ENOSPC/-EIO (logged, nothing
+ * charged) when sealed pages wait but none became durable for 20 s: the
+ * manifest cannot commit. Never call it holding ns_lock. */
+int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
+/* bytes already charged now belong to a sealed page (filling -> draining). */
+void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
+/* Give a charge back (the page is durable, withdrawn or discarded). */
+void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed);
+/* Give back what live page l holds (any lock order: takes only dirty.lock). */
+void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l);
+
+/* ---- committer (engine/commit.c) ---- */
+enum kvfs_op_kind {
+	KVFS_OP_PUT_PAGE,     /* row for a page (new, renamed, attrs) */
+	KVFS_OP_DEL_PAGE,
+	KVFS_OP_PUT_MODEL,
+	KVFS_OP_DEL_MODEL,
+	KVFS_OP_PUT_LAYER,
+	KVFS_OP_DEL_LAYER,
+};
+
+int kvfs_commit_start(struct kvfs *fs);
+/* Commit everything queued, then stop the thread. */
+void kvfs_commit_stop(struct kvfs *fs);
+/* Queue a namespace row change (ns_lock held, so queue order = namespace
+ * order). ev (may be NULL; taken): records published once it committed. */
+void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n,
+			  struct kvfs_event *ev);
+/* with_next: the next queued op belongs to the same atomic change (a rename
+ * replacing this page) and must commit in the same transaction. drop_extent:
+ * it was the extent's last page; unref: other pages still share the extent
+ * (dedup), so its refcount goes down by one. */
+void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
+			  bool drop_extent, bool unref, bool with_next,
+			  enum kvfs_event_type ev);
+void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
+void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
+/* Queue a newly sealed page: submits the write of payload to n->ext now,
+ * the row follows once the data is synced. Takes a reference on payload.
+ * shared: n->ext is an existing durable extent (dedup): nothing is written,
+ * the row adds a reference to it. ev: KVFS_EV_STORED or KVFS_EV_REPLACED.
+ * -ENOMEM: nothing was queued. */
+int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
+			 struct kvfs_data *payload, bool shared,
+			 enum kvfs_event_type ev);
+/* The last queued op promised a partner (with_next) that will not come. */
+void kvfs_commit_pair_abandon(struct kvfs *fs);
+/* Everything queued between begin and end commits in one transaction (a
+ * fast-path write's chunk of pages). Never wait for the committer (the
+ * write-back budget, a commit mark) in between: it waits for the end.
+ * Nests; end takes ns_lock, so call both without it. */
+void kvfs_commit_group_begin(struct kvfs *fs);
+void kvfs_commit_group_end(struct kvfs *fs);
+/* A point to wait from: take it before queueing what the caller will wait for. */
+uint64_t kvfs_commit_mark(struct kvfs *fs);
+/* Wait until every operation queued before this call is durable. 0, or -EIO
+ * if one queued after mark could not be made durable, or if nothing at all
+ * was committed for 60 s (the committer is stuck on its disk; logged). */
+int kvfs_commit_wait_all(struct kvfs *fs, uint64_t mark);
+/* The error of the last manifest transaction if it failed (the committer
+ * is retrying it), else 0. */
+int kvfs_commit_failing(struct kvfs *fs);
+
+/* ---- fast-path pins (engine/pin.c) ---- */
+void kvfs_pins_init(struct kvfs_pins *p);
+/* Free whatever is still deferred (no batch may be running). */
+void kvfs_pins_fini(struct kvfs *fs);
+/* A batch is about to resolve names to extents and read them. */
+void kvfs_pin_begin(struct kvfs *fs, struct kvfs_pin *pin);
+void kvfs_pin_end(struct kvfs *fs, struct kvfs_pin *pin);
+/* Free an extent no manifest row refers to any more, once no batch that
+ * may have resolved it is running. Returns kv_extent_free's result, or 0
+ * when deferred (-ENOMEM: not deferred; the space leaks until remount). */
+int kvfs_extent_release(struct kvfs *fs, const struct kv_extent *e);
+
+/* ---- RAM tier (engine/ramtier.c) ---- */
+struct kvfs_ram_stats {
+	uint64_t budget;              /* bytes; 0: the tier is off */
+	uint64_t pages, bytes;        /* resident payloads and their bytes */
+	uint64_t protected_pages;     /* ... of them shared or pinned (evicted last) */
+	uint64_t hits, misses;        /* lookups by both read paths */
+	uint64_t promotions;          /* payloads read from the SSD and kept */
+	uint64_t kept_written;        /* payloads kept when their write became durable */
+	uint64_t prefetched;          /* payloads loaded by PREFETCH */
+	uint64_t prefetch_used;       /* ... of them read at least once afterwards */
+	uint64_t prefetch_dropped;    /* PREFETCH pages not loaded (queue full, error) */
+	uint64_t evictions;           /* payloads dropped for the budget */
+};
+void kvfs_ram_stats(struct kvfs *fs, struct kvfs_ram_stats *out);
+/* How a payload came to the tier (for the counters). */
+enum kvfs_ram_origin { KVFS_RAM_READ, KVFS_RAM_WRITTEN, KVFS_RAM_PREFETCH };
+int kvfs_ram_init(struct kvfs *fs, uint64_t budget);
+void kvfs_ram_fini(struct kvfs *fs);
+/* The payload of extent id if resident (a reference; counts a hit or a
+ * miss), else NULL. Only verified payloads are ever put. */
+struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id);
+bool kvfs_ram_has(struct kvfs *fs, uint64_t id);   /* no counting */
+/* Worth a copy into the tier? True on extent id's second miss in a while
+ * (ids are remembered lossily): a single pass over pages the engine
+ * already holds copies nothing. */
+bool kvfs_ram_admit(struct kvfs *fs, uint64_t id);
+/* Keep payload d (verified, immutable from now on) of extent id; takes its
+ * own reference. protect: shared or pinned, evicted last. */
+void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
+		  bool protect, enum kvfs_ram_origin origin);
+/* Move a resident payload to the protected list or back (pinning). */
+void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect);
+/* Extent id is gone: drop its payload. */
+void kvfs_ram_drop(struct kvfs *fs, uint64_t id);
+void kvfs_ram_prefetch_dropped(struct kvfs *fs, uint64_t pages);
+
+/* ---- RAM tier loader (engine/prefetch.c) ---- */
+struct kvfs_prefetch_page {
+	uint64_t extent_id;
+	struct kv_extent ext;
+	uint8_t hash[KV_HASH_LEN];
+	uint64_t size;
+	bool protect;
+};
+int kvfs_prefetch_start(struct kvfs *fs);
+void kvfs_prefetch_stop(struct kvfs *fs);
+/* Queue a durable page for loading into the RAM tier; false if it was not
+ * queued (no tier, or the queue already holds the tier's budget). */
+bool kvfs_prefetch_queue(struct kvfs *fs, const struct kvfs_prefetch_page *pg);
+
+/* ---- the manifest's filesystem (engine/headroom.c) ---- */
+/* Before the manifest opens: if the store directory's filesystem is full,
+ * give up the reserve (logged) so that SQLite has room to open. */
+void kvfs_reserve_before_open(const char *dir);
+/* The store is open: keep headroom on the manifest's filesystem where a
+ * stripe shares it, make the reserve if there is room. 0 or -errno. */
+int kvfs_room_start(struct kvfs *fs);
+/* Committer, after a commit: re-measure the headroom (at most once a
+ * second) and make the reserve again once there is room for it. */
+void kvfs_room_tick(struct kvfs *fs);
+/* Committer, a commit failed with ENOSPC: give up the reserve (logged).
+ * True if it held space, so that a retry at once may succeed. */
+bool kvfs_room_release(struct kvfs *fs);
+
+/* ---- capacity (engine/capacity.c) ---- */
+struct kvfs_cap_stats {
+	uint64_t capacity;            /* physical byte budget; 0: none */
+	uint64_t high, low;           /* eviction watermarks, bytes */
+	bool authoritative;           /* ENOSPC instead of eviction */
+	uint64_t used;                /* physical bytes held by extents */
+	uint64_t reserved;            /* held for pages being written */
+	uint64_t evictions;           /* pages evicted */
+	uint64_t evicted_shared;      /* ... of them shared or pinned */
+	uint64_t evicted_bytes;       /* physical bytes those evictions freed */
+	uint64_t eviction_runs;
+	uint64_t space_waits;         /* writers that waited for eviction */
+	uint64_t enospc;              /* writes refused for space */
+};
+void kvfs_cap_stats(struct kvfs *fs, struct kvfs_cap_stats *out);
+/* Set up the budget from the store's meta and the mount options, and start
+ * the evictor in cache mode. -EINVAL for watermarks that make no sense. */
+int kvfs_cap_start(struct kvfs *fs);
+void kvfs_cap_stop(struct kvfs *fs);    /* before the committer stops */
+void kvfs_cap_free(struct kvfs *fs);    /* after it stopped */
+/*
+ * A writer is about to need `bytes` more. In cache mode past the high
+ * watermark, wake the evictor; if the bytes would not fit under the
+ * capacity, wait for it to make room. -ENOSPC if they still do not fit
+ * and nothing is left to evict (every page held open, none draining), or
+ * after 30 s; 0 otherwise (then a check under ns_lock still decides: the
+ * room may be taken meanwhile, so callers retry). Never call with ns_lock
+ * held.
+ */
+int kvfs_space_wait(struct kvfs *fs, uint64_t bytes);
+/* A check under ns_lock found no room after kvfs_space_wait said there
+ * was: wait for one more eviction run. 0: worth another try; -ENOSPC: not
+ * cache mode, or nothing is left to evict. */
+int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes);
+void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space */
+/*
+ * Evict durable pages nobody holds open, least recently used first
+ * (shared and pinned last): until usage is at most target bytes, or, with
+ * older_than_ns, every such page last read before that time (target is
+ * then ignored). *pages (may be NULL) gets how many went. Waits until their
+ * space is free. 0, or the error of a commit of their deletes (logged):
+ * those pages are gone from the namespace but not yet durably deleted, and
+ * nothing more is evicted. Never call with ns_lock held.
+ */
+int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
+	       uint64_t *pages);
+/* Write access times that changed since the last flush to the manifest
+ * (the committer's thread only: it owns the manifest connection). */
+void kvfs_atime_flush(struct kvfs *fs);
+
+/* ---- helpers ---- */
+int64_t kvfs_now_ns(void);
+/*
+ * Once the committer has found the manifest damaged (KV_ERR_CORRUPT), no
+ * change can become durable: every namespace change and write is refused
+ * with EIO (logged at most once a minute) rather than acknowledged and then
+ * lost. kvfs_manifest_damaged records it; kvfs_changes_refused is 0 or
+ * -EIO.
+ */
+void kvfs_manifest_damaged(struct kvfs *fs, int err);
+int kvfs_changes_refused(struct kvfs *fs);
+void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
+			   struct kv_page_rec *r);
+
+/* engine/fault.c: user.kvfs.fault on the root (-o fault_injection only).
+ * set: arm the store's or the manifest's fault seam from a spec (-EPERM
+ * without the option, -EINVAL for a bad spec, logged); get: the last spec
+ * armed, or -ENODATA without the option. */
+int kvfs_fault_set(struct kvfs *fs, const char *value, size_t size);
+int kvfs_fault_get(struct kvfs *fs, char *out, size_t len);
+
+#endif

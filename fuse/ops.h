@@ -1,0 +1,87 @@
+/*
+ * The FUSE edge: low-level operation handlers. Each converts the core's
+ * 0/-errno (or KV_ERR_*) results into fuse_reply_* calls; nothing below
+ * this layer includes a FUSE header.
+ */
+#ifndef KVFS_OPS_H
+#define KVFS_OPS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include "geometry_text.h"
+#include "kvfs_i.h"
+
+extern const struct fuse_lowlevel_ops kvfs_ops;
+
+/*
+ * The control directory MOUNT/.kvfs and its read-only files (fuse/ctl.c):
+ * inode numbers at the top of the range, which the index's counter never
+ * reaches, so they cannot collide with a page and are never looked up in
+ * the index.
+ */
+#define KVFS_CTL_NAME ".kvfs"
+#define KVFS_INO_CTL (UINT64_MAX - 15)
+#define KVFS_INO_STATS (KVFS_INO_CTL + 1)
+#define KVFS_INO_METRICS (KVFS_INO_CTL + 2)
+#define KVFS_INO_EVENTS (KVFS_INO_CTL + 3)
+static inline bool kvfs_ino_virtual(uint64_t ino)
+{
+	return ino >= KVFS_INO_CTL;
+}
+
+static inline struct kvfs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* Reply with a core return code converted to errno. */
+void kvfs_reply_err(fuse_req_t req, int rc);
+void kvfs_fill_stat(struct kvfs *fs, const struct kv_node_info *n, struct stat *st);
+void kvfs_fill_entry(struct kvfs *fs, const struct kv_node_info *n,
+		     struct fuse_entry_param *e);
+int kvfs_check_name(const char *name);
+
+/* Open-file state kept in fi->fh. */
+struct kvfs_fh {
+	uint64_t ino;
+	bool writer;
+	bool sealed;                /* writer: sealed by fsync */
+	pthread_mutex_t lock;
+	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
+};
+
+/* fuse/ops_file.c */
+void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode, struct fuse_file_info *fi);
+void kvfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		  struct fuse_file_info *fi);
+void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+		   off_t off, struct fuse_file_info *fi);
+void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		   struct fuse_file_info *fi);
+int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
+
+/* fuse/fast_front.c: KVFS_IOC_* handed to the fast path (fast/fast.h) */
+void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		   struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		   size_t in_bufsz, size_t out_bufsz);
+
+/* fuse/xattr.c */
+void kvfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		      const char *value, size_t size, int flags);
+void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+/* kvfs_geometry_parse / kvfs_geometry_format: engine/geometry_text.c */
+
+/* ops_times.c: a setattr's times, checked (-EOVERFLOW outside int64 ns,
+ * before anything changes), then set with ctime (cannot fail after the
+ * check). */
+int kvfs_check_times(const struct stat *a, int valid, fuse_ino_t ino);
+void kvfs_set_times(struct kv_node_info *n, const struct stat *a, int valid);
+
+#endif

@@ -1,0 +1,172 @@
+/*
+ * The engine stands alone: this program links every object of engine/
+ * (link_whole) with store/ and index/ only, no fast/, no fuse/, no libfuse,
+ * so any call from the engine up into a front end fails to link. It then
+ * opens stores the way offline tools and the daemon do and checks which
+ * threads each way starts (by their names, /proc/self/task/N/comm).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kvfs_i.h"
+#include "kvfs_ioctl.h"
+
+struct fixture {
+	char dir[64];
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char store[128];
+
+	if (!f)
+		return -1;
+	/* /var/tmp, not /tmp: the store opens its segments with O_DIRECT. */
+	strcpy(f->dir, "/var/tmp/kvfs-test-engine-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(store, sizeof(store), "%s/store", f->dir);
+	if (kvfs_mkfs(store, &(struct kvfs_mkfs_opts){ .capacity = 64ull << 20,
+						      .segment_size = 16ull << 20 }) < 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+	if (system(cmd) != 0)
+		return -1;
+	free(f);
+	return 0;
+}
+
+/* How many of this process's threads are named name (prefix "": how
+ * many are not named kvfs-*, the main thread included). */
+static int count_threads(const char *name, bool unnamed)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	char path[300], comm[32];
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		FILE *fp;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		fp = fopen(path, "r");
+		if (!fp)
+			continue;     /* the thread just ended */
+		if (fgets(comm, sizeof(comm), fp)) {
+			comm[strcspn(comm, "\n")] = '\0';
+			n += unnamed ? strncmp(comm, "kvfs-", 5) != 0 : !strcmp(comm, name);
+		}
+		fclose(fp);
+	}
+	closedir(d);
+	return n;
+}
+
+static int threads_named(const char *name)
+{
+	return count_threads(name, false);
+}
+
+/* A new thread names itself when it first runs: wait (at most 5 s) until
+ * only the main thread is without a kvfs-* name. */
+static void threads_settle(void)
+{
+	for (int i = 0; i < 500 && count_threads("", true) > 1; i++)
+		usleep(10000);
+	assert_int_equal(count_threads("", true), 1);
+}
+
+static struct kvfs *open_store(struct fixture *f, bool offline)
+{
+	struct kvfs_opts o;
+	struct kvfs *fs = NULL;
+	char store[128];
+
+	kvfs_opts_default(&o);
+	o.offline = offline;
+	snprintf(store, sizeof(store), "%s/store", f->dir);
+	assert_int_equal(kvfs_open(store, &o, &fs), 0);
+	assert_non_null(fs);
+	threads_settle();
+	return fs;
+}
+
+/* A tool (kvfs gc): the committer, no evictor, no RAM tier loader; never
+ * the fast path's threads, which only fast/ starts. */
+static void offline_open_starts_only_the_committer(void **state)
+{
+	struct kvfs *fs = open_store(*state, true);
+
+	assert_int_equal(threads_named("kvfs-commit"), 1);
+	assert_int_equal(threads_named("kvfs-evict"), 0);
+	assert_int_equal(threads_named("kvfs-prefetch"), 0);
+	assert_int_equal(threads_named("kvfs-reaper"), 0);
+	assert_int_equal(threads_named("kvfs-fast"), 0);
+	assert_int_equal(kvfs_close(fs), 0);
+	assert_int_equal(threads_named("kvfs-commit"), 0);
+}
+
+/* What the daemon opens: the cache-mode evictor and the loader as well,
+ * and still nothing of the fast path's. */
+static void serving_open_starts_the_engine_threads(void **state)
+{
+	struct kvfs *fs = open_store(*state, false);
+
+	assert_int_equal(threads_named("kvfs-commit"), 1);
+	assert_int_equal(threads_named("kvfs-evict"), 1);
+	assert_int_equal(threads_named("kvfs-prefetch"), 1);
+	assert_int_equal(threads_named("kvfs-reaper"), 0);
+	assert_int_equal(threads_named("kvfs-fast"), 0);
+	assert_int_equal(kvfs_close(fs), 0);
+	assert_int_equal(threads_named("kvfs-evict") + threads_named("kvfs-prefetch") +
+			 threads_named("kvfs-commit"), 0);
+}
+
+/* Offline gc on an empty store evicts nothing and succeeds without the
+ * evictor thread or any front end's hooks. */
+static void offline_gc_runs_without_hooks(void **state)
+{
+	struct kvfs *fs = open_store(*state, true);
+	struct kvfs_gc_arg a = { .abi = KVFS_ABI_VERSION, .flags = KVFS_GC_TARGET,
+				 .target_bytes = 0 };
+
+	assert_int_equal(kvfs_gc(fs, &a), 0);
+	assert_int_equal(a.pages, 0);
+	assert_true(a.used_after <= a.used_before);
+	assert_int_equal(kvfs_close(fs), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(offline_open_starts_only_the_committer,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(serving_open_starts_the_engine_threads,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(offline_gc_runs_without_hooks,
+						setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
