@@ -15,7 +15,7 @@
  * the committer like any other, and its extent is freed once the delete
  * is durable and no reader or fast-path batch holds it. Access times
  * order the victims; they live in the index and reach the manifest
- * lazily (kvfs_atime_flush, from the committer every ATIME_FLUSH_SECS and
+ * lazily (atime_flush, the committer's idle work every ATIME_FLUSH_SECS and
  * at unmount), so LRU order survives a restart without a write per read.
  */
 #include <errno.h>
@@ -538,17 +538,6 @@ int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes)
 	return full ? -ENOSPC : 0;
 }
 
-void kvfs_space_refused(struct kvfs *fs)
-{
-	struct kvfs_cap *c = fs->cap;
-
-	if (!c)
-		return;
-	pthread_mutex_lock(&c->lock);
-	c->st.enospc++;
-	pthread_mutex_unlock(&c->lock);
-}
-
 /* ---- lazy access times ---- */
 
 struct touched {
@@ -595,7 +584,7 @@ static int write_touched(struct kvfs *fs, const struct touched *t)
 	return rc;
 }
 
-void kvfs_atime_flush(struct kvfs *fs)
+static void atime_flush(struct kvfs *fs)
 {
 	struct kvfs_cap *c = fs->cap;
 	struct touched t = { 0 };
@@ -647,6 +636,9 @@ int kvfs_cap_start(struct kvfs *fs)
 	pthread_cond_init(&c->room_cv, NULL);
 	c->atime_flushed_ns = kvfs_now_ns();   /* the manifest has all before */
 	fs->cap = c;
+	/* The committer's thread owns the manifest connection: it writes the
+	 * access times when it has nothing else to do. */
+	kvfs_commit_set_idle_work(fs, atime_flush);
 	rc = cap_limits(fs, c);
 	if (rc == 0 && evicting(fs) && !fs->opts.offline) {
 		rc = -pthread_create(&c->thread, NULL, evictor, fs);
@@ -696,6 +688,7 @@ void kvfs_cap_stats(struct kvfs *fs, struct kvfs_cap_stats *out)
 	pthread_mutex_lock(&c->lock);
 	*out = c->st;
 	pthread_mutex_unlock(&c->lock);
+	out->enospc = atomic_load(&fs->st.space_refused);
 	out->reserved = usage_now(fs, &used) - used;
 	out->used = used;
 }

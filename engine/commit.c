@@ -127,10 +127,11 @@ void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n,
 
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
 			  bool drop_extent, bool unref, bool with_next,
-			  enum kvfs_event_type ev)
+			  enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable)
 {
 	struct op *o = op_new_retry(KVFS_OP_DEL_PAGE, n);
 
+	o->on_durable = on_durable;
 	if (ev != KVFS_EV_NONE)
 		o->ev = kvfs_event_capture(fs, ev, n);
 	o->drop_extent = drop_extent;
@@ -179,7 +180,7 @@ void kvfs_commit_pair_abandon(struct kvfs *fs)
 
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 			 struct kvfs_data *payload, bool shared,
-			 enum kvfs_event_type ev)
+			 enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable)
 {
 	struct kvfs_commit *c = fs->commit;
 	struct op *o = op_new(KVFS_OP_PUT_PAGE, n);
@@ -187,6 +188,7 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 
 	if (!o)
 		return -ENOMEM;
+	o->on_durable = on_durable;
 	o->ev = kvfs_event_capture(fs, ev, n);
 	o->new_page = true;
 	o->payload = kvfs_data_get(payload);
@@ -225,81 +227,6 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 
 /* ---- the committer thread ---- */
 
-/* A page whose payload never became durable: withdraw it (rule 6). */
-static void withdraw_page(struct kvfs *fs, struct op *o)
-{
-	struct kv_node_info cur;
-	struct kvfs_live *l;
-	uint32_t count;
-
-	kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload failed: %s",
-	       o->node.name, (unsigned long long)o->node.ino, kv_strerror(o->io.res));
-	atomic_fetch_add(&fs->st.pages_lost, 1);
-	if (kv_index_get(fs->idx, o->node.ino, &cur) == 0 &&
-	    cur.extent_id == o->node.extent_id) {
-		kv_index_remove(fs->idx, o->node.ino);
-		kv_index_extent_ref(fs->idx, o->node.extent_id, -1, &count);
-	}
-	l = kvfs_live_find(fs, o->node.ino);
-	if (l)
-		kvfs_dirty_give_live(fs, l);
-	if (l && l->opens) {
-		/* A reader still holds it: the bytes are freed at its last close. */
-		l->unlinked = true;
-		l->info = o->node;
-		l->free_on_close = true;
-		kvfs_data_put(l->ram);
-		l->ram = NULL;
-		return;
-	}
-	if (l) {
-		kvfs_data_put(l->ram);
-		l->ram = NULL;
-		kvfs_live_maybe_drop(fs, l);
-	}
-	o->free_extent = true;
-}
-
-/* A new page's row is durable: drop its RAM copy, mark it durable. */
-static void page_now_durable(struct kvfs *fs, struct op *o)
-{
-	struct kv_node_info cur, upd;
-	struct kvfs_live *l;
-
-	if (o->has_write)   /* its row is committed: now it may be shared */
-		kv_index_extent_durable(fs->idx, o->node.extent_id);
-	if (kv_index_get(fs->idx, o->node.ino, &cur) == 0 &&
-	    cur.extent_id == o->node.extent_id) {
-		upd = cur;
-		upd.state = KV_PAGE_DURABLE;
-		kv_index_update(fs->idx, o->node.ino, &upd, KV_UPD_STATE);
-	}
-	l = kvfs_live_find(fs, o->node.ino);
-	if (l) {
-		/* Just written, likely read soon (a shared prefix's next
-		 * request): the payload moves to the RAM tier, no copy. */
-		if (o->has_write && l->ram && !l->unlinked)
-			kvfs_ram_put(fs, o->node.extent_id, l->ram, false,
-				     KVFS_RAM_WRITTEN);
-		kvfs_data_put(l->ram);
-		l->ram = NULL;
-		kvfs_dirty_give_live(fs, l);
-		kvfs_live_maybe_drop(fs, l);
-	}
-}
-
-/* Rows deleted: the extent may be reused once no reader holds the page. */
-static void extent_now_unreferenced(struct kvfs *fs, struct op *o)
-{
-	struct kvfs_live *l = kvfs_live_find(fs, o->node.ino);
-
-	if (l && (l->opens || l->ram)) {
-		l->free_on_close = true;
-		return;
-	}
-	o->free_extent = true;
-}
-
 /* Punching holes is disk I/O: done after ns_lock is released, so namespace
  * operations never wait behind a bulk delete. */
 static void free_extents(struct kvfs *fs, struct op *batch)
@@ -325,14 +252,28 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 
 	pthread_mutex_lock(&fs->ns_lock);
 	for (o = batch; o; o = o->next) {
-		if (o->has_write && o->io.res < 0)
-			withdraw_page(fs, o);
-		else if (kvfs_commit_op_skipped(c, o))
+		struct kvfs_durable d = { .node = &o->node, .wrote = o->has_write };
+		bool failed = o->has_write && o->io.res < 0;
+
+		if (failed) {
+			/* Rule 6: the page is withdrawn, its row never written. */
+			kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload "
+			       "failed: %s", o->node.name, (unsigned long long)o->node.ino,
+			       kv_strerror(o->io.res));
+			atomic_fetch_add(&fs->st.pages_lost, 1);
+			d.err = o->io.res;
+		} else if (kvfs_commit_op_skipped(c, o)) {
 			continue;
-		else if (o->new_page)
-			page_now_durable(fs, o);
-		else if (o->kind == KVFS_OP_DEL_PAGE && o->drop_extent)
-			extent_now_unreferenced(fs, o);
+		} else if (o->has_write) {
+			/* Its row is committed: now the extent may be shared. */
+			kv_index_extent_durable(fs->idx, o->node.extent_id);
+		}
+		if (o->on_durable) {
+			o->on_durable(fs, &d);
+			o->free_extent = d.free_extent;
+		} else if (failed) {
+			o->free_extent = true;    /* nobody else knows of its bytes */
+		}
 	}
 	pthread_cond_broadcast(&fs->seal_cv);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -418,10 +359,18 @@ static uint64_t commit_bytes_max(const struct kvfs *fs)
 	return b ? b : 1;
 }
 
-static void flush_atimes(struct kvfs *fs)
+static void idle_work(struct kvfs *fs)
 {
-	kvfs_atime_flush(fs);
+	kvfs_idle_fn *fn = atomic_load(&fs->commit->idle_work);
+
+	if (fn)
+		fn(fs);
 	fs->commit->atime_flushed_ns = kvfs_now_ns();
+}
+
+void kvfs_commit_set_idle_work(struct kvfs *fs, kvfs_idle_fn *fn)
+{
+	atomic_store(&fs->commit->idle_work, fn);
 }
 
 /* Wait for work, at most ATIME_FLUSH_SECS (commit.lock held). */
@@ -454,7 +403,7 @@ static void *committer(void *arg)
 		if (!c->head) {
 			pthread_mutex_unlock(&c->lock);
 			/* Idle: the access times readers left in the index. */
-			flush_atimes(fs);
+			idle_work(fs);
 			kvfs_room_tick(fs);
 			if (c->stop)
 				break;
@@ -508,7 +457,7 @@ static void *committer(void *arg)
 		kvfs_room_tick(fs);
 		/* Busy for long: flush between batches all the same. */
 		if (kvfs_now_ns() - c->atime_flushed_ns > ATIME_FLUSH_SECS * 1000000000ll)
-			flush_atimes(fs);
+			idle_work(fs);
 	}
 	return NULL;
 }

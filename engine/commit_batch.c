@@ -32,6 +32,18 @@ static void remember_failed(struct kvfs_commit *c, uint64_t ino)
 	c->failed_inos[c->nfailed++] = ino;
 }
 
+/* A page row as the manifest stores it. */
+static void node_to_rec_page(const struct kv_node_info *n, struct kv_page_rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->ino = n->ino;
+	r->layer_ino = n->parent;
+	memcpy(r->name, n->name, sizeof(r->name));
+	r->extent_id = n->extent_id;
+	r->size = n->size;
+	r->attr = n->attr;
+}
+
 /* Take up to max ops off the queue, keeping their order and never splitting
  * an atomic pair (the delete of a page a rename replaces, and the move). */
 static uint64_t op_bytes(const struct op *o)
@@ -157,7 +169,7 @@ static int apply_op(struct kvfs *fs, struct op *o)
 			if (rc < 0)
 				return rc;
 		}
-		kvfs_node_to_rec_page(fs, &o->node, &pr);
+		node_to_rec_page(&o->node, &pr);
 		return kv_manifest_put_page(m, &pr);
 	case KVFS_OP_DEL_PAGE:
 		rc = kv_manifest_del_page(m, o->node.ino);

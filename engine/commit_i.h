@@ -17,6 +17,7 @@ struct op {
 	bool with_next;               /* commit in the same transaction as the next op */
 	bool free_extent;             /* after_commit: punch node.ext once unlocked */
 	struct kvfs_event *ev;        /* KV event records it makes once durable */
+	kvfs_on_durable_fn *on_durable; /* the queuer's: what durability means to it */
 	bool ev_ok;                   /* applied in the transaction: publish ev */
 	/* new pages only */
 	bool new_page;                /* sealed page: its first row */
@@ -43,7 +44,8 @@ struct kvfs_commit {
 	size_t nfailed;
 	bool pair_open;               /* last queued op waits for its partner */
 	unsigned groups;              /* open kvfs_commit_group_begin calls */
-	int64_t atime_flushed_ns;     /* committer thread only */
+	int64_t atime_flushed_ns;     /* committer thread only: last idle work */
+	_Atomic(kvfs_idle_fn *) idle_work;
 	bool stop;
 	bool running;
 	_Atomic int last_err;         /* the last transaction's error, 0 once one commits */

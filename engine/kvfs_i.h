@@ -183,6 +183,7 @@ struct kvfs_stats {
 	atomic_uint_fast64_t ssd_bytes_written;   /* extent footprints written (padding too) */
 	atomic_uint_fast64_t pages_read_disk;     /* pages served to readers from the device */
 	atomic_uint_fast64_t fast_refused;        /* fast-path calls refused as a whole */
+	atomic_uint_fast64_t space_refused;       /* writes refused for space (ENOSPC) */
 	struct kvfs_hist lat_read;      /* fast-path READ calls */
 	struct kvfs_hist lat_write;     /* fast-path WRITE calls */
 	struct kvfs_hist lat_lookup;    /* fast-path LOOKUP calls */
@@ -416,6 +417,23 @@ enum kvfs_op_kind {
 int kvfs_commit_start(struct kvfs *fs);
 /* Commit everything queued, then stop the thread. */
 void kvfs_commit_stop(struct kvfs *fs);
+/*
+ * What became of a queued page operation, told to the on_durable callback
+ * its queuer gave: on the committer's thread, under ns_lock, after the
+ * transaction holding its row committed, or once its payload write failed
+ * (err < 0: nothing of it was applied, and no row will ever name it). The
+ * committer knows nothing of what a page is to its users (the live table,
+ * the RAM tier, the write-back budget): the callback does that work.
+ */
+struct kvfs_durable {
+	const struct kv_node_info *node;  /* as queued */
+	int err;                          /* 0, or the payload write's error */
+	bool wrote;                       /* its payload was written (not shared) */
+	bool free_extent;                 /* out: punch node->ext once ns_lock is
+	                                   * dropped (deferred behind running pins) */
+};
+typedef void kvfs_on_durable_fn(struct kvfs *fs, struct kvfs_durable *d);
+
 /* Queue a namespace row change (ns_lock held, so queue order = namespace
  * order). ev (may be NULL; taken): records published once it committed. */
 void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n,
@@ -426,17 +444,23 @@ void kvfs_commit_put_page(struct kvfs *fs, const struct kv_node_info *n,
  * (dedup), so its refcount goes down by one. */
 void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
 			  bool drop_extent, bool unref, bool with_next,
-			  enum kvfs_event_type ev);
+			  enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable);
 void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
 void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
 /* Queue a newly sealed page: submits the write of payload to n->ext now,
  * the row follows once the data is synced. Takes a reference on payload.
  * shared: n->ext is an existing durable extent (dedup): nothing is written,
  * the row adds a reference to it. ev: KVFS_EV_STORED or KVFS_EV_REPLACED.
+ * on_durable (may be NULL): told when it is durable or withdrawn.
  * -ENOMEM: nothing was queued. */
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 			 struct kvfs_data *payload, bool shared,
-			 enum kvfs_event_type ev);
+			 enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable);
+/* Work the committer does when it is idle (at most every 30 s, and between
+ * batches when it is busy for long), on its thread, which owns the
+ * manifest connection: capacity's access-time flush. One; NULL: none. */
+typedef void kvfs_idle_fn(struct kvfs *fs);
+void kvfs_commit_set_idle_work(struct kvfs *fs, kvfs_idle_fn *fn);
 /* The last queued op promised a partner (with_next) that will not come. */
 void kvfs_commit_pair_abandon(struct kvfs *fs);
 /* Everything queued between begin and end commits in one transaction (a
@@ -565,7 +589,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes);
  * was: wait for one more eviction run. 0: worth another try; -ENOSPC: not
  * cache mode, or nothing is left to evict. */
 int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes);
-void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space */
+void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space (core.c) */
 /*
  * Evict durable pages nobody holds open, least recently used first
  * (shared and pinned last): until usage is at most target bytes, or, with
@@ -577,9 +601,6 @@ void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space *
  */
 int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	       uint64_t *pages);
-/* Write access times that changed since the last flush to the manifest
- * (the committer's thread only: it owns the manifest connection). */
-void kvfs_atime_flush(struct kvfs *fs);
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);
@@ -592,8 +613,6 @@ int64_t kvfs_now_ns(void);
  */
 void kvfs_manifest_damaged(struct kvfs *fs, int err);
 int kvfs_changes_refused(struct kvfs *fs);
-void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
-			   struct kv_page_rec *r);
 
 /* engine/fault.c: user.kvfs.fault on the root (-o fault_injection only).
  * set: arm the store's or the manifest's fault seam from a spec (-EPERM

@@ -13,17 +13,80 @@
 #include "kvfs_i.h"
 #include "kvname.h"
 
-void kvfs_node_to_rec_page(struct kvfs *fs, const struct kv_node_info *n,
-			   struct kv_page_rec *r)
+/* ---- what durability means to a page (the committer's on_durable) ---- */
+
+/* A page whose payload never became durable: withdraw it from the
+ * namespace (commit.c rule 6). */
+static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 {
-	(void)fs;
-	memset(r, 0, sizeof(*r));
-	r->ino = n->ino;
-	r->layer_ino = n->parent;
-	memcpy(r->name, n->name, sizeof(r->name));
-	r->extent_id = n->extent_id;
-	r->size = n->size;
-	r->attr = n->attr;
+	const struct kv_node_info *n = d->node;
+	struct kv_node_info cur;
+	struct kvfs_live *l;
+	uint32_t count;
+
+	if (kv_index_get(fs->idx, n->ino, &cur) == 0 && cur.extent_id == n->extent_id) {
+		kv_index_remove(fs->idx, n->ino);
+		kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
+	}
+	l = kvfs_live_find(fs, n->ino);
+	if (l)
+		kvfs_dirty_give_live(fs, l);
+	if (l && l->opens) {
+		/* A reader still holds it: the bytes are freed at its last close. */
+		l->unlinked = true;
+		l->info = *n;
+		l->free_on_close = true;
+		kvfs_data_put(l->ram);
+		l->ram = NULL;
+		return;
+	}
+	if (l) {
+		kvfs_data_put(l->ram);
+		l->ram = NULL;
+		kvfs_live_maybe_drop(fs, l);
+	}
+	d->free_extent = true;
+}
+
+/* A new page's row is durable: drop its RAM copy, mark it durable, give
+ * back its write-back charge. */
+static void page_durable(struct kvfs *fs, struct kvfs_durable *d)
+{
+	const struct kv_node_info *n = d->node;
+	struct kv_node_info cur, upd;
+	struct kvfs_live *l;
+
+	if (d->err < 0)
+		return withdraw(fs, d);
+	if (kv_index_get(fs->idx, n->ino, &cur) == 0 && cur.extent_id == n->extent_id) {
+		upd = cur;
+		upd.state = KV_PAGE_DURABLE;
+		kv_index_update(fs->idx, n->ino, &upd, KV_UPD_STATE);
+	}
+	l = kvfs_live_find(fs, n->ino);
+	if (l) {
+		/* Just written, likely read soon (a shared prefix's next
+		 * request): the payload moves to the RAM tier, no copy. */
+		if (d->wrote && l->ram && !l->unlinked)
+			kvfs_ram_put(fs, n->extent_id, l->ram, false, KVFS_RAM_WRITTEN);
+		kvfs_data_put(l->ram);
+		l->ram = NULL;
+		kvfs_dirty_give_live(fs, l);
+		kvfs_live_maybe_drop(fs, l);
+	}
+}
+
+/* The rows naming the extent are deleted: it may be reused once no reader
+ * holds the page. */
+static void extent_unreferenced(struct kvfs *fs, struct kvfs_durable *d)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, d->node->ino);
+
+	if (l && (l->opens || l->ram)) {
+		l->free_on_close = true;
+		return;
+	}
+	d->free_extent = true;
 }
 
 int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit, bool *exact)
@@ -189,7 +252,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 	 * whatever the mode says (open for writing gets EPERM), and mtime
 	 * stays the time of the last write or of the writer's futimens. */
 	n.attr.ctime_ns = kvfs_now_ns();
-	rc = kvfs_commit_new_page(fs, &n, d, shared, KVFS_EV_STORED);
+	rc = kvfs_commit_new_page(fs, &n, d, shared, KVFS_EV_STORED, page_durable);
 	if (rc < 0) {
 		unplace_payload(fs, &n, shared);
 		return rc;
@@ -235,7 +298,7 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	if (n->state == KV_PAGE_WRITING)
 		return 0;      /* no row and no extent yet; release discards it */
 	if (n->extent_id == KV_EXTENT_EMPTY) {
-		kvfs_commit_del_page(fs, n, false, true, with_next, why);
+		kvfs_commit_del_page(fs, n, false, true, with_next, why, NULL);
 		return 0;
 	}
 	rc = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
@@ -245,7 +308,7 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	else if (count == 0)
 		kvfs_ram_drop(fs, n->extent_id);
 	kvfs_commit_del_page(fs, n, rc == 0 && count == 0, rc == 0 && count > 0,
-			     with_next, why);
+			     with_next, why, rc == 0 && count == 0 ? extent_unreferenced : NULL);
 	return 0;
 }
 
@@ -382,7 +445,8 @@ static int publish_commit(struct kvfs *fs, struct kvfs_live *l,
 			  uint64_t charged, bool shared, bool replaces)
 {
 	int rc = kvfs_commit_new_page(fs, n, d, shared,
-				      replaces ? KVFS_EV_REPLACED : KVFS_EV_STORED);
+				      replaces ? KVFS_EV_REPLACED : KVFS_EV_STORED,
+				      page_durable);
 
 	if (rc < 0)
 		return rc;

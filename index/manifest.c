@@ -18,7 +18,7 @@
  *       segment_size, capacity (0 = no budget), created_ns,
  *       journal_seq (the last journaled batch committed: journal.c),
  *       event_seq (the last MOUNT/.kvfs/events record committed; absent
- *       until the first: fs/events.c)
+ *       until the first: engine/events.c)
  *   stripes(id INTEGER PRIMARY KEY, path TEXT NOT NULL)
  *       id = stripe index, 0..n-1 without gaps
  *   models(ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,

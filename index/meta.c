@@ -2,7 +2,7 @@
  * The manifest's meta table: the store's identity and configuration written
  * at mkfs (format, schema version, uuid, segment size, capacity, creation
  * time), the mount count bumped at every mount, and the last event record's
- * sequence number (fs/events.c). Reading it back and
+ * sequence number (engine/events.c). Reading it back and
  * validating it is manifest_read.c's.
  */
 #include <errno.h>
