@@ -322,6 +322,87 @@ int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out
  * ns_lock held. */
 void kvfs_dir_changed(struct kvfs *fs, uint64_t ino);
 
+/* ---- the namespace (engine/namespace.c) ----
+ * Models, layers and names. Each call takes ns_lock itself, changes the
+ * index, then queues the manifest change (their order is the order clients
+ * see), and returns EIO once the manifest is damaged. Permissions are the
+ * front end's to check. */
+/* 0, -ENAMETOOLONG, or -EINVAL (empty, '/', "." or ".."). */
+int kvfs_check_name(const char *name);
+/* A new node's inode, parent, name, mode, owner and times (now); the
+ * caller sets its kind and adds it (ns_lock held). */
+void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, uint64_t parent,
+		       const char *name, uint32_t mode, uint32_t uid, uint32_t gid);
+/* A model under the root, or a layer (named by its number) under a model. */
+int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		  uint32_t uid, uint32_t gid, struct kv_node_info *out);
+int kvfs_ns_rmdir(struct kvfs *fs, uint64_t parent, const char *name);
+int kvfs_ns_unlink(struct kvfs *fs, uint64_t parent, const char *name);
+/* rename(2); replace false: -EEXIST rather than replacing (NOREPLACE). */
+int kvfs_ns_rename(struct kvfs *fs, uint64_t parent, const char *name,
+		   uint64_t newparent, const char *newname, bool replace);
+/* An attribute change: the fields named in valid. */
+enum {
+	KVFS_ATTR_MODE = 1 << 0,
+	KVFS_ATTR_UID = 1 << 1,
+	KVFS_ATTR_GID = 1 << 2,
+	KVFS_ATTR_SIZE = 1 << 3,       /* a page being written only (else EPERM) */
+	KVFS_ATTR_ATIME = 1 << 4,      /* to atime_ns */
+	KVFS_ATTR_MTIME = 1 << 5,      /* to mtime_ns */
+	KVFS_ATTR_ATIME_NOW = 1 << 6,
+	KVFS_ATTR_MTIME_NOW = 1 << 7,
+};
+struct kvfs_attr_change {
+	unsigned valid;
+	uint32_t mode, uid, gid;
+	uint64_t size;
+	int64_t atime_ns, mtime_ns;
+};
+/* setattr: ctime becomes now; out gets the node as changed. */
+int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change *c,
+		    struct kv_node_info *out);
+/* A model's geometry (all zero: none), only while it holds no pages
+ * (-ENOTEMPTY) and no layer beyond the new count (-EINVAL); -EFBIG for
+ * pages larger than a segment; -ENOTSUP on anything but a model. */
+int kvfs_ns_set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g);
+/* Pin (or unpin) a sealed page: evicted last, kept longest in the RAM
+ * tier (the sticky bit of its mode). -EPERM on a directory, -EBUSY while
+ * it is being written. */
+int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin);
+
+/* ---- page files (engine/pagefile.c) ----
+ * A page written and read as a file: the FUSE front end's create, open,
+ * read, write, flush, release and fsync. Each takes ns_lock itself (never
+ * call them holding it). */
+struct kvfs_file;
+/* A new page being written in layer directory parent, with its writer's
+ * handle. -EPERM outside a layer, -EEXIST, EIO on a damaged manifest. */
+int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		     uint32_t uid, uint32_t gid, struct kvfs_file **out,
+		     struct kv_node_info *n);
+/* Open a sealed page for reading (open(2) flags): -EPERM for writing a
+ * sealed page, -EBUSY while another is writing it (after waiting up to 2 s
+ * for a writer that already closed). */
+int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **out);
+/* Up to size bytes at off: *bytes, *len, kept alive by *hold (may be NULL
+ * when len is 0) until the caller puts it. A reader's page is loaded and
+ * verified on its first read (EIO for damaged bytes); the writer reads
+ * back what it wrote so far. */
+int kvfs_file_read(struct kvfs *fs, struct kvfs_file *f, uint64_t off, size_t size,
+		   struct kvfs_data **hold, const void **bytes, size_t *len);
+/* The writer's bytes at off; may wait for write-back room and eviction.
+ * -EFBIG past the page size, -ENOSPC, -EPERM once sealed. A refused write
+ * dooms the page: it is never sealed. */
+int kvfs_file_write(struct kvfs *fs, struct kvfs_file *f, const void *buf, size_t size,
+		    uint64_t off);
+int kvfs_file_flush(struct kvfs *fs, struct kvfs_file *f);
+/* The last close: seal the writer's page (or discard what cannot be one),
+ * and free f. */
+void kvfs_file_release(struct kvfs *fs, struct kvfs_file *f);
+/* Seal the writer's page now and wait until it and everything queued
+ * before is durable. */
+int kvfs_file_fsync(struct kvfs *fs, struct kvfs_file *f);
+
 /* ---- dedup (engine/dedup.c) ---- */
 /* What sealing a payload will do, worked out before ns_lock is taken: its
  * checksum, and a durable extent holding the very same bytes, if any. */
@@ -356,6 +437,15 @@ int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 		    bool *exact);
 /* Give back the space a page being written held (ns_lock held). */
 void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
+/* Hold space for a page being written through l to grow to new_size
+ * bytes (ns_lock held): 0, or -ENOSPC (quiet: not counted or logged, the
+ * caller will wait for eviction and try again). */
+int kvfs_page_reserve(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
+		      bool quiet);
+/* Truncate or extend a page being written to size bytes (what it grows by
+ * reads as zeros); ns_lock held. -EPERM when it is not being written,
+ * -EFBIG past its page limit, -ENOSPC. */
+int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
 /* Read a sealed page's whole payload, verified (write-back copy, RAM tier
  * or disk; a disk read is kept in the RAM tier). */
 int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);

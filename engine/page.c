@@ -280,6 +280,63 @@ void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l)
 	l->reserved = 0;
 }
 
+/* Refuse growth the store could not hold once sealed (ENOSPC now beats a
+ * page lost after close). quiet: the caller will wait and retry, so this
+ * is not a refusal yet (no log line, not counted). */
+int kvfs_page_reserve(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
+		      bool quiet)
+{
+	uint64_t need = (new_size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	struct kv_store_usage u;
+	uint64_t grow;
+
+	if (need <= l->reserved)
+		return 0;
+	grow = need - l->reserved;
+	kv_store_usage(fs->store, &u);
+	if (u.avail < fs->reserved_bytes + grow) {
+		if (quiet)
+			return -ENOSPC;
+		kvfs_space_refused(fs);
+		kv_log(KV_LOG_ERR, "store full: %llu bytes available, %llu pending, page needs %llu more",
+		       (unsigned long long)u.avail, (unsigned long long)fs->reserved_bytes,
+		       (unsigned long long)grow);
+		return -ENOSPC;
+	}
+	fs->reserved_bytes += grow;
+	l->reserved = need;
+	return 0;
+}
+
+int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+	struct kv_node_info n;
+	uint64_t limit;
+	bool exact;
+	int rc;
+
+	if (!l || !l->writing || !l->wbuf)
+		return -EPERM;
+	rc = kvfs_node_get_locked(fs, ino, &n);
+	if (rc == 0)
+		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
+	if (rc < 0)
+		return rc;
+	if (size > limit)
+		return -EFBIG;
+	rc = kvfs_page_reserve(fs, l, size, false);
+	if (rc == 0)
+		rc = kvfs_data_reserve(l->wbuf, size);
+	if (rc < 0)
+		return rc;
+	if (size > l->wbuf->size)    /* what it grows by reads as zeros */
+		memset(l->wbuf->bytes + l->wbuf->size, 0, size - l->wbuf->size);
+	l->wbuf->size = size;
+	n.size = size;
+	return l->unlinked ? 0 : kv_index_update(fs->idx, ino, &n, KV_UPD_SIZE);
+}
+
 int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next,
 		     enum kvfs_event_type why)
 {

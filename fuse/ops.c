@@ -1,10 +1,10 @@
 /*
  * FUSE namespace operations: lookup, attributes, directories (models and
  * layers), unlink, rename, readdir(plus), statfs, and the operations kvfs
- * refuses. Every namespace change happens under kvfs.ns_lock in two steps
- * that must stay together: change the in-memory index (visibility), queue
- * the manifest change (durability, in the same order). The control
- * directory MOUNT/.kvfs and the file operations are in fuse/ctl.c.
+ * refuses. The changes themselves are the engine's (engine/namespace.c:
+ * index, then manifest, under ns_lock); this file decodes requests and
+ * replies. The control directory MOUNT/.kvfs and the file operations are
+ * in fuse/ctl.c.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,17 +19,6 @@
 void kvfs_reply_err(fuse_req_t req, int rc)
 {
 	fuse_reply_err(req, rc < 0 ? kv_errno(rc) : rc);
-}
-
-int kvfs_check_name(const char *name)
-{
-	size_t len = strlen(name);
-
-	if (len > KV_NAME_MAX)
-		return -ENAMETOOLONG;
-	if (len == 0 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-		return -EINVAL;
-	return 0;
 }
 
 void ts_from_ns(struct timespec *ts, int64_t ns)
@@ -154,73 +143,13 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_attr(req, &st, unlinked ? 0.0 : attr_timeout(fs, &n));
 }
 
-/* ev (may be NULL): KV event records of the change, taken. */
-static void queue_change(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_event *ev)
-{
-	if (n->kind == KV_KIND_MODEL || n->kind == KV_KIND_LAYER)
-		kvfs_commit_put_dir(fs, n);
-	else if (n->kind == KV_KIND_PAGE && n->state != KV_PAGE_WRITING)
-		return kvfs_commit_put_page(fs, n, ev);
-	kvfs_event_free(ev);
-}
-
-static void queue_attr_change(struct kvfs *fs, const struct kv_node_info *n)
-{
-	queue_change(fs, n, NULL);
-}
-
-/* Attribute changes. A sealed page's content is immutable (no truncate),
- * its metadata is not: mode, owner and times change as on any file, under
- * the kernel's permission checks (default_permissions). */
-static int do_setattr(struct kvfs *fs, fuse_ino_t ino, const struct stat *a,
-		      int valid, struct kv_node_info *n)
-{
-	uint32_t old_mode;
-	bool page;
-	int rc;
-
-	rc = kvfs_check_times(a, valid, ino);
-	if (rc == 0)
-		rc = kv_index_get(fs->idx, ino, n);
-	if (rc < 0)
-		return rc;
-	page = n->kind == KV_KIND_PAGE;
-	if (valid & FUSE_SET_ATTR_SIZE) {
-		if (!page)
-			return -EISDIR;
-		if (n->state != KV_PAGE_WRITING)
-			return -EPERM;
-		rc = kvfs_page_truncate(fs, ino, (uint64_t)a->st_size);
-		if (rc < 0)
-			return rc;
-		n->size = (uint64_t)a->st_size;
-	}
-	old_mode = n->attr.mode;
-	if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
-		if (valid & FUSE_SET_ATTR_MODE)
-			n->attr.mode = a->st_mode & 07777;
-		if (valid & FUSE_SET_ATTR_UID)
-			n->attr.uid = a->st_uid;
-		if (valid & FUSE_SET_ATTR_GID)
-			n->attr.gid = a->st_gid;
-	}
-	kvfs_set_times(n, a, valid);
-	rc = kv_index_update(fs->idx, ino, n, KV_UPD_ATTR);
-	if (rc < 0)
-		return rc;
-	queue_attr_change(fs, n);
-	/* The sticky bit is the pin (user.kvfs.pinned): chmod +t pins. */
-	if (page && n->state != KV_PAGE_WRITING && (old_mode ^ n->attr.mode) & S_ISVTX)
-		kvfs_ram_protect(fs, n->extent_id,
-				 kvfs_extent_protected(fs, n->extent_id, n->attr.mode));
-	return 0;
-}
-
+/* Attribute changes (engine/namespace.c), under the kernel's permission
+ * checks (default_permissions). */
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid,
 		       struct fuse_file_info *fi)
 {
 	struct kvfs *fs = req_fs(req);
+	struct kvfs_attr_change c;
 	struct kv_node_info n;
 	struct stat st;
 	int rc;
@@ -228,312 +157,77 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 	(void)fi;
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -EPERM);
-	if ((rc = kvfs_changes_refused(fs)) < 0)
-		return kvfs_reply_err(req, rc);
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = do_setattr(fs, ino, a, valid, &n);
-	pthread_mutex_unlock(&fs->ns_lock);
+	rc = kvfs_attr_change_from(a, valid, ino, &c);
+	if (rc == 0)
+		rc = kvfs_ns_setattr(fs, ino, &c, &n);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	kvfs_fill_stat(fs, &n, &st);
 	fuse_reply_attr(req, &st, attr_timeout(fs, &n));
 }
 
-/* ---- directories ---- */
+/* ---- directories, unlink, rename (engine/namespace.c) ---- */
 
-/* Layer directories are named by their number ("0".."99999", any padding);
- * two names for the same number would be two directories for one layer. */
-static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
-			    const char *name, uint32_t *layer)
+/* The name checks, then the control directory's names (.kvfs), which the
+ * engine does not know, in the order the operations always checked them. */
+static int may_change(struct kvfs *fs, fuse_ino_t parent, const char *name,
+		      bool check_name)
 {
-	struct kv_dirent *d;
-	size_t n, i, len = strlen(name);
-	char *end;
-	unsigned long v;
-	int rc;
-
-	if (len == 0 || len > 5 || strspn(name, "0123456789") != len) {
-		kv_log(KV_LOG_INFO, "layer directory name \"%s\" refused: use the layer number (e.g. 00, 31)", name);
-		return -EINVAL;
-	}
-	v = strtoul(name, &end, 10);
-	if (model->geo.layers && v >= model->geo.layers) {
-		kv_log(KV_LOG_INFO, "layer %lu refused: model %s has %u layers",
-		       v, model->name, model->geo.layers);
-		return -EINVAL;
-	}
-	rc = kv_index_readdir(fs->idx, model->ino, &d, &n);
-	if (rc < 0)
-		return rc;
-	for (i = 0; i < n && rc == 0; i++) {
-		struct kv_node_info s;
-
-		if (kv_index_get(fs->idx, d[i].ino, &s) == 0 &&
-		    s.layer == v && strcmp(d[i].name, name) != 0)
-			rc = -EEXIST;
-	}
-	kv_dirents_free(d, n);
-	*layer = (uint32_t)v;
-	return rc;
-}
-
-static int do_mkdir(struct kvfs *fs, fuse_req_t req, fuse_ino_t parent,
-		    const char *name, mode_t mode, struct kv_node_info *n)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct kv_node_info p;
-	int rc;
-
-	rc = kv_index_get(fs->idx, parent, &p);
-	if (rc < 0)
-		return rc;
-	memset(n, 0, sizeof(*n));
-	if (p.kind == KV_KIND_ROOT) {
-		n->kind = KV_KIND_MODEL;
-		if (!strncmp(name, ".kvfs", 5))
-			return -EPERM;   /* reserved for the control directory */
-	} else if (p.kind == KV_KIND_MODEL) {
-		n->kind = KV_KIND_LAYER;
-		rc = check_layer_name(fs, &p, name, &n->layer);
-		if (rc < 0)
-			return rc;
-	} else {
-		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
-	}
-	n->ino = kv_index_next_ino(fs->idx);
-	n->parent = parent;
-	strcpy(n->name, name);
-	n->attr.mode = mode & 07777;
-	n->attr.uid = ctx->uid;
-	n->attr.gid = ctx->gid;
-	n->attr.atime_ns = n->attr.mtime_ns = n->attr.ctime_ns = kvfs_now_ns();
-	rc = kv_index_add(fs->idx, n);
-	if (rc == 0) {
-		kvfs_commit_put_dir(fs, n);
-		kvfs_dir_changed(fs, parent);
-	}
-	return rc;
-}
-
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
-{
-	struct kvfs *fs = req_fs(req);
-	struct fuse_entry_param e;
-	struct kv_node_info n;
-	int rc = kvfs_check_name(name);
+	int rc = check_name ? kvfs_check_name(name) : 0;
 
 	if (rc == 0)
 		rc = kvfs_changes_refused(fs);
 	if (rc == 0 && ctl_reserved(parent, name))
 		rc = -EPERM;
-	if (rc == 0) {
-		pthread_mutex_lock(&fs->ns_lock);
-		rc = do_mkdir(fs, req, parent, name, mode, &n);
-		pthread_mutex_unlock(&fs->ns_lock);
-	}
+	return rc;
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct kvfs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct kv_node_info n;
+	int rc = may_change(fs, parent, name, true);
+
+	if (rc == 0)
+		rc = kvfs_ns_mkdir(fs, parent, name, mode, ctx->uid, ctx->gid, &n);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	kvfs_fill_entry(fs, &n, &e);
 	fuse_reply_entry(req, &e);
 }
 
-static int do_rmdir(struct kvfs *fs, fuse_ino_t parent, const char *name)
-{
-	struct kv_node_info n;
-	int rc = kv_index_lookup(fs->idx, parent, name, &n);
-
-	if (rc < 0)
-		return rc;
-	if (n.kind == KV_KIND_PAGE)
-		return -ENOTDIR;
-	rc = kv_index_remove(fs->idx, n.ino);
-	if (rc == 0) {
-		kvfs_commit_del_dir(fs, &n);
-		kvfs_dir_changed(fs, parent);
-	}
-	return rc;
-}
-
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *fs = req_fs(req);
-	int rc;
+	int rc = may_change(fs, parent, name, false);
 
-	if ((rc = kvfs_changes_refused(fs)) < 0)
-		return kvfs_reply_err(req, rc);
-	if (ctl_reserved(parent, name))
-		return kvfs_reply_err(req, -EPERM);
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = do_rmdir(fs, parent, name);
-	pthread_mutex_unlock(&fs->ns_lock);
-	kvfs_reply_err(req, rc);
-}
-
-static int do_unlink(struct kvfs *fs, fuse_ino_t parent, const char *name)
-{
-	struct kv_node_info n;
-	int rc = kv_index_lookup(fs->idx, parent, name, &n);
-
-	if (rc < 0)
-		return rc;
-	if (n.kind != KV_KIND_PAGE)
-		return -EISDIR;
-	return kvfs_page_forget(fs, &n, false, KVFS_EV_REMOVED);
+	kvfs_reply_err(req, rc < 0 ? rc : kvfs_ns_rmdir(fs, parent, name));
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *fs = req_fs(req);
-	int rc;
+	int rc = may_change(fs, parent, name, false);
 
-	if ((rc = kvfs_changes_refused(fs)) < 0)
-		return kvfs_reply_err(req, rc);
-	if (ctl_reserved(parent, name))
-		return kvfs_reply_err(req, -EPERM);
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = do_unlink(fs, parent, name);
-	pthread_mutex_unlock(&fs->ns_lock);
-	kvfs_reply_err(req, rc);
-}
-
-/* ---- rename ---- */
-
-/* May node n live under directory np as newname? */
-static int check_move(struct kvfs *fs, const struct kv_node_info *n,
-		      const struct kv_node_info *np)
-{
-	uint64_t limit;
-	bool exact;
-	int rc;
-
-	switch (n->kind) {
-	case KV_KIND_PAGE:
-		if (np->kind != KV_KIND_LAYER)
-			return np->kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
-		rc = kvfs_page_limit(fs, np->ino, &limit, &exact);
-		if (rc < 0)
-			return rc;
-		/* EXDEV, not EINVAL (which mv reports as "a subdirectory of
-		 * itself"): the page cannot live there as it is, and a tool
-		 * that falls back to copying gets the size error on its own
-		 * write or close, with the source left in place. */
-		if (n->state != KV_PAGE_WRITING && exact && n->size != limit) {
-			kv_log(KV_LOG_ERR, "rename of page %s refused: %llu bytes, the geometry of the target model needs %llu",
-			       n->name, (unsigned long long)n->size, (unsigned long long)limit);
-			return -EXDEV;
-		}
-		return 0;
-	case KV_KIND_LAYER:
-		/* A layer directory's name is its layer number: renaming it
-		 * would silently relabel every page in it. */
-		kv_log(KV_LOG_INFO, "rename of layer directory %s refused", n->name);
-		return -EPERM;
-	case KV_KIND_MODEL:
-		return np->kind == KV_KIND_ROOT ? 0 : -EPERM;
-	default:
-		return -EBUSY;
-	}
-}
-
-/* The replaced target leaves the namespace first, as rename(2) requires. */
-static int drop_target(struct kvfs *fs, const struct kv_node_info *n,
-		       const struct kv_node_info *d, bool replace)
-{
-	int rc;
-
-	if (!replace)
-		return -EEXIST;
-	if (n->kind == KV_KIND_PAGE && d->kind != KV_KIND_PAGE)
-		return -EISDIR;
-	if (n->kind != KV_KIND_PAGE && d->kind == KV_KIND_PAGE)
-		return -ENOTDIR;
-	if (d->kind == KV_KIND_PAGE)   /* its delete commits with the move */
-		return kvfs_page_forget(fs, d, n->state != KV_PAGE_WRITING,
-					KVFS_EV_NONE);   /* the move says replaced */
-	if (d->nchildren)
-		return -ENOTEMPTY;
-	rc = kv_index_remove(fs->idx, d->ino);
-	if (rc == 0)
-		kvfs_commit_del_dir(fs, d);
-	return rc;
-}
-
-static int do_rename(struct kvfs *fs, fuse_ino_t parent, const char *name,
-		     fuse_ino_t newparent, const char *newname, bool replace)
-{
-	struct kv_node_info n, np, d;
-	struct kvfs_event *ev = NULL;
-	bool over_sealed = false;
-	uint64_t replaced;
-	int rc;
-
-	rc = kv_index_lookup(fs->idx, parent, name, &n);
-	if (rc == 0)
-		rc = kv_index_get(fs->idx, newparent, &np);
-	if (rc == 0)
-		rc = check_move(fs, &n, &np);
-	if (rc < 0)
-		return rc;
-	rc = kv_index_lookup(fs->idx, newparent, newname, &d);
-	if (rc == 0) {
-		if (d.ino == n.ino)
-			return 0;
-		rc = drop_target(fs, &n, &d, replace);
-		if (rc < 0)
-			return rc;
-		over_sealed = d.kind == KV_KIND_PAGE && d.state != KV_PAGE_WRITING;
-	}
-	/* A sealed page leaves its name (removed) and takes the new one
-	 * (stored, or replaced over a sealed page); a page still being
-	 * written was never announced: its seal will be, under the new name. */
-	if (n.kind == KV_KIND_PAGE && n.state != KV_PAGE_WRITING)
-		ev = kvfs_event_capture(fs, KVFS_EV_REMOVED, &n);
-	rc = kv_index_move(fs->idx, n.ino, newparent, newname, 0, &replaced);
-	if (rc < 0) {
-		kvfs_event_free(ev);
-		return rc;
-	}
-	if (kv_index_get(fs->idx, n.ino, &n) == 0) {
-		n.attr.ctime_ns = kvfs_now_ns();
-		kv_index_update(fs->idx, n.ino, &n, KV_UPD_ATTR);
-		if (ev)
-			ev->next = kvfs_event_capture(fs, over_sealed ? KVFS_EV_REPLACED
-						      : KVFS_EV_STORED, &n);
-		queue_change(fs, &n, ev);
-	} else {
-		kvfs_event_free(ev);
-	}
-	kvfs_dir_changed(fs, newparent);
-	if (parent != newparent) {
-		struct kv_node_info old;
-
-		kvfs_dir_changed(fs, parent);
-		/* The committer persists the times of the directories its ops
-		 * name; the one the page left is named by none. */
-		if (kv_index_get(fs->idx, parent, &old) == 0)
-			queue_attr_change(fs, &old);
-	}
-	return 0;
+	kvfs_reply_err(req, rc < 0 ? rc : kvfs_ns_unlink(fs, parent, name));
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname, unsigned int flags)
 {
 	struct kvfs *fs = req_fs(req);
-	int rc = kvfs_check_name(newname);
+	int rc;
 
 	if (flags & ~RENAME_NOREPLACE)
 		return kvfs_reply_err(req, -EINVAL);   /* RENAME_EXCHANGE, WHITEOUT */
-	if (rc == 0)
-		rc = kvfs_changes_refused(fs);
-	if (rc == 0 && (ctl_reserved(parent, name) || ctl_reserved(newparent, newname)))
+	rc = may_change(fs, newparent, newname, true);
+	if (rc == 0 && ctl_reserved(parent, name))
 		rc = -EPERM;
-	if (rc == 0) {
-		pthread_mutex_lock(&fs->ns_lock);
-		rc = do_rename(fs, parent, name, newparent, newname,
-			       !(flags & RENAME_NOREPLACE));
-		pthread_mutex_unlock(&fs->ns_lock);
-	}
+	if (rc == 0)
+		rc = kvfs_ns_rename(fs, parent, name, newparent, newname,
+				    !(flags & RENAME_NOREPLACE));
 	kvfs_reply_err(req, rc);
 }
 

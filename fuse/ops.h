@@ -40,16 +40,7 @@ void kvfs_reply_err(fuse_req_t req, int rc);
 void kvfs_fill_stat(struct kvfs *fs, const struct kv_node_info *n, struct stat *st);
 void kvfs_fill_entry(struct kvfs *fs, const struct kv_node_info *n,
 		     struct fuse_entry_param *e);
-int kvfs_check_name(const char *name);
 
-/* Open-file state kept in fi->fh. */
-struct kvfs_fh {
-	uint64_t ino;
-	bool writer;
-	bool sealed;                /* writer: sealed by fsync */
-	pthread_mutex_t lock;
-	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
-};
 
 /* fuse/ops_file.c */
 void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -63,7 +54,6 @@ void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		   struct fuse_file_info *fi);
-int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
 
 /* fuse/fast_front.c: KVFS_IOC_* handed to the fast path (fast/fast.h) */
 void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
@@ -78,10 +68,9 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 /* kvfs_geometry_parse / kvfs_geometry_format: engine/geometry_text.c */
 
-/* ops_times.c: a setattr's times, checked (-EOVERFLOW outside int64 ns,
- * before anything changes), then set with ctime (cannot fail after the
- * check). */
-int kvfs_check_times(const struct stat *a, int valid, fuse_ino_t ino);
-void kvfs_set_times(struct kv_node_info *n, const struct stat *a, int valid);
+/* ops_times.c: a setattr's arguments as the engine takes them; -EOVERFLOW
+ * for a time outside int64 nanoseconds (nothing changed). */
+int kvfs_attr_change_from(const struct stat *a, int valid, fuse_ino_t ino,
+			  struct kvfs_attr_change *c);
 
 #endif

@@ -187,90 +187,6 @@ void kvfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	reply_value(req, list, len, size);
 }
 
-/* Geometry may change only while the model holds no pages. */
-static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geometry *g)
-{
-	struct kv_dirent *d;
-	size_t n, i;
-	int rc = kv_index_readdir(fs->idx, model, &d, &n);
-
-	if (rc < 0)
-		return rc;
-	for (i = 0; rc == 0 && i < n; i++) {
-		struct kv_node_info l;
-
-		if (kv_index_get(fs->idx, d[i].ino, &l) < 0)
-			continue;
-		if (l.nchildren)
-			rc = -ENOTEMPTY;
-		else if (g && g->layers && l.layer >= g->layers)
-			rc = -EINVAL;
-	}
-	kv_dirents_free(d, n);
-	return rc;
-}
-
-static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g)
-{
-	struct kv_node_info n;
-	int rc = kv_index_get(fs->idx, ino, &n);
-
-	if (rc < 0)
-		return rc;
-	if (n.kind != KV_KIND_MODEL)
-		return -ENOTSUP;
-	if (kv_geometry_page_bytes(g) > fs->meta.segment_size) {
-		kv_log(KV_LOG_ERR, "geometry of model %s refused: pages of %llu bytes do not fit "
-		       "in this store's %llu-byte segments", n.name,
-		       (unsigned long long)kv_geometry_page_bytes(g),
-		       (unsigned long long)fs->meta.segment_size);
-		return -EFBIG;
-	}
-	rc = model_has_pages(fs, ino, g);
-	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "geometry of model %s not changed: %s", n.name,
-		       rc == -ENOTEMPTY ? "it already holds pages"
-					: "it has layer directories beyond the new layer count");
-		return rc;
-	}
-	n.geo = *g;
-	n.attr.ctime_ns = kvfs_now_ns();
-	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_GEO | KV_UPD_ATTR);
-	if (rc == 0)
-		kvfs_commit_put_dir(fs, &n);
-	return rc;
-}
-
-/*
- * Pin or unpin a sealed page: evicted last for capacity, kept longest in
- * the RAM tier. Stored as the sticky bit of the page's mode, which the
- * manifest keeps anyway (ns_lock held).
- */
-static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
-{
-	struct kv_node_info n;
-	int rc = kv_index_get(fs->idx, ino, &n);
-
-	if (rc < 0)
-		return rc;
-	if (n.kind != KV_KIND_PAGE)
-		return -EPERM;
-	if (n.state == KV_PAGE_WRITING)
-		return -EBUSY;     /* sealing sets the mode; pin it after close */
-	if (!!(n.attr.mode & S_ISVTX) == pin)
-		return 0;
-	n.attr.mode = pin ? n.attr.mode | S_ISVTX : n.attr.mode & ~(uint32_t)S_ISVTX;
-	n.attr.ctime_ns = kvfs_now_ns();
-	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_ATTR);
-	if (rc < 0)
-		return rc;
-	kvfs_commit_put_page(fs, &n, NULL);
-	kvfs_ram_protect(fs, n.extent_id, kvfs_extent_protected(fs, n.extent_id, n.attr.mode));
-	kv_log(KV_LOG_INFO, "page %s (inode %llu) %s", n.name, (unsigned long long)ino,
-	       pin ? "pinned" : "unpinned");
-	return 0;
-}
-
 static int parse_pin(const char *value, size_t size, bool *pin)
 {
 	while (size && (value[size - 1] == '\n' || value[size - 1] == '\0'))
@@ -293,10 +209,7 @@ static void setxattr_pinned(fuse_req_t req, fuse_ino_t ino, const char *value,
 		       (int)(size > 20 ? 20 : size), value);
 		return kvfs_reply_err(req, rc);
 	}
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = set_pinned(fs, ino, pin);
-	pthread_mutex_unlock(&fs->ns_lock);
-	kvfs_reply_err(req, rc);
+	kvfs_reply_err(req, kvfs_ns_set_pinned(fs, ino, pin));
 }
 
 /* Only root, only on the mount root, only with -o fault_injection. */
@@ -331,17 +244,13 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		       (int)(size > 200 ? 200 : size), value);
 		return kvfs_reply_err(req, rc);
 	}
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = set_geometry(fs, ino, &g);
-	pthread_mutex_unlock(&fs->ns_lock);
-	kvfs_reply_err(req, rc);
+	kvfs_reply_err(req, kvfs_ns_set_geometry(fs, ino, &g));
 }
 
 void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct kvfs *fs = req_fs(req);
 	struct kv_geometry none = { 0 };
-	int rc;
 
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -EPERM);
@@ -350,8 +259,5 @@ void kvfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	if (strcmp(name, XA_GEOMETRY))
 		return kvfs_reply_err(req, strncmp(name, XA_PREFIX, strlen(XA_PREFIX))
 				      ? -ENODATA : -EPERM);
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = set_geometry(fs, ino, &none);
-	pthread_mutex_unlock(&fs->ns_lock);
-	kvfs_reply_err(req, rc);
+	kvfs_reply_err(req, kvfs_ns_set_geometry(fs, ino, &none));
 }

@@ -1,0 +1,497 @@
+/*
+ * The namespace: models, layers and page names. Every change here happens
+ * under kvfs.ns_lock in two steps that must stay together: change the
+ * in-memory index (visibility), then queue the manifest change (durability,
+ * in the same order: commit.c note 1). Each function takes ns_lock itself
+ * and refuses every change with EIO once the manifest is damaged
+ * (kvfs_changes_refused). Permission checks are the front end's (the
+ * kernel's default_permissions for FUSE); names are checked here.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvfs_i.h"
+
+int kvfs_check_name(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len > KV_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (len == 0 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	return 0;
+}
+
+void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, uint64_t parent,
+		       const char *name, uint32_t mode, uint32_t uid, uint32_t gid)
+{
+	n->ino = kv_index_next_ino(fs->idx);
+	n->parent = parent;
+	strcpy(n->name, name);
+	n->attr.mode = mode;
+	n->attr.uid = uid;
+	n->attr.gid = gid;
+	n->attr.atime_ns = n->attr.mtime_ns = n->attr.ctime_ns = kvfs_now_ns();
+}
+
+/* ev (may be NULL): KV event records of the change, taken. */
+static void queue_change(struct kvfs *fs, const struct kv_node_info *n,
+			 struct kvfs_event *ev)
+{
+	if (n->kind == KV_KIND_MODEL || n->kind == KV_KIND_LAYER)
+		kvfs_commit_put_dir(fs, n);
+	else if (n->kind == KV_KIND_PAGE && n->state != KV_PAGE_WRITING)
+		return kvfs_commit_put_page(fs, n, ev);
+	kvfs_event_free(ev);
+}
+
+/* ---- attributes ---- */
+
+/* A sealed page's content is immutable (no truncate), its metadata is
+ * not: mode, owner and times change as on any file. */
+static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change *c,
+		      struct kv_node_info *n)
+{
+	int64_t now = kvfs_now_ns();
+	uint32_t old_mode;
+	bool page;
+	int rc;
+
+	rc = kv_index_get(fs->idx, ino, n);
+	if (rc < 0)
+		return rc;
+	page = n->kind == KV_KIND_PAGE;
+	if (c->valid & KVFS_ATTR_SIZE) {
+		if (!page)
+			return -EISDIR;
+		if (n->state != KV_PAGE_WRITING)
+			return -EPERM;
+		rc = kvfs_page_truncate(fs, ino, c->size);
+		if (rc < 0)
+			return rc;
+		n->size = c->size;
+	}
+	old_mode = n->attr.mode;
+	if (c->valid & KVFS_ATTR_MODE)
+		n->attr.mode = c->mode & 07777;
+	if (c->valid & KVFS_ATTR_UID)
+		n->attr.uid = c->uid;
+	if (c->valid & KVFS_ATTR_GID)
+		n->attr.gid = c->gid;
+	if (c->valid & KVFS_ATTR_ATIME)
+		n->attr.atime_ns = c->atime_ns;
+	if (c->valid & KVFS_ATTR_ATIME_NOW)
+		n->attr.atime_ns = now;
+	if (c->valid & KVFS_ATTR_MTIME)
+		n->attr.mtime_ns = c->mtime_ns;
+	if (c->valid & KVFS_ATTR_MTIME_NOW)
+		n->attr.mtime_ns = now;
+	n->attr.ctime_ns = now;
+	rc = kv_index_update(fs->idx, ino, n, KV_UPD_ATTR);
+	if (rc < 0)
+		return rc;
+	queue_change(fs, n, NULL);
+	/* The sticky bit is the pin (user.kvfs.pinned): chmod +t pins. */
+	if (page && n->state != KV_PAGE_WRITING && (old_mode ^ n->attr.mode) & S_ISVTX)
+		kvfs_ram_protect(fs, n->extent_id,
+				 kvfs_extent_protected(fs, n->extent_id, n->attr.mode));
+	return 0;
+}
+
+int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change *c,
+		    struct kv_node_info *out)
+{
+	int rc = kvfs_changes_refused(fs);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_setattr(fs, ino, c, out);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+/* ---- directories ---- */
+
+/* Layer directories are named by their number ("0".."99999", any padding);
+ * two names for the same number would be two directories for one layer. */
+static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
+			    const char *name, uint32_t *layer)
+{
+	struct kv_dirent *d;
+	size_t n, i, len = strlen(name);
+	char *end;
+	unsigned long v;
+	int rc;
+
+	if (len == 0 || len > 5 || strspn(name, "0123456789") != len) {
+		kv_log(KV_LOG_INFO, "layer directory name \"%s\" refused: use the layer number (e.g. 00, 31)", name);
+		return -EINVAL;
+	}
+	v = strtoul(name, &end, 10);
+	if (model->geo.layers && v >= model->geo.layers) {
+		kv_log(KV_LOG_INFO, "layer %lu refused: model %s has %u layers",
+		       v, model->name, model->geo.layers);
+		return -EINVAL;
+	}
+	rc = kv_index_readdir(fs->idx, model->ino, &d, &n);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < n && rc == 0; i++) {
+		struct kv_node_info s;
+
+		if (kv_index_get(fs->idx, d[i].ino, &s) == 0 &&
+		    s.layer == v && strcmp(d[i].name, name) != 0)
+			rc = -EEXIST;
+	}
+	kv_dirents_free(d, n);
+	*layer = (uint32_t)v;
+	return rc;
+}
+
+static int do_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		    uint32_t uid, uint32_t gid, struct kv_node_info *n)
+{
+	struct kv_node_info p;
+	int rc;
+
+	rc = kv_index_get(fs->idx, parent, &p);
+	if (rc < 0)
+		return rc;
+	memset(n, 0, sizeof(*n));
+	if (p.kind == KV_KIND_ROOT) {
+		n->kind = KV_KIND_MODEL;
+		if (!strncmp(name, ".kvfs", 5))
+			return -EPERM;   /* reserved for the control directory */
+	} else if (p.kind == KV_KIND_MODEL) {
+		n->kind = KV_KIND_LAYER;
+		rc = check_layer_name(fs, &p, name, &n->layer);
+		if (rc < 0)
+			return rc;
+	} else {
+		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
+	}
+	kvfs_ns_node_init(fs, n, parent, name, mode & 07777, uid, gid);
+	rc = kv_index_add(fs->idx, n);
+	if (rc == 0) {
+		kvfs_commit_put_dir(fs, n);
+		kvfs_dir_changed(fs, parent);
+	}
+	return rc;
+}
+
+int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		  uint32_t uid, uint32_t gid, struct kv_node_info *out)
+{
+	int rc = kvfs_check_name(name);
+
+	if (rc == 0)
+		rc = kvfs_changes_refused(fs);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_mkdir(fs, parent, name, mode, uid, gid, out);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+static int do_rmdir(struct kvfs *fs, uint64_t parent, const char *name)
+{
+	struct kv_node_info n;
+	int rc = kv_index_lookup(fs->idx, parent, name, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n.kind == KV_KIND_PAGE)
+		return -ENOTDIR;
+	rc = kv_index_remove(fs->idx, n.ino);
+	if (rc == 0) {
+		kvfs_commit_del_dir(fs, &n);
+		kvfs_dir_changed(fs, parent);
+	}
+	return rc;
+}
+
+int kvfs_ns_rmdir(struct kvfs *fs, uint64_t parent, const char *name)
+{
+	int rc = kvfs_changes_refused(fs);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_rmdir(fs, parent, name);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+static int do_unlink(struct kvfs *fs, uint64_t parent, const char *name)
+{
+	struct kv_node_info n;
+	int rc = kv_index_lookup(fs->idx, parent, name, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n.kind != KV_KIND_PAGE)
+		return -EISDIR;
+	return kvfs_page_forget(fs, &n, false, KVFS_EV_REMOVED);
+}
+
+int kvfs_ns_unlink(struct kvfs *fs, uint64_t parent, const char *name)
+{
+	int rc = kvfs_changes_refused(fs);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_unlink(fs, parent, name);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+/* ---- model geometry, pins (user.kvfs.* xattrs) ---- */
+
+/* Geometry may change only while the model holds no pages. */
+static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geometry *g)
+{
+	struct kv_dirent *d;
+	size_t n, i;
+	int rc = kv_index_readdir(fs->idx, model, &d, &n);
+
+	if (rc < 0)
+		return rc;
+	for (i = 0; rc == 0 && i < n; i++) {
+		struct kv_node_info l;
+
+		if (kv_index_get(fs->idx, d[i].ino, &l) < 0)
+			continue;
+		if (l.nchildren)
+			rc = -ENOTEMPTY;
+		else if (g && g->layers && l.layer >= g->layers)
+			rc = -EINVAL;
+	}
+	kv_dirents_free(d, n);
+	return rc;
+}
+
+static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g)
+{
+	struct kv_node_info n;
+	int rc = kv_index_get(fs->idx, ino, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n.kind != KV_KIND_MODEL)
+		return -ENOTSUP;
+	if (kv_geometry_page_bytes(g) > fs->meta.segment_size) {
+		kv_log(KV_LOG_ERR, "geometry of model %s refused: pages of %llu bytes do not fit "
+		       "in this store's %llu-byte segments", n.name,
+		       (unsigned long long)kv_geometry_page_bytes(g),
+		       (unsigned long long)fs->meta.segment_size);
+		return -EFBIG;
+	}
+	rc = model_has_pages(fs, ino, g);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "geometry of model %s not changed: %s", n.name,
+		       rc == -ENOTEMPTY ? "it already holds pages"
+					: "it has layer directories beyond the new layer count");
+		return rc;
+	}
+	n.geo = *g;
+	n.attr.ctime_ns = kvfs_now_ns();
+	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_GEO | KV_UPD_ATTR);
+	if (rc == 0)
+		kvfs_commit_put_dir(fs, &n);
+	return rc;
+}
+
+/*
+ * Pin or unpin a sealed page: evicted last for capacity, kept longest in
+ * the RAM tier. Stored as the sticky bit of the page's mode, which the
+ * manifest keeps anyway (ns_lock held).
+ */
+static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
+{
+	struct kv_node_info n;
+	int rc = kv_index_get(fs->idx, ino, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n.kind != KV_KIND_PAGE)
+		return -EPERM;
+	if (n.state == KV_PAGE_WRITING)
+		return -EBUSY;     /* sealing sets the mode; pin it after close */
+	if (!!(n.attr.mode & S_ISVTX) == pin)
+		return 0;
+	n.attr.mode = pin ? n.attr.mode | S_ISVTX : n.attr.mode & ~(uint32_t)S_ISVTX;
+	n.attr.ctime_ns = kvfs_now_ns();
+	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_ATTR);
+	if (rc < 0)
+		return rc;
+	kvfs_commit_put_page(fs, &n, NULL);
+	kvfs_ram_protect(fs, n.extent_id, kvfs_extent_protected(fs, n.extent_id, n.attr.mode));
+	kv_log(KV_LOG_INFO, "page %s (inode %llu) %s", n.name, (unsigned long long)ino,
+	       pin ? "pinned" : "unpinned");
+	return 0;
+}
+
+int kvfs_ns_set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g)
+{
+	int rc = kvfs_changes_refused(fs);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = set_geometry(fs, ino, g);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
+{
+	int rc = kvfs_changes_refused(fs);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = set_pinned(fs, ino, pin);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+/* ---- rename ---- */
+
+/* May node n live under directory np? */
+static int check_move(struct kvfs *fs, const struct kv_node_info *n,
+		      const struct kv_node_info *np)
+{
+	uint64_t limit;
+	bool exact;
+	int rc;
+
+	switch (n->kind) {
+	case KV_KIND_PAGE:
+		if (np->kind != KV_KIND_LAYER)
+			return np->kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
+		rc = kvfs_page_limit(fs, np->ino, &limit, &exact);
+		if (rc < 0)
+			return rc;
+		/* EXDEV, not EINVAL (which mv reports as "a subdirectory of
+		 * itself"): the page cannot live there as it is, and a tool
+		 * that falls back to copying gets the size error on its own
+		 * write or close, with the source left in place. */
+		if (n->state != KV_PAGE_WRITING && exact && n->size != limit) {
+			kv_log(KV_LOG_ERR, "rename of page %s refused: %llu bytes, the geometry of the target model needs %llu",
+			       n->name, (unsigned long long)n->size, (unsigned long long)limit);
+			return -EXDEV;
+		}
+		return 0;
+	case KV_KIND_LAYER:
+		/* A layer directory's name is its layer number: renaming it
+		 * would silently relabel every page in it. */
+		kv_log(KV_LOG_INFO, "rename of layer directory %s refused", n->name);
+		return -EPERM;
+	case KV_KIND_MODEL:
+		return np->kind == KV_KIND_ROOT ? 0 : -EPERM;
+	default:
+		return -EBUSY;
+	}
+}
+
+/* The replaced target leaves the namespace first, as rename(2) requires. */
+static int drop_target(struct kvfs *fs, const struct kv_node_info *n,
+		       const struct kv_node_info *d, bool replace)
+{
+	int rc;
+
+	if (!replace)
+		return -EEXIST;
+	if (n->kind == KV_KIND_PAGE && d->kind != KV_KIND_PAGE)
+		return -EISDIR;
+	if (n->kind != KV_KIND_PAGE && d->kind == KV_KIND_PAGE)
+		return -ENOTDIR;
+	if (d->kind == KV_KIND_PAGE)   /* its delete commits with the move */
+		return kvfs_page_forget(fs, d, n->state != KV_PAGE_WRITING,
+					KVFS_EV_NONE);   /* the move says replaced */
+	if (d->nchildren)
+		return -ENOTEMPTY;
+	rc = kv_index_remove(fs->idx, d->ino);
+	if (rc == 0)
+		kvfs_commit_del_dir(fs, d);
+	return rc;
+}
+
+static int do_rename(struct kvfs *fs, uint64_t parent, const char *name,
+		     uint64_t newparent, const char *newname, bool replace)
+{
+	struct kv_node_info n, np, d;
+	struct kvfs_event *ev = NULL;
+	bool over_sealed = false;
+	uint64_t replaced;
+	int rc;
+
+	rc = kv_index_lookup(fs->idx, parent, name, &n);
+	if (rc == 0)
+		rc = kv_index_get(fs->idx, newparent, &np);
+	if (rc == 0)
+		rc = check_move(fs, &n, &np);
+	if (rc < 0)
+		return rc;
+	rc = kv_index_lookup(fs->idx, newparent, newname, &d);
+	if (rc == 0) {
+		if (d.ino == n.ino)
+			return 0;
+		rc = drop_target(fs, &n, &d, replace);
+		if (rc < 0)
+			return rc;
+		over_sealed = d.kind == KV_KIND_PAGE && d.state != KV_PAGE_WRITING;
+	}
+	/* A sealed page leaves its name (removed) and takes the new one
+	 * (stored, or replaced over a sealed page); a page still being
+	 * written was never announced: its seal will be, under the new name. */
+	if (n.kind == KV_KIND_PAGE && n.state != KV_PAGE_WRITING)
+		ev = kvfs_event_capture(fs, KVFS_EV_REMOVED, &n);
+	rc = kv_index_move(fs->idx, n.ino, newparent, newname, 0, &replaced);
+	if (rc < 0) {
+		kvfs_event_free(ev);
+		return rc;
+	}
+	if (kv_index_get(fs->idx, n.ino, &n) == 0) {
+		n.attr.ctime_ns = kvfs_now_ns();
+		kv_index_update(fs->idx, n.ino, &n, KV_UPD_ATTR);
+		if (ev)
+			ev->next = kvfs_event_capture(fs, over_sealed ? KVFS_EV_REPLACED
+						      : KVFS_EV_STORED, &n);
+		queue_change(fs, &n, ev);
+	} else {
+		kvfs_event_free(ev);
+	}
+	kvfs_dir_changed(fs, newparent);
+	if (parent != newparent) {
+		struct kv_node_info old;
+
+		kvfs_dir_changed(fs, parent);
+		/* The committer persists the times of the directories its ops
+		 * name; the one the page left is named by none. */
+		if (kv_index_get(fs->idx, parent, &old) == 0)
+			queue_change(fs, &old, NULL);
+	}
+	return 0;
+}
+
+int kvfs_ns_rename(struct kvfs *fs, uint64_t parent, const char *name,
+		   uint64_t newparent, const char *newname, bool replace)
+{
+	int rc = kvfs_check_name(newname);
+
+	if (rc == 0)
+		rc = kvfs_changes_refused(fs);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_rename(fs, parent, name, newparent, newname, replace);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}

@@ -1,0 +1,565 @@
+/*
+ * Page files: create and write a page (buffered in RAM), seal it on the
+ * last close or on fsync, open and read sealed pages. What a front end
+ * (fuse/ops_file.c) calls for its file operations; struct kvfs_file is its
+ * open-file handle.
+ *
+ * A page has one writer, the process that created it. Until it is sealed no
+ * one else may open it (EBUSY); a reader arriving just after the writer's
+ * close, before the front end's asynchronous release has reached us, waits
+ * briefly for the seal instead of failing. Sealed pages are immutable
+ * (EPERM on open for writing).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvfs_i.h"
+
+#define SEAL_WAIT_MS 2000
+/* Waiting readers hold front-end threads (FUSE workers); leave enough free
+ * to run the release they are waiting for (the daemon runs up to 16). */
+#define SEAL_WAITERS_MAX 8
+
+/* An open page. */
+struct kvfs_file {
+	uint64_t ino;
+	bool writer;
+	bool sealed;                /* writer: sealed by fsync */
+	pthread_mutex_t lock;
+	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
+};
+
+static unsigned seal_waiters;   /* under ns_lock */
+
+static struct kvfs_file *file_new(uint64_t ino, bool writer)
+{
+	struct kvfs_file *fh = calloc(1, sizeof(*fh));
+
+	if (!fh)
+		return NULL;
+	fh->ino = ino;
+	fh->writer = writer;
+	pthread_mutex_init(&fh->lock, NULL);
+	return fh;
+}
+
+static void file_free(struct kvfs_file *fh)
+{
+	kvfs_data_put(fh->data);
+	pthread_mutex_destroy(&fh->lock);
+	free(fh);
+}
+
+/* ---- create ---- */
+
+static int do_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		     uint32_t uid, uint32_t gid, struct kv_node_info *n)
+{
+	struct kv_node_info p;
+	struct kvfs_live *l;
+	int rc;
+
+	rc = kv_index_get(fs->idx, parent, &p);
+	if (rc < 0)
+		return rc;
+	if (p.kind != KV_KIND_LAYER) {
+		kv_log(KV_LOG_DEBUG, "create %s refused: pages live in layer directories", name);
+		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
+	}
+	memset(n, 0, sizeof(*n));
+	kvfs_ns_node_init(fs, n, parent, name, mode & 0777, uid, gid);
+	n->kind = KV_KIND_PAGE;
+	n->state = KV_PAGE_WRITING;
+	l = kvfs_live_get(fs, n->ino);
+	if (!l)
+		return -ENOMEM;
+	l->wbuf = kvfs_data_new(64 << 10);
+	if (!l->wbuf) {
+		kvfs_live_maybe_drop(fs, l);
+		return -ENOMEM;
+	}
+	rc = kv_index_add(fs->idx, n);
+	if (rc < 0) {
+		kvfs_data_put(l->wbuf);
+		l->wbuf = NULL;
+		kvfs_live_maybe_drop(fs, l);
+		return rc;
+	}
+	l->opens = 1;
+	l->writing = true;
+	kvfs_dir_changed(fs, parent);
+	return 0;
+}
+
+int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		     uint32_t uid, uint32_t gid, struct kvfs_file **out,
+		     struct kv_node_info *n)
+{
+	struct kvfs_file *f;
+	int rc = kvfs_check_name(name);
+
+	if (rc == 0)
+		rc = kvfs_changes_refused(fs);
+	if (rc < 0)
+		return rc;
+	f = file_new(0, true);
+	if (!f)
+		return -ENOMEM;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_create(fs, parent, name, mode, uid, gid, n);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc < 0) {
+		file_free(f);
+		return rc;
+	}
+	f->ino = n->ino;
+	*out = f;
+	return 0;
+}
+
+/* ---- open ---- */
+
+/* Wait (ns_lock held) for a page whose writer already closed to be sealed. */
+static void wait_for_seal(struct kvfs *fs, uint64_t ino)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+	struct timespec until;
+
+	if (seal_waiters >= SEAL_WAITERS_MAX)
+		return;
+	seal_waiters++;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += SEAL_WAIT_MS / 1000;
+	while (l && l->writing && l->flushed) {
+		if (pthread_cond_timedwait(&fs->seal_cv, &fs->ns_lock, &until) == ETIMEDOUT)
+			break;
+		l = kvfs_live_find(fs, ino);
+	}
+	seal_waiters--;
+}
+
+static int do_open(struct kvfs *fs, uint64_t ino, int flags)
+{
+	struct kv_node_info n;
+	struct kvfs_live *l;
+	int rc;
+
+	rc = kv_index_get(fs->idx, ino, &n);
+	if (rc < 0)
+		return rc;     /* an unlinked page cannot be opened again */
+	if (n.kind != KV_KIND_PAGE)
+		return -EISDIR;
+	if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
+		kv_log(KV_LOG_DEBUG, "open of page %s for writing refused: %s", n.name,
+		       n.state == KV_PAGE_WRITING ? "being written" : "sealed pages are immutable");
+		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
+	}
+	if (n.state == KV_PAGE_WRITING) {
+		wait_for_seal(fs, ino);
+		rc = kv_index_get(fs->idx, ino, &n);
+		if (rc < 0)
+			return rc;
+		if (n.state == KV_PAGE_WRITING)
+			return -EBUSY;
+	}
+	l = kvfs_live_get(fs, ino);
+	if (!l)
+		return -ENOMEM;
+	l->opens++;
+	/* Reads may be served from the kernel's cache and never reach us:
+	 * an open is the access the eviction order sees. */
+	kvfs_page_touch(fs, &n);
+	return 0;
+}
+
+int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **out)
+{
+	struct kvfs_file *f = file_new(ino, false);
+	int rc;
+
+	if (!f)
+		return -ENOMEM;
+	pthread_mutex_lock(&fs->ns_lock);
+	rc = do_open(fs, ino, flags);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc < 0) {
+		file_free(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+/* ---- read ---- */
+
+/* The writer may read back what it wrote so far: copied out under the
+ * lock, since a concurrent write may reallocate the buffer. */
+static int read_own_write(struct kvfs *fs, struct kvfs_file *f, uint64_t off,
+			  size_t size, struct kvfs_data **out, size_t *len)
+{
+	struct kvfs_data *copy = NULL;
+	struct kvfs_live *l;
+	size_t n = 0;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, f->ino);
+	if (l && l->wbuf && off < l->wbuf->size) {
+		n = l->wbuf->size - off < size ? l->wbuf->size - off : size;
+		copy = kvfs_data_new(n);
+		if (copy) {
+			memcpy(copy->bytes, l->wbuf->bytes + off, n);
+			copy->size = n;
+		}
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (n && !copy)
+		return -ENOMEM;
+	*out = copy;
+	*len = n;
+	return 0;
+}
+
+int kvfs_file_read(struct kvfs *fs, struct kvfs_file *f, uint64_t off, size_t size,
+		   struct kvfs_data **hold, const void **bytes, size_t *len)
+{
+	struct kvfs_data *d;
+	int rc = 0;
+
+	*hold = NULL;
+	*bytes = NULL;
+	*len = 0;
+	if (f->writer && !f->sealed) {
+		rc = read_own_write(fs, f, off, size, hold, len);
+		if (rc == 0 && *hold)
+			*bytes = (*hold)->bytes;
+		return rc;
+	}
+	pthread_mutex_lock(&f->lock);
+	if (!f->data)
+		rc = kvfs_page_load(fs, f->ino, &f->data);
+	/* The front end may finish this read, and the client close the file
+	 * and release it, before the caller is done with the bytes: keep
+	 * them alive until it puts hold. */
+	d = rc < 0 ? NULL : kvfs_data_get(f->data);
+	pthread_mutex_unlock(&f->lock);
+	if (rc < 0)
+		return rc;
+	if (off >= d->size)
+		size = 0;
+	else if (d->size - off < size)
+		size = d->size - off;
+	*hold = d;
+	*bytes = size ? d->bytes + off : NULL;
+	*len = size;
+	return 0;
+}
+
+/* ---- write ---- */
+
+#define SPACE_RETRIES 300   /* eviction runs a write waits through (~30 s) */
+
+/* Validate a write (ns_lock held) and return the writer's buffer. */
+static int write_target(struct kvfs *fs, struct kvfs_file *fh, uint64_t end,
+			bool may_retry, struct kvfs_data **out,
+			struct kv_node_info *n)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, fh->ino);
+	uint64_t limit;
+	bool exact;
+	int rc;
+
+	if (fh->sealed || !l || !l->writing || !l->wbuf)
+		return -EPERM;
+	rc = kvfs_node_get_locked(fs, fh->ino, n);
+	if (rc == 0)
+		rc = kvfs_page_limit(fs, n->parent, &limit, &exact);
+	if (rc < 0)
+		return rc;
+	if (end > limit) {
+		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused: %s is %llu bytes; "
+		       "the page will not be stored", n->name, (unsigned long long)end,
+		       exact ? "the model geometry's page size" : "the page size limit (-o max_page)",
+		       (unsigned long long)limit);
+		rc = -EFBIG;
+	}
+	if (rc == 0)
+		rc = kvfs_page_reserve(fs, l, end, may_retry);
+	if (rc == -ENOSPC && may_retry)
+		return -EAGAIN;     /* the evictor may make room: not refused yet */
+	/* Grow under the lock: the writer's own reads copy from this buffer. */
+	if (rc == 0)
+		rc = kvfs_data_reserve(l->wbuf, end);
+	if (rc < 0) {
+		/* A page missing a refused write is a truncated page: it must
+		 * never be sealed, whatever the writer does next. */
+		l->write_err = rc;
+		return rc;
+	}
+	l->flushed = false;
+	*out = l->wbuf;
+	return 0;
+}
+
+/* Could a write up to byte end ever be accepted? Checked before any
+ * charge or wait (takes ns_lock). -EFBIG past the page size limit or the
+ * whole capacity of the store, -EPERM on a page that is not being written;
+ * a refused write also dooms the page (write_err), as in write_target. */
+static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
+{
+	uint64_t limit, cap = fs->meta.capacity;
+	struct kv_node_info n;
+	struct kvfs_live *l;
+	bool exact;
+	int rc;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	rc = fh->sealed || !l || !l->writing || !l->wbuf ? -EPERM : 0;
+	if (rc == 0)
+		rc = kvfs_node_get_locked(fs, fh->ino, &n);
+	if (rc == 0)
+		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
+	if (rc == 0 && (end > limit || (cap && end > cap))) {
+		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused at once: %s is %llu bytes; "
+		       "the page will not be stored", n.name, (unsigned long long)end,
+		       end > limit ? (exact ? "the model geometry's page size"
+				      : "the page size limit (-o max_page)")
+		       : "the store's whole capacity",
+		       (unsigned long long)(end > limit ? limit : cap));
+		rc = -EFBIG;
+		l->write_err = rc;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+/* Dirty bytes a write up to end adds to the page (its buffer only grows).
+ * The kernel serialises writes to one inode, so the charge read here is
+ * still the page's when dirty_charge_add runs. */
+static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
+				 uint64_t *have)
+{
+	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	struct kvfs_live *l;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	*have = l ? l->dirty : 0;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return need > *have ? need - *have : 0;
+}
+
+static void dirty_charge_add(struct kvfs *fs, uint64_t ino, uint64_t charge)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+
+	if (l)
+		l->dirty += charge;
+	else
+		kvfs_dirty_give(fs, charge, false);
+}
+
+int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size_t size,
+		    uint64_t off)
+{
+	uint64_t end = off + size;
+	struct kvfs_data *d = NULL;
+	struct kv_node_info n;
+	uint64_t charge, held;
+	int rc, space;
+
+	/* A write that can never succeed fails before it costs anything: it
+	 * must not wait for write-back room or make the evictor empty the
+	 * store for bytes that will be refused anyway. */
+	rc = kvfs_changes_refused(fs);
+	if (rc == 0)
+		rc = write_possible(fs, fh, end);
+	if (rc < 0)
+		return rc;
+	charge = dirty_charge_for(fs, fh->ino, end, &held);
+	rc = kvfs_dirty_take(fs, charge, held);   /* may block: write-back is full */
+	if (rc < 0)
+		return rc;
+	/* May block while the evictor makes room (cache mode); others may
+	 * take that room first, so the check under the lock can send us back
+	 * to wait, until the evictor has nothing left to give. */
+	for (int tries = 0;; tries++) {
+		space = tries ? kvfs_space_wait_run(fs, charge) : kvfs_space_wait(fs, charge);
+		pthread_mutex_lock(&fs->ns_lock);
+		rc = write_target(fs, fh, end, space == 0 && tries < SPACE_RETRIES,
+				  &d, &n);
+		if (rc == 0)
+			dirty_charge_add(fs, fh->ino, charge);
+		pthread_mutex_unlock(&fs->ns_lock);
+		if (rc != -EAGAIN)
+			break;
+	}
+	if (rc < 0) {
+		kvfs_dirty_give(fs, charge, false);
+		return rc;
+	}
+	/* The kernel serialises writes, truncates and the final release of one
+	 * inode, and the buffer only moves under ns_lock (above), so the bytes
+	 * are ours to fill without holding it; so is size, which only this
+	 * writer changes. Bytes past size are undefined (kvfs_data): a hole
+	 * the write leaves before off must read as zeros. */
+	if (off > d->size)
+		memset(d->bytes + d->size, 0, off - d->size);
+	memcpy(d->bytes + off, buf, size);
+	pthread_mutex_lock(&fs->ns_lock);
+	if (end > d->size)
+		d->size = end;
+	if (kv_index_get(fs->idx, fh->ino, &n) == 0) {
+		n.size = d->size;
+		n.attr.mtime_ns = kvfs_now_ns();
+		kv_index_update(fs->idx, fh->ino, &n, KV_UPD_SIZE | KV_UPD_ATTR);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	return 0;
+}
+
+/* ---- close, release, fsync ---- */
+
+/* A close of a descriptor: the writer's last one reports a page of the
+ * wrong size or one a refused write truncated. */
+int kvfs_file_flush(struct kvfs *fs, struct kvfs_file *fh)
+{
+	struct kvfs_live *l;
+	struct kv_node_info n;
+	uint64_t limit = 0;
+	bool exact = false;
+	int rc = 0;
+
+	if (!fh->writer)
+		return 0;
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l && l->writing && l->wbuf && l->write_err) {
+		l->flushed = true;
+		rc = l->write_err;     /* close() tells the writer the page is lost */
+	} else if (l && l->writing && l->wbuf) {
+		l->flushed = true;
+		/* The close that ends a page of the wrong size reports it; a
+		 * close before any byte was written (shell redirection) does not. */
+		if (kv_index_get(fs->idx, fh->ino, &n) == 0 &&
+		    kvfs_page_limit(fs, n.parent, &limit, &exact) == 0 &&
+		    exact && l->wbuf->size && l->wbuf->size != limit) {
+			kv_log(KV_LOG_ERR, "page %s: %llu bytes, but the model geometry makes a page %llu bytes; it will not be stored",
+			       n.name, (unsigned long long)l->wbuf->size,
+			       (unsigned long long)limit);
+			rc = -EINVAL;
+		}
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}
+
+/* The last close of the writer: seal, or discard what cannot be a page. */
+static void release_writer(struct kvfs *fs, struct kvfs_live *l,
+			   const struct kvfs_seal_plan *plan)
+{
+	int rc;
+
+	if (l->writing && !l->unlinked && l->write_err) {
+		kv_log(KV_LOG_WARN, "page inode %llu discarded at close: a write to it failed (%s)",
+		       (unsigned long long)l->ino, kv_strerror(l->write_err));
+		kv_index_remove(fs->idx, l->ino);
+	} else if (l->writing && !l->unlinked) {
+		rc = kvfs_page_seal(fs, l, plan);
+		if (rc < 0) {
+			if (rc != -ENODATA && rc != -EINVAL)   /* those were reported */
+				atomic_fetch_add(&fs->st.pages_lost, 1);
+			kv_log(rc == -ENODATA ? KV_LOG_WARN : KV_LOG_ERR,
+			       "page inode %llu discarded at close: %s",
+			       (unsigned long long)l->ino, kv_strerror(rc));
+			kv_index_remove(fs->idx, l->ino);
+		}
+	}
+	if (l->writing) {
+		kvfs_page_unreserve(fs, l);
+		kvfs_dirty_give_live(fs, l);   /* discarded: nothing to write back */
+		kvfs_data_put(l->wbuf);
+		l->wbuf = NULL;
+		l->writing = false;
+		pthread_cond_broadcast(&fs->seal_cv);
+	}
+}
+
+/*
+ * Hash the payload a writer is about to seal and look for a twin extent,
+ * before ns_lock is taken for the seal: dedup may read the disk. False if
+ * there is nothing to seal. The kernel sends no write to this inode while
+ * its writer is being released or fsync'ed, so the bytes stay as probed.
+ */
+static bool plan_seal(struct kvfs *fs, struct kvfs_file *fh, struct kvfs_seal_plan *p)
+{
+	struct kvfs_data *d = NULL;
+	struct kvfs_live *l;
+
+	if (!fh->writer || fh->sealed)
+		return false;
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l && l->writing && !l->unlinked && !l->write_err && l->wbuf &&
+	    l->wbuf->size)
+		d = kvfs_data_get(l->wbuf);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (!d)
+		return false;
+	kvfs_seal_plan_make(fs, d, p);
+	return true;
+}
+
+void kvfs_file_release(struct kvfs *fs, struct kvfs_file *fh)
+{
+	struct kvfs_seal_plan plan;
+	bool planned = plan_seal(fs, fh, &plan);
+	struct kvfs_live *l;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, fh->ino);
+	if (l) {
+		if (fh->writer)
+			release_writer(fs, l, planned ? &plan : NULL);
+		if (l->opens)
+			l->opens--;
+		kvfs_live_maybe_drop(fs, l);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (planned)
+		kvfs_seal_plan_clear(&plan);
+	file_free(fh);
+}
+
+int kvfs_file_fsync(struct kvfs *fs, struct kvfs_file *fh)
+{
+	uint64_t mark = kvfs_commit_mark(fs);   /* before our seal is queued */
+	struct kvfs_seal_plan plan;
+	bool planned = plan_seal(fs, fh, &plan);
+	struct kvfs_live *l;
+	int rc = 0;
+
+	if (fh->writer && !fh->sealed) {
+		/* fsync is the writer's commit point: the page is sealed now and
+		 * later writes through this descriptor fail with EPERM. */
+		pthread_mutex_lock(&fs->ns_lock);
+		l = kvfs_live_find(fs, fh->ino);
+		if (l && l->writing && l->write_err)
+			rc = l->write_err;      /* a truncated page is never sealed */
+		else if (l && l->writing && !l->unlinked && l->wbuf && l->wbuf->size) {
+			/* (nothing written yet: nothing to make durable) */
+			rc = kvfs_page_seal(fs, l, planned ? &plan : NULL);
+			if (rc == 0)
+				fh->sealed = true;
+		}
+		pthread_mutex_unlock(&fs->ns_lock);
+	}
+	if (planned)
+		kvfs_seal_plan_clear(&plan);
+	if (rc == 0)
+		rc = kvfs_commit_wait_all(fs, mark);
+	return rc;
+}
