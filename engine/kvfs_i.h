@@ -321,6 +321,18 @@ int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out
  * ns_lock held. */
 void kvfs_dir_changed(struct kvfs *fs, uint64_t ino);
 
+/* ---- namespace changes (engine/namespace.c) ---- */
+/*
+ * mkdir: a model under the root (not named .kvfs*: -EPERM), a layer under
+ * a model (named by its number, below the model's layer count, one
+ * directory a number: -EINVAL, -EEXIST), -ENOTDIR under a page, -EPERM
+ * under a layer. The index changes and the manifest row is queued under
+ * ns_lock, which it takes itself. mode & 07777 is kept. out gets the node.
+ * The caller checks the name itself (length, '/', "." and "..").
+ */
+int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name,
+		  uint32_t mode, uint32_t uid, uint32_t gid, struct kv_node_info *out);
+
 /* ---- dedup (engine/dedup.c) ---- */
 /* What sealing a payload will do, worked out before ns_lock is taken: its
  * checksum, and a durable extent holding the very same bytes, if any. */

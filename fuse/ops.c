@@ -241,80 +241,6 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 
 /* ---- directories ---- */
 
-/* Layer directories are named by their number ("0".."99999", any padding);
- * two names for the same number would be two directories for one layer. */
-static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
-			    const char *name, uint32_t *layer)
-{
-	struct kv_dirent *d;
-	size_t n, i, len = strlen(name);
-	char *end;
-	unsigned long v;
-	int rc;
-
-	if (len == 0 || len > 5 || strspn(name, "0123456789") != len) {
-		kv_log(KV_LOG_INFO, "layer directory name \"%s\" refused: use the layer number (e.g. 00, 31)", name);
-		return -EINVAL;
-	}
-	v = strtoul(name, &end, 10);
-	if (model->geo.layers && v >= model->geo.layers) {
-		kv_log(KV_LOG_INFO, "layer %lu refused: model %s has %u layers",
-		       v, model->name, model->geo.layers);
-		return -EINVAL;
-	}
-	rc = kv_index_readdir(fs->idx, model->ino, &d, &n);
-	if (rc < 0)
-		return rc;
-	for (i = 0; i < n && rc == 0; i++) {
-		struct kv_node_info s;
-
-		if (kv_index_get(fs->idx, d[i].ino, &s) == 0 &&
-		    s.layer == v && strcmp(d[i].name, name) != 0)
-			rc = -EEXIST;
-	}
-	kv_dirents_free(d, n);
-	*layer = (uint32_t)v;
-	return rc;
-}
-
-static int do_mkdir(struct kvfs *fs, fuse_req_t req, fuse_ino_t parent,
-		    const char *name, mode_t mode, struct kv_node_info *n)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct kv_node_info p;
-	int rc;
-
-	rc = kv_index_get(fs->idx, parent, &p);
-	if (rc < 0)
-		return rc;
-	memset(n, 0, sizeof(*n));
-	if (p.kind == KV_KIND_ROOT) {
-		n->kind = KV_KIND_MODEL;
-		if (!strncmp(name, ".kvfs", 5))
-			return -EPERM;   /* reserved for the control directory */
-	} else if (p.kind == KV_KIND_MODEL) {
-		n->kind = KV_KIND_LAYER;
-		rc = check_layer_name(fs, &p, name, &n->layer);
-		if (rc < 0)
-			return rc;
-	} else {
-		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
-	}
-	n->ino = kv_index_next_ino(fs->idx);
-	n->parent = parent;
-	strcpy(n->name, name);
-	n->attr.mode = mode & 07777;
-	n->attr.uid = ctx->uid;
-	n->attr.gid = ctx->gid;
-	n->attr.atime_ns = n->attr.mtime_ns = n->attr.ctime_ns = kvfs_now_ns();
-	rc = kv_index_add(fs->idx, n);
-	if (rc == 0) {
-		kvfs_commit_put_dir(fs, n);
-		kvfs_dir_changed(fs, parent);
-	}
-	return rc;
-}
-
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct kvfs *fs = req_fs(req);
@@ -327,9 +253,9 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	if (rc == 0 && ctl_reserved(parent, name))
 		rc = -EPERM;
 	if (rc == 0) {
-		pthread_mutex_lock(&fs->ns_lock);
-		rc = do_mkdir(fs, req, parent, name, mode, &n);
-		pthread_mutex_unlock(&fs->ns_lock);
+		const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+		rc = kvfs_ns_mkdir(fs, parent, name, mode, ctx->uid, ctx->gid, &n);
 	}
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
