@@ -95,6 +95,21 @@ static inline uint64_t efix_close(struct efix *f)
 	return lost;
 }
 
+/* Reopen the store and find m/00 by name again. */
+static inline void efix_reopen(struct efix *f)
+{
+	struct kv_node_info n;
+
+	assert_int_equal(efix_close(f), 0);
+	efix_open(f);
+	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "m", &n), 0);
+	assert_int_equal(n.kind, KV_KIND_MODEL);
+	f->model = n.ino;
+	assert_int_equal(kv_index_lookup(f->fs->idx, f->model, "00", &n), 0);
+	assert_int_equal(n.kind, KV_KIND_LAYER);
+	f->layer = n.ino;
+}
+
 /* Model "m" and its layer "00" (once a store). */
 static inline void efix_layer(struct efix *f)
 {

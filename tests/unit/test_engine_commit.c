@@ -16,21 +16,6 @@ static void fault(struct efix *f, const char *spec)
 	assert_int_equal(kvfs_fault_set(f->fs, spec, strlen(spec)), 0);
 }
 
-/* Reopen the store and find m/00 by name again. */
-static void reopen(struct efix *f)
-{
-	struct kv_node_info n;
-
-	assert_int_equal(efix_close(f), 0);
-	efix_open(f);
-	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "m", &n), 0);
-	assert_int_equal(n.kind, KV_KIND_MODEL);
-	f->model = n.ino;
-	assert_int_equal(kv_index_lookup(f->fs->idx, f->model, "00", &n), 0);
-	assert_int_equal(n.kind, KV_KIND_LAYER);
-	f->layer = n.ino;
-}
-
 /* Page name holds the payload of (size, seed), read back and verified. */
 static void assert_page(struct efix *f, const char *name, uint64_t size, unsigned seed)
 {
@@ -64,7 +49,7 @@ static void published_page_is_durable_after_reopen(void **state)
 	assert_int_equal(atomic_load(&f->fs->st.bytes_written), 100000);
 	assert_page(f, "p0", 100000, 3);
 
-	reopen(f);
+	efix_reopen(f);
 	assert_int_equal(efix_lookup(f, "p0", &after), 0);
 	assert_int_equal(after.ino, n.ino);
 	assert_int_equal(after.state, KV_PAGE_DURABLE);
@@ -110,7 +95,7 @@ static void wait_covers_everything_queued_before_it(void **state)
 	assert_int_equal(kv_index_lookup(f->fs->idx, l1.ino, "q", &n), 0);
 	assert_int_equal(n.state, KV_PAGE_DURABLE);
 
-	reopen(f);
+	efix_reopen(f);
 	for (int i = 0; i < 40; i++) {
 		snprintf(name, sizeof(name), "p%d", i);
 		if (i == 7)
@@ -158,7 +143,7 @@ static void failed_write_withdraws_the_page(void **state)
 	assert_int_equal(efix_lookup(f, "next", &n), 0);
 	assert_int_equal(n.state, KV_PAGE_DURABLE);
 
-	reopen(f);
+	efix_reopen(f);
 	assert_int_equal(efix_lookup(f, "bad", &n), -ENOENT);
 	assert_page(f, "good", PAGE, 1);
 	assert_page(f, "next", PAGE, 4);
@@ -200,7 +185,7 @@ static void failed_transaction_is_retried(void **state)
 	assert_int_equal(kvfs_commit_failing(f->fs), 0);
 	assert_true(saw_failing);
 
-	reopen(f);
+	efix_reopen(f);
 	assert_page(f, "p", PAGE, 5);
 	assert_int_equal(efix_close(f), 0);
 }
