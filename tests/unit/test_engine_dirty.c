@@ -236,6 +236,37 @@ static void a_stall_lets_one_charge_through(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* Pages drain but none becomes durable (every manifest commit fails): a
+ * charge waiting for them is refused with EIO after 20 s, nothing
+ * charged, counted; once the manifest commits again the same charge is
+ * taken. */
+static void no_durable_page_for_20s_refuses_with_eio(void **state)
+{
+	struct efix *f = *state;
+	const char *spec = "manifest commit 1 EIO 1000";
+	int64_t start;
+	uint64_t fl, dr;
+
+	f->opts.fault_injection = true;
+	open_budget(f);
+	efix_layer(f);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(kvfs_fault_set(f->fs, spec, strlen(spec)), 0);
+	assert_int_equal(kvfs_dirty_take(f->fs, BUDGET, 0), 0);
+	assert_int_equal(efix_publish_charged(f, f->layer, "p", BUDGET, 1, BUDGET, NULL), 0);
+	start = kvfs_now_ns();
+	assert_int_equal(kvfs_dirty_take(f->fs, PAGE, 0), -EIO);
+	assert_true(kvfs_now_ns() - start >= 19 * 1000000000ll);
+	assert_int_equal(f->fs->dirty.refused, 1);
+	assert_int_equal(charged(f->fs, &fl, &dr), BUDGET);    /* nothing more */
+	assert_int_equal(dr, BUDGET);
+	assert_int_equal(kvfs_fault_set(f->fs, "off", 3), 0);
+	assert_int_equal(kvfs_dirty_take(f->fs, PAGE, 0), 0); /* after the retry */
+	assert_int_equal(charged(f->fs, &fl, &dr), PAGE);
+	kvfs_dirty_give(f->fs, PAGE, false);
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* ---- many writers, few budget pages ---- */
 
 #define WRITERS 16
@@ -343,6 +374,8 @@ int main(void)
 						efix_teardown),
 		cmocka_unit_test_setup_teardown(a_stall_lets_one_charge_through, efix_setup,
 						efix_teardown),
+		cmocka_unit_test_setup_teardown(no_durable_page_for_20s_refuses_with_eio,
+						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(sixteen_writers_on_four_pages, efix_setup,
 						efix_teardown),
 	};
