@@ -49,8 +49,10 @@ static inline int efix_setup_cap(void **state, uint64_t capacity)
 	}
 	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
 	if (kvfs_mkfs(f->store, &(struct kvfs_mkfs_opts){ .capacity = capacity,
-							  .segment_size = 16 * MIB }) < 0)
+							  .segment_size = 16 * MIB }) < 0) {
+		free(f);
 		return -1;
+	}
 	kvfs_opts_default(&f->opts);
 	f->opts.offline = true;     /* no evictor or loader thread unless asked */
 	f->opts.dedup = false;      /* every page gets its own extent */
