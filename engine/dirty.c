@@ -12,9 +12,13 @@
  * unless those writers are the very ones waiting here (a page written in
  * several write() calls, a batch staging its pages): when every filling
  * byte is held by a waiter and nothing drains, one charge goes through as
- * an overrun instead of deadlocking. A holder blocked outside (one thread
- * with two pages open, writing the second) cannot be seen: after
- * DIRTY_STALL_MS with nothing draining the charge goes through too.
+ * an overrun instead of deadlocking; to one of those holders, never to a
+ * writer that holds nothing, whose charge would free no one. A holder
+ * blocked outside (one thread with two pages open, writing the second)
+ * cannot be seen: when nothing was given back for DIRTY_STALL_NS since
+ * the charge came, it goes through too, one charge a stall. A writer that
+ * merely waits long while others' pages drain (many more writers than
+ * budget pages) is no stall: it keeps waiting.
  *
  * Waiting for pages that drain ends too: when none became durable for
  * DIRTY_GIVEUP_NS (the manifest cannot commit: its disk is full or
@@ -56,7 +60,7 @@ static void note_peak(struct kvfs_dirty *d)
 		d->peak = d->filling + d->draining;
 }
 
-#define DIRTY_STALL_MS 2000
+#define DIRTY_STALL_NS (2ll * 1000000000)   /* nothing given back for this long */
 #define DIRTY_GIVEUP_NS (20ll * 1000000000)   /* nothing durable for this long */
 
 /* Nothing drained since long before: the committer cannot make pages
@@ -80,10 +84,34 @@ static int give_up(struct kvfs *fs, uint64_t bytes, int64_t since)
 	return rc;
 }
 
+/* Would this charge wait for itself? Every filling byte is held by writers
+ * waiting here, this one among them, and nothing drains: nobody who could
+ * give bytes back is free. A writer holding nothing (held 0) is never
+ * what the others wait for, so letting it through frees no one: it waits
+ * like anyone else, unless nothing at all is charged (a charge larger
+ * than the budget). */
+static bool waits_for_itself(const struct kvfs_dirty *d, uint64_t held)
+{
+	return !d->draining && d->waiting_held + held >= d->filling &&
+	       (held || !d->filling);
+}
+
+/* The absolute CLOCK_REALTIME time ns from now, for pthread_cond_timedwait. */
+static struct timespec after_ns(int64_t ns)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	ns += t.tv_nsec;
+	t.tv_sec += ns / 1000000000;
+	t.tv_nsec = ns % 1000000000;
+	return t;
+}
+
 int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 {
 	struct kvfs_dirty *d = &fs->dirty;
-	int64_t since = kvfs_now_ns();
+	int64_t now = kvfs_now_ns(), since = now, still = now, wait;
 	bool waited = false;
 	struct timespec until;
 	int rc;
@@ -93,30 +121,36 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 	pthread_mutex_lock(&d->lock);
 	if (d->drained_ns > since)
 		since = d->drained_ns;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += DIRTY_STALL_MS / 1000;
 	while (d->filling + d->draining + bytes > d->budget) {
-		if (!d->draining && d->waiting_held + held >= d->filling)
-			break;      /* nobody who could give bytes back is free */
+		if (waits_for_itself(d, held))
+			break;
+		/* A stall: nothing was given back for DIRTY_STALL_NS since this
+		 * charge came (a holder blocked elsewhere). One charge goes
+		 * through a stall; the next waits for one of its own. */
+		if (d->moved_ns > still)
+			still = d->moved_ns;
+		now = kvfs_now_ns();
+		if (!d->draining && now - still >= DIRTY_STALL_NS) {
+			d->moved_ns = now;
+			break;
+		}
 		waited = true;
 		d->waiting_held += held;
-		if (held)      /* others may now see that everyone waits */
-			pthread_cond_broadcast(&d->cv);
-		rc = pthread_cond_timedwait(&d->cv, &d->lock, &until);
+		if (held || waits_for_itself(d, 0))   /* others may now see */
+			pthread_cond_broadcast(&d->cv);   /* that everyone waits */
+		wait = d->draining ? DIRTY_STALL_NS : still + DIRTY_STALL_NS - now;
+		until = after_ns(wait);
+		pthread_cond_timedwait(&d->cv, &d->lock, &until);
 		d->waiting_held -= held;
-		if (rc == ETIMEDOUT && !d->draining)
-			break;
-		if (rc == ETIMEDOUT) {   /* still draining: keep waiting, */
+		if (d->draining) {       /* waiting for pages to drain, not forever */
 			if (d->drained_ns > since)
 				since = d->drained_ns;
-			if (kvfs_now_ns() - since >= DIRTY_GIVEUP_NS) {   /* not forever */
+			if (kvfs_now_ns() - since >= DIRTY_GIVEUP_NS) {
 				d->waits += waited;
 				rc = give_up(fs, bytes, since);
 				pthread_mutex_unlock(&d->lock);
 				return rc;
 			}
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += DIRTY_STALL_MS / 1000;
 		}
 	}
 	if (waited)
@@ -150,9 +184,10 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 	if (bytes == 0)
 		return;
 	pthread_mutex_lock(&d->lock);
+	d->moved_ns = kvfs_now_ns();
 	if (sealed) {
 		d->draining -= bytes;
-		d->drained_ns = kvfs_now_ns();
+		d->drained_ns = d->moved_ns;
 	} else
 		d->filling -= bytes;
 	pthread_cond_broadcast(&d->cv);

@@ -203,6 +203,7 @@ struct kvfs_dirty {
 	uint64_t overruns;   /* charges let through with nothing draining */
 	uint64_t refused;    /* charges refused: nothing became durable for long */
 	int64_t drained_ns;  /* when sealed bytes were last given back */
+	int64_t moved_ns;    /* ... any bytes, or a charge let through a stall */
 	int64_t refused_log_ns;
 };
 
@@ -481,11 +482,12 @@ void kvfs_dirty_fini(struct kvfs *fs);
  * caller already holds for pages it has not sealed (its page so far, a
  * batch's staged pages). Blocks until the charge fits; lets it through
  * over the budget (an overrun, counted) only when waiting could not end:
- * every byte being filled is held by writers waiting here, or nothing
- * drained for DIRTY_STALL_MS (a holder that waits elsewhere, e.g. one
- * thread writing two pages at once). 0, or -ENOSPC/-EIO (logged, nothing
- * charged) when sealed pages wait but none became durable for 20 s: the
- * manifest cannot commit. Never call it holding ns_lock. */
+ * every byte being filled is held by writers waiting here, this one among
+ * them (held > 0), or nothing was given back for 2 s since the charge came
+ * (a holder that waits elsewhere, e.g. one thread writing two pages at
+ * once; one charge a stall). 0, or -ENOSPC/-EIO (logged, nothing charged)
+ * when sealed pages wait but none became durable for 20 s: the manifest
+ * cannot commit. Never call it holding ns_lock. */
 int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);

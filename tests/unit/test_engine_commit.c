@@ -1,0 +1,207 @@
+/*
+ * The committer (engine/commit.c) on a real engine, no mount: a published
+ * page becomes durable and is there after kvfs_close and kvfs_open; a
+ * wait covers everything queued before it, in queue order, across many
+ * transactions; a page whose payload write fails is withdrawn and its
+ * waiters get EIO; a failed manifest transaction is retried until the
+ * changes are durable. Faults go through the engine's own seam
+ * (kvfs_fault_set, opts.fault_injection), as user.kvfs.fault does.
+ */
+#include "engine_fixture.h"
+
+#define PAGE (64 * 1024ull)
+
+static void fault(struct efix *f, const char *spec)
+{
+	assert_int_equal(kvfs_fault_set(f->fs, spec, strlen(spec)), 0);
+}
+
+/* Page name holds the payload of (size, seed), read back and verified. */
+static void assert_page(struct efix *f, const char *name, uint64_t size, unsigned seed)
+{
+	struct kv_node_info n;
+	struct kvfs_data *d;
+
+	assert_int_equal(efix_lookup(f, name, &n), 0);
+	assert_int_equal(n.size, size);
+	assert_int_equal(kvfs_page_load(f->fs, n.ino, &d), 0);
+	assert_true(efix_payload_is(d, size, seed));
+	kvfs_data_put(d);
+}
+
+/* Sealed and visible at once, durable after the wait, the same after a
+ * close and an open: the row, the extent, the bytes. */
+static void published_page_is_durable_after_reopen(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info n, after;
+
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_publish(f, "p0", 100000, 3, &n), 0);
+	assert_true(n.state == KV_PAGE_SEALED);
+	assert_int_equal(efix_lookup(f, "p0", &after), 0);   /* visible */
+	assert_int_equal(after.ino, n.ino);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(efix_lookup(f, "p0", &after), 0);
+	assert_int_equal(after.state, KV_PAGE_DURABLE);
+	assert_int_equal(atomic_load(&f->fs->st.pages_sealed), 1);
+	assert_int_equal(atomic_load(&f->fs->st.bytes_written), 100000);
+	assert_page(f, "p0", 100000, 3);
+
+	efix_reopen(f);
+	assert_int_equal(efix_lookup(f, "p0", &after), 0);
+	assert_int_equal(after.ino, n.ino);
+	assert_int_equal(after.state, KV_PAGE_DURABLE);
+	assert_int_equal(after.extent_id, n.extent_id);
+	assert_memory_equal(after.hash, n.hash, KV_HASH_LEN);
+	assert_page(f, "p0", 100000, 3);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* One operation a transaction (commit_batch 1): forty pages, a second
+ * layer, a page in it, a page unlinked and its name published again. A
+ * wait taken after them returns once all are durable; the reopened store
+ * shows the last state of every name, so the rows went in queue order. */
+static void wait_covers_everything_queued_before_it(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info l1, n;
+	uint64_t commits, mark;
+	char name[16];
+
+	f->opts.commit_batch = 1;
+	efix_open(f);
+	efix_layer(f);
+	mark = kvfs_commit_mark(f->fs);
+	commits = atomic_load(&f->fs->st.commits);
+	for (int i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "p%d", i);
+		assert_int_equal(efix_publish(f, name, 4096 + i, (unsigned)i, NULL), 0);
+	}
+	assert_int_equal(kvfs_ns_mkdir(f->fs, f->model, "01", 0750, getuid(), getgid(),
+				       &l1), 0);
+	assert_int_equal(efix_publish_charged(f, l1.ino, "q", 5000, 77, 0, NULL), 0);
+	assert_int_equal(efix_unlink(f, "p7"), 0);
+	assert_int_equal(efix_publish(f, "p7", 9000, 99, NULL), 0);   /* a new p7 */
+	assert_int_equal(kvfs_commit_wait_all(f->fs, mark), 0);
+	assert_true(kvfs_commit_mark(f->fs) > mark);
+	assert_true(atomic_load(&f->fs->st.commits) - commits >= 40);
+	for (int i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "p%d", i);
+		assert_int_equal(efix_lookup(f, name, &n), 0);
+		assert_int_equal(n.state, KV_PAGE_DURABLE);
+	}
+	assert_int_equal(kv_index_lookup(f->fs->idx, l1.ino, "q", &n), 0);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+
+	efix_reopen(f);
+	for (int i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "p%d", i);
+		if (i == 7)
+			assert_page(f, name, 9000, 99);
+		else
+			assert_page(f, name, 4096 + i, (unsigned)i);
+	}
+	assert_int_equal(kv_index_lookup(f->fs->idx, f->model, "01", &l1), 0);
+	assert_int_equal(l1.attr.mode, 0750);
+	assert_int_equal(kv_index_lookup(f->fs->idx, l1.ino, "q", &n), 0);
+	assert_int_equal(n.size, 5000);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* The payload write fails: the page is withdrawn (gone from the namespace,
+ * counted lost, its dirty charge and its space given back), the wait that
+ * covered it gets EIO, and the next page is unaffected. */
+static void failed_write_withdraws_the_page(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info n;
+	uint64_t mark, base, used_good;
+
+	f->opts.fault_injection = true;
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_publish(f, "good", PAGE, 1, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	used_good = efix_used(f);
+	base = atomic_load(&f->fs->st.pages_lost);
+
+	fault(f, "store write 1 EIO");
+	mark = kvfs_commit_mark(f->fs);
+	assert_int_equal(kvfs_dirty_take(f->fs, PAGE, 0), 0);
+	assert_int_equal(efix_publish_charged(f, f->layer, "bad", PAGE, 2, PAGE, &n), 0);
+	assert_int_equal(kvfs_commit_wait_all(f->fs, mark), -EIO);
+	assert_int_equal(efix_lookup(f, "bad", &n), -ENOENT);
+	assert_int_equal(atomic_load(&f->fs->st.pages_lost), base + 1);
+	assert_int_equal(f->fs->dirty.filling + f->fs->dirty.draining, 0);
+	assert_int_equal(efix_used(f), used_good);
+
+	mark = kvfs_commit_mark(f->fs);      /* the fault fired once: writes work */
+	assert_int_equal(efix_publish(f, "next", PAGE, 4, NULL), 0);
+	assert_int_equal(kvfs_commit_wait_all(f->fs, mark), 0);
+	assert_int_equal(efix_lookup(f, "next", &n), 0);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+
+	efix_reopen(f);
+	assert_int_equal(efix_lookup(f, "bad", &n), -ENOENT);
+	assert_page(f, "good", PAGE, 1);
+	assert_page(f, "next", PAGE, 4);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* A manifest transaction fails: its waiters hear EIO at once, the
+ * committer says so (kvfs_commit_failing) and retries the same changes,
+ * which become durable without anyone queueing them again. */
+static void failed_transaction_is_retried(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info n;
+	uint64_t mark;
+	bool saw_failing = false;
+
+	f->opts.fault_injection = true;
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_sync(f), 0);
+
+	fault(f, "manifest commit 1 EIO");
+	mark = kvfs_commit_mark(f->fs);
+	assert_int_equal(efix_publish(f, "p", PAGE, 5, NULL), 0);
+	assert_int_equal(kvfs_commit_wait_all(f->fs, mark), -EIO);
+	/* the retry comes 1 s later: the failure is visible meanwhile */
+	saw_failing = kvfs_commit_failing(f->fs) == -EIO;
+	assert_int_equal(efix_lookup(f, "p", &n), 0);    /* still there, */
+	assert_int_equal(n.state, KV_PAGE_SEALED);       /* not durable yet */
+	/* Waits still hear of the failure while the failed changes are not
+	 * committed (conservative, as fsync); the retry makes them durable,
+	 * bounded: 10 s. */
+	for (int i = 0; i < 1000 && n.state != KV_PAGE_DURABLE; i++) {
+		efix_sleep_ms(10);
+		assert_int_equal(efix_lookup(f, "p", &n), 0);
+	}
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+	assert_int_equal(efix_sync(f), 0);       /* a wait from now on: all well */
+	assert_int_equal(kvfs_commit_failing(f->fs), 0);
+	assert_true(saw_failing);
+
+	efix_reopen(f);
+	assert_page(f, "p", PAGE, 5);
+	assert_int_equal(efix_close(f), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(published_page_is_durable_after_reopen,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(wait_covers_everything_queued_before_it,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(failed_write_withdraws_the_page,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(failed_transaction_is_retried,
+						efix_setup, efix_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

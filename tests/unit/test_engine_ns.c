@@ -1,0 +1,126 @@
+/*
+ * The namespace module (engine/namespace.c) on a real engine, no mount:
+ * kvfs_ns_mkdir makes models under the root and layers under models,
+ * with the rules fuse/ops.c's mkdir relies on (reserved names, layer
+ * numbers, one directory a number, the model's layer count, what may
+ * hold a directory), changes the index and the parent at once, and queues
+ * the rows: the directories are there after kvfs_close and kvfs_open.
+ */
+#include "engine_fixture.h"
+
+static int mk(struct efix *f, uint64_t parent, const char *name, struct kv_node_info *n)
+{
+	return kvfs_ns_mkdir(f->fs, parent, name, 040750, 1234, 5678, n);
+}
+
+/* A model: kind, parent, mode bits only, owner, the root's times. */
+static void mkdir_makes_a_model_under_the_root(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info n, root0, root1, again;
+	int64_t before;
+
+	efix_open(f);
+	assert_int_equal(kv_index_get(f->fs->idx, KV_ROOT_INO, &root0), 0);
+	before = kvfs_now_ns();
+	assert_int_equal(mk(f, KV_ROOT_INO, "llama", &n), 0);
+	assert_int_equal(n.kind, KV_KIND_MODEL);
+	assert_int_equal(n.parent, KV_ROOT_INO);
+	assert_string_equal(n.name, "llama");
+	assert_int_equal(n.attr.mode, 0750);
+	assert_int_equal(n.attr.uid, 1234);
+	assert_int_equal(n.attr.gid, 5678);
+	assert_true(n.attr.ctime_ns >= before && n.attr.mtime_ns == n.attr.ctime_ns);
+	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "llama", &again), 0);
+	assert_int_equal(again.ino, n.ino);
+	assert_int_equal(kv_index_get(f->fs->idx, KV_ROOT_INO, &root1), 0);
+	assert_true(root1.attr.mtime_ns >= before);
+	assert_int_equal(root1.nchildren, root0.nchildren + 1);
+
+	assert_int_equal(mk(f, KV_ROOT_INO, "llama", &n), -EEXIST);
+	assert_int_equal(mk(f, KV_ROOT_INO, ".kvfs", &n), -EPERM);
+	assert_int_equal(mk(f, KV_ROOT_INO, ".kvfsx", &n), -EPERM);
+	assert_int_equal(mk(f, 999999, "x", &n), -ENOENT);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* Layers are named by their number: any padding, five digits at most,
+ * one directory a number, below the model's layer count when it has a
+ * geometry. Nothing goes under a layer or a page. */
+static void mkdir_layer_rules(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info m, n, upd;
+
+	efix_open(f);
+	assert_int_equal(mk(f, KV_ROOT_INO, "m", &m), 0);
+	assert_int_equal(mk(f, m.ino, "00", &n), 0);
+	assert_int_equal(n.kind, KV_KIND_LAYER);
+	assert_int_equal(n.layer, 0);
+	assert_int_equal(mk(f, m.ino, "0", &n), -EEXIST);      /* layer 0 again */
+	assert_int_equal(mk(f, m.ino, "00", &n), -EEXIST);
+	assert_int_equal(mk(f, m.ino, "031", &n), 0);
+	assert_int_equal(n.layer, 31);
+	assert_int_equal(mk(f, m.ino, "abc", &n), -EINVAL);
+	assert_int_equal(mk(f, m.ino, "1a", &n), -EINVAL);
+	assert_int_equal(mk(f, m.ino, "123456", &n), -EINVAL);
+	assert_int_equal(mk(f, m.ino, "99999", &n), 0);
+
+	f->model = m.ino;
+	assert_int_equal(kv_index_lookup(f->fs->idx, m.ino, "00", &n), 0);
+	f->layer = n.ino;
+	assert_int_equal(mk(f, f->layer, "x", &n), -EPERM);    /* under a layer */
+	assert_int_equal(efix_publish(f, "page", 4096, 1, &n), 0);
+	assert_int_equal(mk(f, n.ino, "x", &n), -ENOTDIR);     /* under a page */
+
+	/* a model of 32 layers takes layers 0..31 only */
+	assert_int_equal(mk(f, KV_ROOT_INO, "g", &m), 0);
+	upd = m;
+	upd.geo.layers = 32;
+	assert_int_equal(kv_index_update(f->fs->idx, m.ino, &upd, KV_UPD_GEO), 0);
+	assert_int_equal(mk(f, m.ino, "31", &n), 0);
+	assert_int_equal(mk(f, m.ino, "32", &n), -EINVAL);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* The rows were queued with the index changes: after a close and an open
+ * the model and its layers are there, with their numbers and owners. */
+static void directories_are_durable(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info m, l, n;
+
+	efix_open(f);
+	assert_int_equal(mk(f, KV_ROOT_INO, "m", &m), 0);
+	assert_int_equal(mk(f, m.ino, "00", &l), 0);
+	assert_int_equal(mk(f, m.ino, "7", &n), 0);
+	assert_int_equal(efix_close(f), 0);
+
+	efix_open(f);
+	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "m", &n), 0);
+	assert_int_equal(n.ino, m.ino);
+	assert_int_equal(n.kind, KV_KIND_MODEL);
+	assert_int_equal(n.attr.uid, 1234);
+	assert_int_equal(n.attr.mode, 0750);
+	assert_int_equal(kv_index_lookup(f->fs->idx, m.ino, "00", &n), 0);
+	assert_int_equal(n.ino, l.ino);
+	assert_int_equal(n.layer, 0);
+	assert_int_equal(kv_index_lookup(f->fs->idx, m.ino, "7", &n), 0);
+	assert_int_equal(n.layer, 7);
+	assert_int_equal(n.attr.gid, 5678);
+	assert_int_equal(mk(f, m.ino, "07", &n), -EEXIST);     /* still layer 7 */
+	assert_int_equal(efix_close(f), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(mkdir_makes_a_model_under_the_root,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(mkdir_layer_rules, efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(directories_are_durable,
+						efix_setup, efix_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
