@@ -191,6 +191,10 @@ bool kvfs_room_release(struct kvfs *fs)
 	fs->room.reserve_held = false;
 	if (!reserve_drop(fs->store_dir))
 		return false;
+	/* The disk was full a moment ago: look again only a MEASURE_NS from
+	 * now, not at the tick right after the retried commit (the reserve
+	 * would come back into the room that commit just needed). */
+	fs->room.measured_ns = kvfs_now_ns();
 	kv_log(KV_LOG_WARN, "the filesystem of %s is full: gave up the %llu-byte reserve "
 	       "%s so that deletes can commit%s; free space there (rm, kvfs gc)",
 	       fs->store_dir, RESERVE_BYTES, RESERVE_FILE, fs->room.shared ?
