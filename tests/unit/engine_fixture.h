@@ -184,22 +184,12 @@ static inline int efix_lookup(struct efix *f, const char *name, struct kv_node_i
 	return kv_index_lookup(f->fs->idx, f->layer, name, out);
 }
 
-/* Unlink page name of the layer as unlink(2) does (index, then the queued
- * manifest delete, under ns_lock): 0 or -errno. */
+/* Unlink page name of the layer (kvfs_ns_unlink): 0 or -errno. */
 static inline int efix_unlink(struct efix *f, const char *name)
 {
-	struct kv_node_info n;
-	int rc;
-
-	pthread_mutex_lock(&f->fs->ns_lock);
-	rc = kv_index_lookup(f->fs->idx, f->layer, name, &n);
-	if (rc == 0)
-		rc = kvfs_page_forget(f->fs, &n, false, KVFS_EV_REMOVED);
-	pthread_mutex_unlock(&f->fs->ns_lock);
-	return rc;
+	return kvfs_ns_unlink(f->fs, f->layer, name);
 }
 
-/* Footprint bytes of the store's live extents. */
 static inline uint64_t efix_used(struct efix *f)
 {
 	struct kv_store_usage u;

@@ -5,7 +5,11 @@
  * numbers, one directory a number, the model's layer count, what may
  * hold a directory), changes the index and the parent at once, and queues
  * the rows: the directories are there after kvfs_close and kvfs_open.
+ * unlink, rename, rmdir, setattr, pins and geometry change the index at
+ * once and survive a reopen; a damaged manifest refuses every one (EIO).
  */
+#include <sys/stat.h>
+
 #include "engine_fixture.h"
 
 static int mk(struct efix *f, uint64_t parent, const char *name, struct kv_node_info *n)
@@ -112,6 +116,114 @@ static void directories_are_durable(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* unlink and rename (replace, NOREPLACE, across layers), rmdir: the index
+ * at once, the manifest after a reopen. */
+static void unlink_rename_rmdir(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info a, b, l2, n;
+	uint64_t l1;
+
+	efix_open(f);
+	efix_layer(f);
+	l1 = f->layer;
+	assert_int_equal(mk(f, f->model, "01", &l2), 0);
+	assert_int_equal(efix_publish(f, "a", 4096, 1, &a), 0);
+	assert_int_equal(efix_publish(f, "b", 4096, 2, &b), 0);
+	assert_int_equal(efix_publish(f, "c", 4096, 3, &n), 0);
+	assert_int_equal(kvfs_ns_unlink(f->fs, l1, "c"), 0);
+	assert_int_equal(kvfs_ns_unlink(f->fs, l1, "c"), -ENOENT);
+	assert_int_equal(kvfs_ns_unlink(f->fs, f->model, "00"), -EISDIR);
+	/* NOREPLACE keeps both; replace leaves one page, a's, under b */
+	assert_int_equal(kvfs_ns_rename(f->fs, l1, "a", l1, "b", false), -EEXIST);
+	assert_int_equal(kvfs_ns_rename(f->fs, l1, "a", l1, "b", true), 0);
+	assert_int_equal(efix_lookup(f, "a", &n), -ENOENT);
+	assert_int_equal(efix_lookup(f, "b", &n), 0);
+	assert_int_equal(n.ino, a.ino);
+	/* across layers; layers keep their names; names are checked */
+	assert_int_equal(kvfs_ns_rename(f->fs, l1, "b", l2.ino, "moved", true), 0);
+	assert_int_equal(kvfs_ns_rename(f->fs, f->model, "01", f->model, "02", true), -EPERM);
+	assert_int_equal(kvfs_ns_rename(f->fs, l2.ino, "moved", l1, "x/y", true), -EINVAL);
+	assert_int_equal(kvfs_ns_rmdir(f->fs, f->model, "01"), -ENOTEMPTY);
+	assert_int_equal(kvfs_ns_rmdir(f->fs, l2.ino, "moved"), -ENOTDIR);
+	assert_int_equal(kvfs_ns_rename(f->fs, KV_ROOT_INO, "m", KV_ROOT_INO, "m2", true), 0);
+	efix_sync(f);
+	assert_int_equal(efix_close(f), 0);
+
+	efix_open(f);
+	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "m", &n), -ENOENT);
+	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "m2", &n), 0);
+	assert_int_equal(kv_index_lookup(f->fs->idx, n.ino, "01", &n), 0);
+	assert_int_equal(kv_index_lookup(f->fs->idx, n.ino, "moved", &n), 0);
+	assert_int_equal(n.ino, a.ino);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+	assert_int_equal(kv_index_lookup(f->fs->idx, l1, "b", &n), -ENOENT);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* setattr, pins and geometry: what each may change, kept across a reopen. */
+static void attributes_pins_geometry(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_attr_change c = { .valid = KVFS_ATTR_MODE | KVFS_ATTR_UID |
+				      KVFS_ATTR_MTIME, .mode = 0640, .uid = 42,
+				      .mtime_ns = 1000000007 };
+	struct kv_geometry g = { .layers = 4, .kv_heads = 8, .head_dim = 128,
+				 .dtype = "bf16", .page_tokens = 16 };
+	struct kv_node_info p, n;
+
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_publish(f, "p", 4096, 1, &p), 0);
+	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), 0);
+	assert_int_equal(n.attr.mode, 0640);
+	assert_int_equal(n.attr.uid, 42);
+	assert_int_equal(n.attr.mtime_ns, 1000000007);
+	c = (struct kvfs_attr_change){ .valid = KVFS_ATTR_SIZE, .size = 1 };
+	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), -EPERM);   /* sealed */
+	assert_int_equal(kvfs_ns_setattr(f->fs, f->layer, &c, &n), -EISDIR);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true), 0);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, f->layer, true), -EPERM);
+	assert_true(kvfs_extent_protected(f->fs, p.extent_id,
+					  (efix_lookup(f, "p", &n), n.attr.mode)));
+	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &g), -ENOTEMPTY);
+	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->layer, &g), -ENOTSUP);
+	assert_int_equal(mk(f, KV_ROOT_INO, "g", &n), 0);
+	assert_int_equal(kvfs_ns_set_geometry(f->fs, n.ino, &g), 0);
+	efix_sync(f);
+	efix_reopen(f);
+	assert_int_equal(efix_lookup(f, "p", &n), 0);
+	assert_int_equal(n.attr.mode, 0640 | S_ISVTX);
+	assert_int_equal(n.attr.uid, 42);
+	assert_int_equal(n.attr.mtime_ns, 1000000007);
+	assert_int_equal(kv_index_lookup(f->fs->idx, KV_ROOT_INO, "g", &n), 0);
+	assert_int_equal(n.geo.layers, 4);
+	assert_int_equal(n.geo.page_tokens, 16);
+	assert_int_equal(efix_close(f), 0);
+}
+
+/* Once the manifest is known damaged, no change is acknowledged. */
+static void damaged_manifest_refuses_changes(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_attr_change c = { .valid = KVFS_ATTR_MODE, .mode = 0600 };
+	struct kv_node_info p, n;
+
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_publish(f, "p", 4096, 1, &p), 0);
+	kvfs_manifest_damaged(f->fs, KV_ERR_CORRUPT);
+	assert_int_equal(mk(f, KV_ROOT_INO, "x", &n), -EIO);
+	assert_int_equal(kvfs_ns_unlink(f->fs, f->layer, "p"), -EIO);
+	assert_int_equal(kvfs_ns_rename(f->fs, f->layer, "p", f->layer, "q", true), -EIO);
+	assert_int_equal(kvfs_ns_rmdir(f->fs, f->model, "00"), -EIO);
+	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), -EIO);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true), -EIO);
+	assert_int_equal(efix_lookup(f, "p", &n), 0);
+	assert_int_equal(n.attr.mode, 0444);
+	efix_close(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -119,6 +231,11 @@ int main(void)
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(mkdir_layer_rules, efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(directories_are_durable,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(unlink_rename_rmdir, efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(attributes_pins_geometry,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(damaged_manifest_refuses_changes,
 						efix_setup, efix_teardown),
 	};
 
