@@ -6,6 +6,7 @@ engine's own file backend, on the same disk, in one run.
 usage: tools/bench_engines.sh [DIR ...] [-- OPTIONS]      (mounts, venv, root)
        python3 tools/bench_engines.py --dir DIR [--gib G] [--runs R]
                                       [--backends NAME,NAME] [--kvfs-opts O]
+                                      [--perf DIR] [--list]
 
 Each backend is a row of BACKENDS (one module per engine:
 tools/bench_engines_<engine>.py registers its rows with @backend). A row
@@ -34,7 +35,9 @@ binary), KVFS_LIB (libkvfs.so); run as root in the engines venv.
 import argparse
 import importlib
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 
@@ -132,6 +135,7 @@ class Bench:
         self.kmount = Mount()            # its tmp directory is the workdir
         self.workdir = self.kmount.tmp
         self.mount = None
+        self.perf_runs = 0
 
     def start_kvfs(self):
         if self.mount is None:
@@ -147,6 +151,24 @@ class Bench:
 
     def daemon_cpu(self):
         return cpu_of(self.kmount.daemon.pid) if self.mount else 0.0
+
+    def perf_start(self, row):
+        """With --perf DIR: `perf record` the daemon while a kvfs row
+        restores (DIR/<row>.<n>.data; perf report --sort sym)."""
+        if not self.args.perf or not self.mount:
+            return None
+        os.makedirs(self.args.perf, exist_ok=True)
+        self.perf_runs += 1
+        out = os.path.join(self.args.perf, "%s.%d.data" % (row.name, self.perf_runs))
+        p = subprocess.Popen(["perf", "record", "-q", "-F", "999", "-g", "-o", out,
+                              "-p", str(self.kmount.daemon.pid)], stderr=subprocess.DEVNULL)
+        time.sleep(0.5)          # attached before the timed calls start
+        return p
+
+    def perf_stop(self, p):
+        if p is not None:
+            p.send_signal(signal.SIGINT)
+            p.wait()
 
     def close(self):
         self.stop_kvfs()
@@ -168,11 +190,13 @@ def run_cold(bench, rows):
         if r.uses_kvfs:
             bench.start_kvfs()
         r.reopen()
+        prof = bench.perf_start(r)
         s0, c0, d0 = busy(), time.process_time(), bench.daemon_cpu()
         t0 = time.perf_counter()
         nbytes, calls = r.restore()
         dt = time.perf_counter() - t0
         s1, c1, d1 = busy(), time.process_time(), bench.daemon_cpu()
+        bench.perf_stop(prof)
         r.verify()
         gb = nbytes / 1e9
         out[r.name] = dict(bytes=nbytes, s=dt, gbs=gb / dt, calls=calls,
@@ -223,6 +247,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--backends", default="", help="rows, comma-separated (default: all)")
     ap.add_argument("--kvfs-opts", default="", help="kvfs mount -o options")
+    ap.add_argument("--perf", default="", metavar="DIR",
+                    help="perf record the daemon during each kvfs restore, into DIR")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
     mods = [importlib.import_module(m) for m in ENGINE_MODULES]
     for m in mods:                  # an engine's own options (geometry)
