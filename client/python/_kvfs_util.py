@@ -57,6 +57,43 @@ def memory_of(obj):
             del cbuf
 
 
+def is_torch_dtype(dtype):
+    return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
+
+
+def itemsize(dtype):
+    """Bytes per item of a numpy or torch dtype (torch.bfloat16: 2)."""
+    if is_torch_dtype(dtype):
+        return dtype.itemsize
+    if np is None:
+        raise ImportError("kvfs: this call needs numpy (apt-get install python3-numpy)")
+    return np.dtype(dtype).itemsize
+
+
+def view_of(region, dtype, offset, shape, strides=None):
+    """A view of region memory: a numpy array, or a CPU torch tensor when
+    dtype is a torch dtype; strides in bytes (None: C-contiguous)."""
+    if not is_torch_dtype(dtype):
+        return region.array(dtype, offset, shape=shape, strides=strides)
+    import torch
+    size = dtype.itemsize
+    if strides is None:
+        strides, step = [], size
+        for dim in reversed(shape):
+            strides.insert(0, step)
+            step *= dim
+    if any(s % size for s in strides) or offset % size:
+        raise ValueError("kvfs: offset and strides must be multiples of %d" % size)
+    items = 1 + sum((d - 1) * s // size for d, s in zip(shape, strides)) \
+        if all(shape) else 0
+    if offset + items * size > region.size:
+        raise ValueError("kvfs: the view does not fit in the region")
+    # frombuffer keeps the region's memory object (and so the region) alive
+    flat = torch.frombuffer(region._memory(), dtype=dtype, count=items, offset=offset) \
+        if items else torch.empty(0, dtype=dtype)
+    return flat.as_strided(tuple(shape), tuple(s // size for s in strides))
+
+
 def byte_view(data):
     """A flat, contiguous byte view of bytes-like data, a numpy array
     (copied only if the array is not contiguous) or a CPU tensor with
@@ -69,6 +106,17 @@ def byte_view(data):
         arr._owner = data      # the tensor outlives the view
         return memoryview(arr).cast("B")
     return memoryview(data).cast("B")
+
+
+def is_readonly(obj):
+    """True for memory that must not be written: a read-only numpy array
+    or buffer (bytes). Tensors (data_ptr()) count as writable."""
+    if np is not None and isinstance(obj, np.ndarray):
+        return not obj.flags.writeable
+    if callable(getattr(obj, "data_ptr", None)) and not has_buffer(obj):
+        return False
+    with memoryview(obj) as m:
+        return m.readonly
 
 
 def has_buffer(obj):

@@ -16,11 +16,21 @@ other ranges of it or of a data region (Batch.set_data_region: an engine's
 host pool). A destination or source is an offset in that region, or an
 object in it: a numpy array, a buffer, a CPU tensor (data_ptr()).
 
+Torch: Region.tensor(torch.bfloat16, ...) views a region as a CPU tensor
+(as Region.array does with numpy), read_layer(..., dtype=torch.bfloat16)
+returns one, and write_layer takes tensor rows. read_layer(out=...) fills
+memory of the caller's: straight, if it lies in a region of the client
+(a registered host pool), else staged through a region with one memcpy
+(a torch pin_memory tensor, any memory with no fd: slower).
+
 Without blocking: Batch.submit() starts a call and returns; Batch.poll()
 gives its Result once done (None while in flight); Client.event_fd() is a
 descriptor that select/poll/epoll report readable when a submitted call
 completes (drain it with Client.drain_events(), then poll every batch in
-flight); under asyncio, await Batch.wait_async().
+flight); under asyncio, await Batch.wait_async(). Per layer:
+read_layer_async / write_layer_async return a LayerRead / LayerWrite
+with the same poll(), wait() and wait_async(), which give what
+read_layer / write_layer return.
 
 Lifetime: a view keeps its region alive, and a region its client. A region
 with live views cannot be closed (BufferError, as with mmap); Client.close()
@@ -31,7 +41,7 @@ Errors: a call that fails as a whole raises OSError with the errno. A
 Batch never raises for one page: status(i) / statuses() give 0 or -errno
 per page (kvfs_ioctl.h lists them), and check() raises PageError for the
 first failing one. The convenience calls (read_layer, write_pages,
-write_layer) raise PageError, an
+write_layer, and collecting a LayerRead or LayerWrite) raise PageError, an
 OSError whose errno, filename and index name the first page that failed
 and whose statuses list has every page's status.
 
@@ -55,9 +65,12 @@ except ImportError:  # views as memoryviews still work without numpy
     np = None
 
 from _kvfs_util import AsyncDispatch as _AsyncDispatch  # noqa: E402
-from _kvfs_util import byte_view as _byte_view, memory_of as _memory  # noqa: E402
+from _kvfs_util import memory_of as _memory, view_of as _view_of  # noqa: E402
+# Client's layer and page-list calls (they use this module's classes)
+from _kvfs_layers import LayerCalls as _LayerCalls, LayerRead, LayerWrite  # noqa: E402
 
 __all__ = ["Client", "Region", "Batch", "Result", "PageError", "PageDesc",
+           "LayerRead", "LayerWrite",
            "ABI_VERSION", "NAME_MAX", "BATCH_MAX", "DESC_RAM", "DESC_BOUNCED", "DESC_CACHED",
            "WRITE_DURABLE", "WRITE_REPLACE"]
 
@@ -224,7 +237,7 @@ class _Closing:
             pass
 
 
-class Client(_Closing):
+class Client(_LayerCalls, _Closing):
     """One model directory of a mounted kvfs: Client("/mnt/kvfs/model").
     Raises OSError ENOTTY if it is not one. Usable from any thread."""
 
@@ -305,155 +318,6 @@ class Client(_Closing):
                 return
             h, self._h = self._h, None
         _lib.kvfs_client_close(h)
-
-    def read_layer(self, layer, names, page_bytes, dtype="uint8",
-                   region=None, offset=0):
-        """Read the pages names of one layer into consecutive rows.
-
-        Returns a numpy array of shape (len(names), page_bytes // itemsize)
-        that views region memory: a new region sized for the call unless
-        region is given, in which case rows start at byte offset of it (and
-        the control area follows them). Rows are 4 KiB apart so the daemon
-        can read with O_DIRECT; a page shorter than page_bytes is padded
-        with zeros. Raises PageError for the first page that failed (e.g.
-        ENOENT missing, ENOBUFS larger than page_bytes)."""
-        _need_numpy()
-        dtype = np.dtype(dtype)
-        names = list(names)
-        n = len(names)
-        if n == 0 or page_bytes <= 0 or page_bytes % dtype.itemsize:
-            raise ValueError("need at least one name, and page_bytes a "
-                             "positive multiple of the dtype's size")
-        stride = _round_up(page_bytes, _ALIGN)
-        ctl_off = _round_up(offset + n * stride, _ALIGN)
-        end = ctl_off + Batch.ctl_bytes(n)
-        if region is None:
-            if offset:
-                raise ValueError("offset needs a region")
-            region = Region.create(self, end)
-        elif end > region.size:
-            raise OSError(errno.ERANGE, "region too small for %d pages" % n)
-        with region.batch(ctl_off, n) as b:
-            for i, name in enumerate(names):
-                b.add(layer, name, offset + i * stride, stride)
-            b.read()
-            st = b.statuses()
-            sizes = b.descs["bytes"].tolist()
-        for i in range(n):
-            if st[i] == 0 and sizes[i] < page_bytes:
-                ctypes.memset(region.base + offset + i * stride + sizes[i], 0,
-                              page_bytes - sizes[i])
-        bad = next((i for i in range(n) if st[i]), None)
-        if bad is not None:
-            raise PageError(-st[bad], names[bad], bad, st)
-        return region.array(dtype, offset, shape=(n, page_bytes // dtype.itemsize),
-                            strides=(stride, dtype.itemsize))
-
-    def lookup_prefix(self, names, layers):
-        """How many leading blocks of names are stored in every one of
-        layers (a count, or an iterable of layer numbers)?
-
-        Returns (hit_blocks, handles, sizes): handles and sizes are uint64
-        arrays of shape (len(names), len(layers)), copies; a handle of 0
-        means the page is not available (missing, or still being written).
-        Handles can be read with Batch.add_handle."""
-        _need_numpy()
-        names = list(names)
-        layers = list(range(layers)) if isinstance(layers, int) else list(layers)
-        n, nl = len(names), len(layers)
-        if n == 0 or nl == 0:
-            raise ValueError("need at least one name and one layer")
-        with self._lock:
-            self._handle()
-            r = self._scratch_region(Batch.ctl_bytes(n * nl))
-            with r.batch(0, n * nl) as b:
-                for name in names:
-                    for layer in layers:
-                        b.add(layer, name)
-                res = b.lookup(nl)
-                d = b.descs
-                handles = d["handle"].reshape(n, nl).copy()
-                sizes = d["bytes"].reshape(n, nl).copy()
-                del d
-        return res.done, handles, sizes
-
-    def prefetch_layer(self, layer, names):
-        """Warm the daemon's RAM tier with these pages of one layer (say,
-        the next layer while this one computes); returns at once with a
-        Result (done = pages queued or already in RAM)."""
-        names = list(names)
-        if not names:
-            raise ValueError("need at least one name")
-        with self._lock:
-            self._handle()
-            r = self._scratch_region(Batch.ctl_bytes(len(names)))
-            with r.batch(0, len(names)) as b:
-                for name in names:
-                    b.add(layer, name)
-                return b.prefetch()
-
-    def write_pages(self, pages, durable=False, replace=False, region=None,
-                    offset=0):
-        """Store pages, each (layer, name, data), in one fast-path call.
-
-        data is anything bytes-like (bytes, memoryview, numpy array): it is
-        copied into region memory (the client's own scratch region unless
-        region is given, then from byte offset of it, the control area
-        after the data) and the daemon copies it again, so the caller's
-        buffers are free on return. durable: return only once every page
-        is durable, else once visible. replace: replace pages of the same
-        name, else EEXIST. Returns the new pages' handles; raises PageError
-        for the first page that failed (the others are stored). Calls
-        without a region take turns on the scratch region; give each thread
-        a region to write in parallel."""
-        pages = [(int(layer), os.fsencode(name), _byte_view(data))
-                 for layer, name, data in pages]
-        if not pages or any(len(v) == 0 for _, _, v in pages):
-            raise ValueError("need at least one page, and no empty page")
-        if region is not None:
-            return self._write_into(region, offset, pages, durable, replace)
-        if offset:
-            raise ValueError("offset needs a region")
-        with self._lock:
-            self._handle()
-            end = sum(_round_up(len(v), _ALIGN) for _, _, v in pages)
-            r = self._scratch_region(end + Batch.ctl_bytes(len(pages)))
-            return self._write_into(r, 0, pages, durable, replace)
-
-    def _write_into(self, region, offset, pages, durable, replace):
-        n = len(pages)
-        offs, end = [], offset
-        for _, _, v in pages:
-            offs.append(end)
-            end = _round_up(end + len(v), _ALIGN)
-        ctl_off = end
-        if ctl_off + Batch.ctl_bytes(n) > region.size:
-            raise OSError(errno.ERANGE, "region too small for %d pages" % n)
-        for (_, _, v), off in zip(pages, offs):
-            region.buffer(off, len(v))[:] = v
-        with region.batch(ctl_off, n) as b:
-            for (layer, name, v), off in zip(pages, offs):
-                b.add(layer, name, off, len(v))
-            b.write(durable=durable, replace=replace)
-            st = b.statuses()
-            handles = [b.handle(i) for i in range(n)]
-        bad = next((i for i in range(n) if st[i]), None)
-        if bad is not None:
-            raise PageError(-st[bad], os.fsdecode(pages[bad][1]), bad, st)
-        return handles
-
-    def write_layer(self, layer, names, data, durable=False, replace=False,
-                    region=None, offset=0):
-        """Store one page per name in layer: data is a sequence of
-        bytes-like pages, or an array whose rows are the pages (e.g. the
-        (len(names), page_bytes // itemsize) array read_layer returns).
-        Returns the handles; raises PageError as write_pages."""
-        names = list(names)
-        if len(data) != len(names):
-            raise ValueError("need one page of data per name")
-        return self.write_pages([(layer, name, data[i]) for i, name in enumerate(names)],
-                                durable=durable, replace=replace, region=region,
-                                offset=offset)
 
     def _scratch_region(self, size):
         """The client's own region for lookups and writes, grown on demand
@@ -561,6 +425,20 @@ class Region(_Closing):
         if shape is None:
             return np.frombuffer(mem, dtype, count, offset)
         return np.ndarray(shape, dtype, buffer=mem, offset=offset, strides=strides)
+
+    def tensor(self, dtype=None, offset=0, count=-1, shape=None):
+        """CPU torch tensor view of the region (torch.uint8 unless dtype
+        is given, e.g. torch.bfloat16): count items from byte offset (-1:
+        to the end), or a C-contiguous tensor of the given shape. As with
+        array(), the view keeps the region alive and the region cannot
+        close while it exists. Needs torch."""
+        import torch
+        dtype = torch.uint8 if dtype is None else dtype
+        if shape is None:
+            if count < 0:
+                count = (self.size - offset) // dtype.itemsize
+            shape = (count,)
+        return _view_of(self, dtype, offset, tuple(shape))
 
     def batch(self, ctl_off, max_pages):
         """A Batch whose control area is [ctl_off, ctl_off +

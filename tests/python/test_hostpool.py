@@ -5,8 +5,13 @@ bytes in a data region registered at an offset of a pool file (at the
 right file offsets, nothing else of the file changed), two ranks' halves of
 one pool, Batch.poll and the client's event fd (None while a call runs,
 readable once it completes), asyncio with the loop never blocked, and
-memory given as objects (buffers, data_ptr()). Every wait has a timeout: a
-lost wakeup fails, never hangs.
+memory given as objects (buffers, data_ptr()); then the layer calls
+(LayerCallsTest): read_layer_async and write_layer_async completing
+through poll(), the event fd, wait() and asyncio, and read_layer(out=...)
+into the caller's memory, straight when it lies in a region of the client
+and staged (one memcpy) when it does not (tests/python/test_torch.py does
+the same with torch tensors). Every wait has a timeout: a lost wakeup
+fails, never hangs.
 
 Environment and skips: as test_kvfs.py.
 """
@@ -24,7 +29,7 @@ try:
 except ImportError as e:    # numpy missing
     print("SKIP:", e)
     sys.exit(77)
-from test_kvfs import PAGE, MountedModel, cat  # noqa: E402
+from test_kvfs import NPAGES, PAGE, MountedModel, cat  # noqa: E402
 
 if __name__ == "__main__" and test_kvfs.skip_reason():
     print("SKIP:", test_kvfs.skip_reason())
@@ -261,6 +266,159 @@ class HostPoolTest(MountedModel):
             self.assertEqual(dst.arr.tobytes(), src.tobytes())
             self.assertEqual(r.buffer(4096 + PAGE, PAGE).tobytes(), self.pages[(2, "p0")])
             del dst
+
+
+# ---- the layer calls: read_layer_async, write_layer_async, out= ----
+
+NAMES = ["p%d" % i for i in range(NPAGES)]
+
+
+def ready(fd, timeout):
+    return select.select([fd], [], [], timeout)[0] == [fd]
+
+
+class LayerCallsTest(MountedModel):
+    def want(self, layer, names):
+        return b"".join(self.pages[(layer, n)] for n in names)
+
+    # ---- read_layer_async ----
+
+    def test_read_async_event_fd_and_poll(self):
+        """Two layers in flight at once; the event fd wakes the loop and
+        poll() gives each layer's rows, views of their own regions."""
+        efd = self.client.event_fd()
+        self.client.drain_events()
+        calls = {layer: self.client.read_layer_async(layer, NAMES, PAGE) for layer in (1, 3)}
+        for x in calls.values():
+            self.assertIsInstance(x, kvfs.LayerRead)
+            self.assertFalse(x.staged)
+        got = {}
+        for _ in range(100):
+            if len(got) == 2:
+                break
+            self.assertTrue(ready(efd, 10), "event fd not readable within 10 s")
+            self.client.drain_events()
+            for layer, x in calls.items():
+                if layer not in got:
+                    res = x.poll()
+                    if res is not None:
+                        got[layer] = res
+        self.assertEqual(sorted(got), [1, 3])
+        for layer, rows in got.items():
+            self.assertEqual(rows.shape, (NPAGES, PAGE))
+            self.assertEqual(rows.tobytes(), self.want(layer, NAMES))
+            self.assertTrue(calls[layer].done)
+            self.assertIs(calls[layer].poll(), rows)     # collected once, kept
+
+    def test_read_async_wait_page_error(self):
+        """A missing page fails the call with PageError, given again by
+        every later wait or poll; the other pages arrived."""
+        with self.client.region(1 << 20) as r:
+            out = r.array(np.uint8, 0, 2 * PAGE).reshape(2, PAGE)
+            x = self.client.read_layer_async(2, ["p2", "p3"], PAGE, out=out)
+            for collect in (x.wait, x.wait, x.poll):
+                with self.assertRaises(kvfs.PageError) as cm:
+                    collect()
+                self.assertEqual((cm.exception.errno, cm.exception.index),
+                                 (errno.ENOENT, 1))
+            self.assertEqual(out[0].tobytes(), self.pages[(2, "p2")])
+            del out, x, cm, collect    # x holds out, and the region with it
+
+    def test_read_async_asyncio(self):
+        async def main():
+            xs = [self.client.read_layer_async(layer, NAMES[4:8], PAGE, dtype=np.uint16)
+                  for layer in range(4)]
+            return await asyncio.wait_for(asyncio.gather(*(x.wait_async() for x in xs)), 10)
+
+        res = asyncio.run(main())
+        for layer, rows in enumerate(res):
+            self.assertEqual(rows.dtype, np.uint16)
+            self.assertEqual(rows.tobytes(), self.want(layer, NAMES[4:8]))
+
+    # ---- out: the caller's memory ----
+
+    def test_read_out_in_a_region_is_direct(self):
+        """out lying in a region of the client (a host pool) is filled in
+        place: the descriptors point into it, nothing is staged."""
+        with self.client.region(4 << 20) as pool:
+            pool.buffer()[:] = b"\x5a" * pool.size
+            out = pool.array(np.uint8, 8192, 3 * PAGE).reshape(3, PAGE)
+            x = self.client.read_layer_async(1, ["p4", "p5", "p6"], PAGE, out=out)
+            self.assertFalse(x.staged)
+            self.assertIs(x.data, pool)
+            self.assertEqual(x.batch.descs["dst_off"].tolist(),
+                             [8192, 8192 + PAGE, 8192 + 2 * PAGE])
+            self.assertIs(x.wait(), out)
+            self.assertEqual(out.tobytes(), self.want(1, ["p4", "p5", "p6"]))
+            whole = pool.buffer()     # nothing outside out changed
+            self.assertEqual(bytes(whole[:8192]), b"\x5a" * 8192)
+            self.assertEqual(bytes(whole[8192 + 3 * PAGE:]),
+                             b"\x5a" * (pool.size - 8192 - 3 * PAGE))
+            del out, whole, x
+
+    def test_read_out_staged(self):
+        """Memory that is in no region (a numpy array, a bytearray) is
+        staged: filled with the pages, a short page padded with zeros."""
+        out = np.full((2, PAGE), 0x77, np.uint8)
+        x = self.client.read_layer_async(0, ["p7", "odd"], PAGE, out=out)
+        self.assertTrue(x.staged)
+        self.assertIs(x.wait(), out)
+        self.assertEqual(out[0].tobytes(), self.pages[(0, "p7")])
+        self.assertEqual(out[1, :5000].tobytes(), self.pages[(0, "odd")])
+        self.assertFalse(out[1, 5000:].any())
+        buf = bytearray(3 * PAGE)
+        self.assertIs(self.client.read_layer(3, ["p1", "p2", "p3"], PAGE, out=buf), buf)
+        self.assertEqual(bytes(buf), self.want(3, ["p1", "p2", "p3"]))
+
+    def test_read_out_errors(self):
+        self.assertRaises(ValueError, self.client.read_layer, 0, ["p0"], PAGE,
+                          out=bytearray(PAGE - 1))                   # wrong size
+        self.assertRaises(ValueError, self.client.read_layer, 0, ["p0", "p1"], PAGE,
+                          out=np.zeros((2, 2 * PAGE), np.uint8)[:, ::2])  # strided
+        self.assertRaises(TypeError, self.client.read_layer, 0, ["p0"], PAGE,
+                          out=bytes(PAGE))                           # read-only
+        self.assertRaises(ValueError, self.client.read_layer_async, 0, [], PAGE)
+        with self.client.region(1 << 20) as r:
+            out = r.array(np.uint8, 0, PAGE).reshape(1, PAGE)
+            self.assertRaises(ValueError, self.client.read_layer, 0, ["p0"], PAGE,
+                              region=r, offset=4096, out=out)        # control over out
+            del out
+
+    # ---- write_layer_async ----
+
+    def test_write_async_staged_and_direct(self):
+        """Rows in no region are copied into one (staged, the caller's
+        memory free at once); rows in a region are stored from it."""
+        rows = np.frombuffer(os.urandom(3 * PAGE), np.uint8).reshape(3, PAGE).copy()
+        x = self.client.write_layer_async(2, ["wa0", "wa1", "wa2"], rows, durable=True)
+        self.assertTrue(x.staged)
+        rows[:] = 0                                  # already copied
+        handles = x.wait()
+        self.assertEqual(len(handles), 3)
+        self.assertTrue(all(handles))
+        with self.client.region(1 << 20) as pool:
+            src = pool.array(np.uint8, 4096, 2 * PAGE).reshape(2, PAGE)
+            src[:] = np.frombuffer(os.urandom(2 * PAGE), np.uint8).reshape(2, PAGE)
+            y = self.client.write_layer_async(2, ["wd0", "wd1"], src)
+            self.assertFalse(y.staged)
+            self.assertEqual(y.batch.descs["dst_off"].tolist(), [4096, 4096 + PAGE])
+            self.assertTrue(all(asyncio.run(asyncio.wait_for(y.wait_async(), 10))))
+            self.assertEqual(cat(self.path(2, "wd0")) + cat(self.path(2, "wd1")),
+                             src.tobytes())
+            del src
+        # the staged rows were stored as they were when submitted
+        self.assertNotEqual(cat(self.path(2, "wa1")), bytes(PAGE))
+        self.assertEqual(len(cat(self.path(2, "wa2"))), PAGE)
+
+    def test_write_async_errors(self):
+        x = self.client.write_layer_async(1, ["p0", "wnew"], [b"a" * 100, b"b" * 100])
+        with self.assertRaises(kvfs.PageError) as cm:
+            x.wait()
+        self.assertEqual((cm.exception.errno, cm.exception.index), (errno.EEXIST, 0))
+        self.assertEqual(cat(self.path(1, "wnew")), b"b" * 100)
+        self.assertEqual(cat(self.path(1, "p0")), self.pages[(1, "p0")])
+        self.assertRaises(ValueError, self.client.write_layer_async, 1, ["a", "b"], [b"x"])
+        self.assertRaises(ValueError, self.client.write_layer_async, 1, ["a"], [b""])
 
 
 if __name__ == "__main__":

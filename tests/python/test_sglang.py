@@ -32,36 +32,11 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SKIP = 77
-VENV = os.environ.get("KVFS_ENGINES_VENV", "/var/cache/kvfs/engines-venv")
-
-
-def venv_python():
-    """The venv's interpreter, or exit 77 with the reason it is unusable."""
-    ready = os.path.join(VENV, ".kvfs-ready")
-    if not os.path.exists(ready):
-        why = "no engines virtual environment at %s (tools/engines_venv.sh makes it)" % VENV
-        try:
-            with open(VENV + ".failed") as f:
-                why = "tools/engines_venv.sh failed: " + f.read().strip()[-600:]
-        except OSError:
-            pass
-        print("SKIP:", why)
-        sys.exit(SKIP)
-    return os.path.join(VENV, "bin", "python3")
-
-
-if __name__ == "__main__" and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-    py = venv_python()
-    pre = os.environ.get("LD_PRELOAD", "")
-    if "libasan" in pre and "libstdc++" not in pre:
-        # tools/sanitize.sh preloads ASan alone; torch throws C++ exceptions
-        # while it loads, and ASan then aborts (its __cxa_throw interceptor
-        # finds no libstdc++ loaded before it). Preloaded after it, it does.
-        os.environ["LD_PRELOAD"] = pre + " libstdc++.so.6"
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+sys.path.insert(0, HERE)
+from engines_venv import SKIP, VENV, in_venv  # noqa: E402
 
 if __name__ == "__main__":
+    in_venv(__file__)
     if not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None:
         print("SKIP: no /dev/fuse or fusermount3 on this machine")
         sys.exit(SKIP)
@@ -74,7 +49,6 @@ if __name__ == "__main__":
         sys.exit(SKIP)
 
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
-sys.path.insert(0, HERE)
 
 import logging  # noqa: E402
 import unittest  # noqa: E402
@@ -99,27 +73,33 @@ POOL_PAGES = 64
 MODEL = "kvfs-test/tiny"
 
 
-def make_pool(allocator="shm", layout="page_first"):
+def make_pool(allocator="shm", layout="page_first", layers=LAYERS, heads=HEADS, dim=DIM,
+              page_tokens=PAGE_TOKENS, pages=POOL_PAGES, device_tokens=None, seed=None):
     """SGLang's MHA host pool over CPU 'device' buffers (no CUDA here: the
     device side is plain CPU tensors with pin_memory off, which is all the
-    host pool's constructor and storage path touch), filled with noise."""
-    cap = POOL_PAGES * PAGE_TOKENS
-    k = tuple(torch.zeros(cap, HEADS, DIM, dtype=torch.bfloat16) for _ in range(LAYERS))
-    v = tuple(torch.zeros(cap, HEADS, DIM, dtype=torch.bfloat16) for _ in range(LAYERS))
+    host pool's constructor and storage path touch), filled with noise
+    (from seed, if given). The geometry is this test's unless given
+    (tools/bench_engines_sglang.py makes a model's); device_tokens: the
+    device buffers' size (default: the pool's)."""
+    cap = pages * page_tokens
+    dev = device_tokens or cap
+    k = tuple(torch.zeros(dev, heads, dim, dtype=torch.bfloat16) for _ in range(layers))
+    v = tuple(torch.zeros(dev, heads, dim, dtype=torch.bfloat16) for _ in range(layers))
     ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64)
     info = MHABufferInfo(
         buffers=KVBuffers(k=k, v=v, k_data_ptrs=ptrs(k), v_data_ptrs=ptrs(v),
                           layout=KVBufferLayout.NHD),
-        page_size=PAGE_TOKENS, head_num=HEADS, head_dim=DIM, v_head_dim=DIM,
+        page_size=page_tokens, head_num=heads, head_dim=dim, v_head_dim=dim,
         dtype=torch.bfloat16, device=torch.device("cpu"))
-    with host_memory_budget_scope(1 << 30):
+    with host_memory_budget_scope(max(1 << 30, 8 * cap * layers * heads * dim)):
         pool = MHATokenToKVPoolHost(
-            info, host_to_device_ratio=2.0, host_size=0, page_size=PAGE_TOKENS,
+            info, host_to_device_ratio=2.0, host_size=0, page_size=page_tokens,
             layout=layout, pin_memory=False, device="cpu", allocator_type=allocator,
-            device_capacity_tokens=cap // 2, start_layer=0, end_layer=LAYERS,
+            device_capacity_tokens=min(dev, cap // 2), start_layer=0, end_layer=layers,
             host_token_capacity=cap)
     raw = pool.kv_buffer.view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8))
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
     return pool
 
 
