@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """kvfs_engines.vllm against vLLM's own tiered offloading and a real mount.
 
-The tier is created the way vLLM creates it: TieringOffloadingSpec (vLLM's
-own, from an OffloadingConfig as the OffloadingConnector builds it) with
+The tier is created the way vLLM creates it: OffloadingSpecFactory makes
+the TieringOffloadingSpec named in the extra config (vLLM's own, from an
+OffloadingConfig as the OffloadingConnector builds it) with
 {"type": "KvfsTier", "module_path": "kvfs_engines.vllm"} in its
 secondary_tiers; spec.get_manager() makes the CPU primary tier (a
 SharedOffloadRegion in /dev/shm) and the kvfs tier over it. The test then
@@ -54,6 +55,7 @@ from vllm.v1.kv_offload.base import (LookupResult, ReqContext,  # noqa: E402
 from vllm.v1.kv_offload.config import (OffloadingCacheConfig, OffloadingConfig,  # noqa: E402
                                        OffloadingGroupConfig, OffloadingModelConfig,
                                        OffloadingParallelConfig)
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
 from vllm.v1.kv_offload.tiering.base import TransferJob  # noqa: E402
 from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory  # noqa: E402
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec  # noqa: E402
@@ -79,7 +81,8 @@ def offloading_config(mount, **tier):
             tokens_per_block=BLOCK_TOKENS, group_id=0,
             layer_names=tuple("model.layers.%d.self_attn.attn" % i for i in range(LAYERS))),),
         worker_kv_bytes_per_block=BLOCK, enable_kv_cache_events=False,
-        extra_config={"cpu_bytes_to_use": CHUNKS * BLOCK, "secondary_tiers": [t]},
+        extra_config={"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": CHUNKS * BLOCK,
+                      "secondary_tiers": [t]},
         engine_id="kvfs-test-%s" % uuid.uuid4().hex[:8],
         model=OffloadingModelConfig(name=MODEL, dtype="bfloat16"),
         cache=OffloadingCacheConfig(tokens_per_hash=BLOCK_TOKENS, blocks_per_chunk=1),
@@ -94,7 +97,8 @@ class Engine:
     offloading manager sees it; the workers' copies are the test's."""
 
     def __init__(self, mount, **tier):
-        self.spec = TieringOffloadingSpec(offloading_config(mount, **tier))
+        # What the OffloadingConnector does with its kv_connector_extra_config.
+        self.spec = OffloadingSpecFactory.create_spec(offloading_config(mount, **tier))
         self.mgr = self.spec.get_manager()
         self.tier = self.mgr.secondary_tiers[0]
         view = self.mgr.primary_tier.get_kv_memoryview()
@@ -191,6 +195,7 @@ class VLLMTierTest(engines_env.MountedCase):
     def test_1_roundtrip_zero_copy(self):
         e = Engine(self.m.mnt)
         try:
+            self.assertIsInstance(e.spec, TieringOffloadingSpec)
             self.assertIsInstance(e.tier, kv.KvfsTier)
             self.assertIsNotNone(e.tier._file_off, "the primary tier file was not registered")
             page = e.rows.shape[1]
