@@ -13,7 +13,7 @@ keys are its ObjectKeys. The test makes the storage manager's calls in its
 order: submit_store_task, wait for the store event fd,
 pop_completed_store_tasks; submit_lookup_and_lock_task, wait,
 query_lookup_and_lock_result; submit_load_task, wait, query_load_result;
-submit_unlock; delete. Checked:
+submit_unlock; delete (its L2 eviction). Checked:
 
   - store / lookup / load round trip, bit-exact; a partial (shorter) last
     chunk; keys with '/' in the model name and a cache salt;
@@ -203,10 +203,14 @@ class LMCacheAdapterTest(engines_env.MountedCase):
                                                        "%2E.%2Fa%2Fb.bf16.kr00010000.kv_2ltd")))
             for o in again + src + out:
                 o.ref_count_down()
+            # LMCache's L2 eviction: delete() unlinks the pages.
+            ad.delete(odd)
+            self.assertEqual(lookup(ad, odd), [False, False])
             s = ad._client.stats()
             self.assertEqual(s["set_existing"], 1)
             self.assertEqual(s["get_hits"], 10)
             self.assertGreater(s["staged_bytes"], 0)
+            self.assertEqual(s["deleted"], 2)
         finally:
             ad.close()
 
