@@ -213,8 +213,9 @@ class VLLMTierTest(engines_env.MountedCase):
                              page)
         finally:
             e.close()
-        e = Engine(self.m.mnt)          # a fresh engine: its primary tier is empty
+        e = Engine(self.m.mnt, locality="LOCAL")    # a fresh engine: its primary tier is empty
         try:
+            self.assertEqual(e.tier.locality.value, "LOCAL")
             got = e.load(self.keys)
             for k, g in zip(self.keys, got):
                 self.assertIsNotNone(g, "a stored chunk missed")

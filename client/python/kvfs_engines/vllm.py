@@ -55,7 +55,8 @@ import numpy as np
 from kvfs_engines._common import (Counters, PageStore, RateLog, Workers, dir_name, drain,
                                   dtype_tag, make_model_dir, mmap_base, page_name)
 
-from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingContext
+from vllm.v1.kv_offload.base import (Locality, LookupResult, Medium,
+                                     RequestOffloadingContext)
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
 __all__ = ["KvfsTier", "key_name", "model_dir_name"]
@@ -105,6 +106,8 @@ class KvfsTier(SecondaryTierManager):
                         cannot be registered (default 64)
       io_threads        I/O threads (default 2: a load need not wait for
                         a store)
+      locality          "LOCAL" or "REMOTE", as for vLLM's fs tier (KV
+                        events)
     """
 
     medium = Medium.STORAGE
@@ -113,6 +116,7 @@ class KvfsTier(SecondaryTierManager):
                  kvfs_model=None, kvfs_durable=False, kvfs_staging_mib=64, io_threads=2,
                  locality=None, backpressure_detector=None):
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        self.locality = Locality(locality) if locality is not None else None
         mount = kvfs_mount or os.environ.get("KVFS_MOUNT")
         if not mount:
             raise ValueError("%s: set \"kvfs_mount\" in the tier's entry of "
