@@ -7,8 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-# SGLang (pinned) in a cached venv for the engine backend tests; without
-# it (no network, say) those tests skip and say why.
-tools/engines_venv.sh || echo "kvfs test: no engines venv: the engine tests will skip" >&2
+# The engines (pinned) in cached venvs for the engine backend tests: SGLang
+# in one, vLLM and LMCache in another (tools/engines/*-requirements.txt);
+# without one (no network, say) its tests skip and say why.
+tools/engines_venv.sh || echo "kvfs test: an engines venv is missing: its engine tests will skip" >&2
 meson test -C build --print-errorlogs "$@"
 [ $# -gt 0 ] || tools/sanitize.sh

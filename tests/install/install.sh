@@ -49,7 +49,7 @@ grep -q "^ExecStart=$BIN/kvfs mount -f" "$UNIT" || fail "unit does not run $BIN/
 for doc in usage.md operators.md engine.md abi.md metrics.md; do need "$SHARE/doc/kvfs/$doc"; done
 PYMOD=$(find "$D" -name kvfs.py | head -1)
 [ -n "$PYMOD" ] || fail "the Python module is not installed"
-for m in __init__.py sglang.py; do
+for m in __init__.py _common.py sglang.py vllm.py lmcache.py; do
 	[ -f "$(dirname "$PYMOD")/kvfs_engines/$m" ] || fail "kvfs_engines/$m is not installed next to kvfs.py"
 done
 

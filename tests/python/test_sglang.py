@@ -27,28 +27,18 @@ KVFS_ENGINES_VENV (default /var/cache/kvfs/engines-venv).
 """
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from engines_venv import SKIP, VENV, in_venv  # noqa: E402
+import engines_env  # noqa: E402
 
 if __name__ == "__main__":
-    in_venv(__file__)
-    if not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None:
-        print("SKIP: no /dev/fuse or fusermount3 on this machine")
-        sys.exit(SKIP)
-    try:
-        import torch  # noqa: F401
-        from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: F401
-        from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: F401
-    except Exception as e:      # an incomplete venv: say exactly what is missing
-        print("SKIP: SGLang does not import in %s: %r" % (VENV, e))
-        sys.exit(SKIP)
-
-sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+    engines_env.enter("sglang", """
+import torch
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+""")
 
 import logging  # noqa: E402
 import unittest  # noqa: E402
@@ -61,7 +51,7 @@ from sglang.srt.mem_cache.pool_host.base import host_memory_budget_scope  # noqa
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
 
-from test_kvfs import Mount  # noqa: E402
+from engines_env import damage  # noqa: E402
 
 import kvfs_engines.sglang as ks  # noqa: E402
 
@@ -141,33 +131,12 @@ def chain_keys(n, seed=0):
     return keys
 
 
-def damage(page):
-    """Flip one byte of a page where it lies in its segment file."""
-    seg = os.getxattr(page, "user.kvfs.segment")
-    ext = dict(kv.split(b"=") for kv in os.getxattr(page, "user.kvfs.extent").split())
-    off = int(ext[b"offset"]) + 100
-    fd = os.open(seg, os.O_RDWR)
-    try:
-        os.pwrite(fd, bytes([os.pread(fd, 1, off)[0] ^ 0xFF]), off)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class SGLangBackendTest(unittest.TestCase):
+class SGLangBackendTest(engines_env.MountedCase):
     @classmethod
     def setUpClass(cls):
-        cls.m = Mount()
-        cls.m.start("ram_cache=0")      # reads come from the device, where damage is
+        super().setUpClass()
         cls.keys = chain_keys(8)
         cls.saved = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        rc, errors, tail = cls.m.finish()
-        if rc not in (0, None):
-            raise AssertionError("daemon exited %s:\n%s" % (rc, tail))
-
     def model_dir(self):
         return os.path.join(self.m.mnt, "kvfs-test%2Ftiny.bf16.tp0of1.page_first.p16")
 
@@ -233,8 +202,7 @@ class SGLangBackendTest(unittest.TestCase):
             be.close()
 
     def test_3_restart_reuse(self):
-        self.m.stop()
-        self.m.start("ram_cache=0")
+        self.remount()
         pool = make_pool()
         be = attach(self.m.mnt, pool)
         try:
@@ -279,8 +247,7 @@ class SGLangBackendTest(unittest.TestCase):
                 self.assertGreaterEqual(s.get("errors_" + op, 0), 1, op)
         finally:
             be.close()
-            self.m.stop()
-            self.m.start("ram_cache=0")
+            self.remount()
 
     def test_6_config_errors(self):
         """Mistakes fail when SGLang creates the backend, with the reason."""
@@ -298,11 +265,7 @@ class CapacityTest(unittest.TestCase):
     evicts the oldest, which then read as misses."""
 
     def test_evictions_are_misses(self):
-        m = Mount()
-        subprocess.run([m.kvfs, "mkfs", "--capacity", "1M", m.store], check=True,
-                       stdout=subprocess.DEVNULL)
-        m.start("ram_cache=0")
-        try:
+        with engines_env.small_store(self, "1M") as m:
             pool = make_pool()
             be = attach(m.mnt, pool)
             keys = chain_keys(60, seed=2)
@@ -326,9 +289,6 @@ class CapacityTest(unittest.TestCase):
             print("capacity: stored %d/60, exists prefix %d, get hits %d"
                   % (stored.count(True), hit, got.count(True)))
             be.close()
-        finally:
-            rc, errors, tail = m.finish()
-        self.assertIn(rc, (0, None), tail)
 
 
 if __name__ == "__main__":

@@ -17,15 +17,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from engines_venv import SKIP, VENV, in_venv  # noqa: E402
+import engines_env  # noqa: E402
+from engines_env import SKIP  # noqa: E402
 
 if __name__ == "__main__":
-    in_venv(__file__)
-    try:
-        import torch  # noqa: F401
-    except Exception as e:
-        print("SKIP: torch does not import in %s: %r" % (VENV, e))
-        sys.exit(SKIP)
+    engines_env.enter("sglang", "import torch")
 
 import test_kvfs  # noqa: E402
 from test_kvfs import NPAGES, PAGE, MountedModel, cat  # noqa: E402

@@ -6,4 +6,8 @@ imported, so installing kvfs never requires any engine:
 
     kvfs_engines.sglang   SGLang HiCache L3 storage (HiCacheStorage),
                           loaded by --hicache-storage-backend dynamic
+    kvfs_engines.vllm     a vLLM secondary offloading tier (KvfsTier),
+                          loaded by TieringOffloadingSpec's secondary_tiers
+    kvfs_engines.lmcache  an LMCache L2 connector (KvfsL2Connector), loaded
+                          by the native_plugin --l2-adapter
 """

@@ -44,15 +44,15 @@ so the same bytes); ENOSPC is a failed store.
 import collections
 import ctypes
 import errno
-import hashlib
 import logging
 import os
 import threading
-import time
 
 import numpy as np
 
 import kvfs
+from kvfs_engines._common import (RateLog, dir_name, dtype_tag, make_model_dir, mmap_base,
+                                   page_name, round_up)
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
@@ -103,37 +103,10 @@ class _CallError(OSError):
 
 # --- names ------------------------------------------------------------------
 
-def page_name(key):
-    """The kvfs page name of an SGLang key (str or bytes): the key itself
-    when it is a valid name (SGLang's keys are hex digests), else with '/',
-    '%' and NUL (and a leading '.') escaped as %XX; a name that would be
-    longer than 255 bytes becomes '%H' + the key's SHA-256 (no escaped name
-    can start with '%H', so the two forms never collide)."""
-    raw = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogateescape")
-    if (0 < len(raw) <= _NAME_MAX and b"/" not in raw and b"%" not in raw
-            and b"\0" not in raw and not raw.startswith(b".")):
-        return raw
-    out = bytearray()
-    for i, b in enumerate(raw):
-        if b in (0x2F, 0x25, 0x00) or (i == 0 and b == 0x2E):
-            out += b"%%%02X" % b
-        else:
-            out.append(b)
-    if not out or len(out) > _NAME_MAX:
-        return b"%H" + hashlib.sha256(raw).hexdigest().encode()
-    return bytes(out)
-
-
-_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64",
-           "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "int8": "i8",
-           "uint8": "u8"}
-
-
 def model_dir_name(config, dtype, layout, page_size, format_tag=None):
     """The model directory of this rank's byte layout (docs/engine.md:
     everything that changes a page's bytes is in the name)."""
-    dt = str(dtype).replace("torch.", "")
-    dt = _DTYPES.get(dt, dt)
+    dt = dtype_tag(dtype)
     if config.is_mla_model:
         shard = "mla"       # replicated across TP ranks: one directory for all
     else:
@@ -147,41 +120,7 @@ def model_dir_name(config, dtype, layout, page_size, format_tag=None):
     parts = [(config.model_name or "model"), dt, shard, layout, "p%d" % page_size]
     if format_tag:
         parts.append(str(format_tag))
-    return page_name(".".join(parts)).decode("utf-8", "surrogateescape")
-
-
-def _mmap_base(mm):
-    """Address of a Python mmap's first byte (the export is dropped at once,
-    so the mmap can still be closed by its owner)."""
-    c = ctypes.c_char.from_buffer(mm)
-    try:
-        return ctypes.addressof(c)
-    finally:
-        del c
-
-
-class _RateLog:
-    """At most `burst` lines per `period` seconds for each kind of failure:
-    a dead daemon must not flood the engine's log once per page."""
-
-    def __init__(self, burst=10, period=60.0):
-        self.burst, self.period = burst, period
-        self.lock = threading.Lock()
-        self.state = {}
-
-    def __call__(self, kind, level, fmt, *args):
-        now = time.monotonic()
-        with self.lock:
-            start, n, dropped = self.state.get(kind, (now, 0, 0))
-            if now - start > self.period:
-                if dropped:
-                    logger.log(level, "kvfs: %d more '%s' messages suppressed", dropped, kind)
-                start, n, dropped = now, 0, 0
-            if n >= self.burst:
-                self.state[kind] = (start, n, dropped + 1)
-                return
-            self.state[kind] = (start, n + 1, dropped)
-        logger.log(level, "kvfs: " + fmt, *args)
+    return dir_name(parts)
 
 
 class _Scratch:
@@ -239,7 +178,7 @@ class KvfsHiCacheStorage(HiCacheStorage):
         self._scratches = []
         self._lock = threading.Lock()
         self._counts = collections.Counter()
-        self._log = _RateLog()
+        self._log = RateLog(logger)
         self.model_dir = None
 
     # --- attach -------------------------------------------------------------
@@ -276,49 +215,10 @@ class KvfsHiCacheStorage(HiCacheStorage):
                     else "staged through a region (one memcpy per piece)")
 
     def _make_model_dir(self):
-        """mkdir + geometry xattr + layer directories, as `kvfs model create`
-        does, tolerant of another rank doing the same at the same time."""
-        d, P = self.model_dir, self._piece_bytes
-        # kvfs geometry has no page_bytes field: u8 x 1 token x 1 head x P/2
-        # (K and V) is exactly P bytes, so a page of any other size is
-        # refused (EINVAL) instead of poisoning the cache.
-        geometry = None
-        if P % 2 == 0:
-            geometry = "layers=%d kv_heads=1 head_dim=%d dtype=u8 page_tokens=1" % (
-                self._pieces, P // 2)
-        created = False
-        try:
-            os.mkdir(d, 0o755)
-            created = True
-        except FileExistsError:
-            pass
-        if created and geometry:
-            try:
-                os.setxattr(d, "user.kvfs.geometry", geometry.encode())
-            except OSError as e:
-                raise OSError(e.errno, "kvfs HiCache backend: geometry %r refused for %s "
-                              "(not a kvfs mount, or pages too large for its segments; "
-                              "see the daemon log)" % (geometry, d)) from e
-        elif geometry:
-            have = None
-            for _ in range(50):      # another rank may have created it just now
-                try:
-                    have = int(os.getxattr(d, "user.kvfs.page_bytes"))
-                    break
-                except OSError as e:
-                    if e.errno != errno.ENODATA:   # no geometry (yet)
-                        raise
-                time.sleep(0.1)
-            if have is not None and have != P:
-                raise ValueError("kvfs HiCache backend: %s holds pages of %d bytes, this "
-                                 "host pool's are %d: another layout under the same name "
-                                 "(set kvfs_model, or drop the directory)" % (d, have, P))
-        width = 2 if self._pieces <= 100 else len(str(self._pieces - 1))
-        for i in range(self._pieces):
-            try:
-                os.mkdir(os.path.join(d, "%0*d" % (width, i)), 0o755)
-            except FileExistsError:
-                pass
+        """The model directory, its geometry (one page = one piece) and a
+        layer directory per piece."""
+        make_model_dir(self.model_dir, self._pieces, self._piece_bytes,
+                       "kvfs HiCache backend")
 
     def _register_pool(self, pool):
         """Register the pool's memfd (SGLang's "shm" allocator) as a region,
@@ -333,7 +233,7 @@ class KvfsHiCacheStorage(HiCacheStorage):
         elif len(fds) != 1:
             why = "the host pool spans %d shared-memory files" % len(fds)
         else:
-            base = _mmap_base(mm)
+            base = mmap_base(mm)
             buf = pool.kv_buffer
             start = buf.data_ptr()
             end = start + buf.numel() * buf.element_size()
@@ -363,20 +263,20 @@ class KvfsHiCacheStorage(HiCacheStorage):
         """A control region for `count` descriptors and `names` names of up
         to 255 bytes (grown on demand, per thread)."""
         s = self._scratch()
-        need = _round_up(count * 64, _ALIGN) + names * _NAME_MAX
+        need = round_up(count * 64, _ALIGN) + names * _NAME_MAX
         if s.ctl is None or s.ctl.size < need:
             if s.ctl is not None:
                 s.ctl.close()
                 s.ctl = None
-            s.ctl = self._client.region(_round_up(max(need, 1 << 20), _ALIGN))
+            s.ctl = self._client.region(round_up(max(need, 1 << 20), _ALIGN))
         return s.ctl
 
     def _staging(self):
         s = self._scratch()
         if s.staging is None:
-            stride = _round_up(self._piece_bytes, _ALIGN)
+            stride = round_up(self._piece_bytes, _ALIGN)
             size = max(self.staging_bytes, stride * self._pieces)
-            s.staging = self._client.region(_round_up(size, _ALIGN))
+            s.staging = self._client.region(round_up(size, _ALIGN))
         return s.staging
 
     # --- one batch call ---------------------------------------------------------
@@ -389,7 +289,7 @@ class KvfsHiCacheStorage(HiCacheStorage):
         n, k = len(names), self._pieces
         count = n * k
         ctl = self._ctl(count, n)
-        name_base = _round_up(count * 64, _ALIGN)
+        name_base = round_up(count * 64, _ALIGN)
         name_offs = np.empty(n, np.uint64)
         name_lens = np.empty(n, np.uint32)
         buf = ctl.buffer(name_base, n * _NAME_MAX)
@@ -478,7 +378,7 @@ class KvfsHiCacheStorage(HiCacheStorage):
         return st, nb
 
     def _staged_chunks(self, n):
-        stride = _round_up(self._piece_bytes, _ALIGN)
+        stride = round_up(self._piece_bytes, _ALIGN)
         per = max(1, self._staging().size // (stride * self._pieces))
         for a in range(0, n, per):
             yield a, min(n, a + per), stride
@@ -638,7 +538,3 @@ class KvfsHiCacheStorage(HiCacheStorage):
         self._count(**{"errors_" + op: 1})
         self._log("call-" + op, logging.WARNING, "%s failed as a whole in %s: %s "
                   "(every page of the call is a miss)", op, self.model_dir, e)
-
-
-def _round_up(n, a):
-    return (n + a - 1) // a * a
