@@ -330,6 +330,7 @@ static int open_store(const char *dir, const struct kv_store_meta *m,
 		.segment_size = m->segment_size, .capacity = m->capacity,
 		.create = create, .no_direct = o && o->no_direct,
 		.degraded = o && o->degraded,
+		.prealloc = o ? kv_store_prealloc_env() : 0,   /* not for mkfs */
 	};
 	char (*rel)[PATH_MAX] = calloc(m->nstripes, PATH_MAX);
 	unsigned i;
