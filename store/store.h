@@ -312,6 +312,9 @@ void *kv_buf_alloc(size_t len);
  */
 #define KV_BUF_SLAB_MAX (64u << 10)
 #define KV_BUF_IDLE_MAX (32ull << 20)
+/* Keep up to bytes (at least KV_BUF_IDLE_MAX) of each kind idle instead:
+ * a writer's budget of buffers in flight, reused warm. Thread-safe. */
+void kv_buf_set_idle_max(uint64_t bytes);
 void *kv_buf_get(size_t len);
 void kv_buf_put(void *p, size_t len);
 uint64_t kv_buf_footprint(size_t len);
