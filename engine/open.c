@@ -159,6 +159,8 @@ static int open_store(const char *dir, const struct kv_store_meta *m,
 		.segment_size = m->segment_size, .capacity = m->capacity,
 		.create = create, .no_direct = o && o->no_direct,
 		.degraded = o && o->degraded,
+		/* not for mkfs, nor for offline tools */
+		.prealloc = o && !o->offline ? kv_store_prealloc_env() : 0,
 	};
 	char (*rel)[PATH_MAX] = calloc(m->nstripes, PATH_MAX);
 	unsigned i;
@@ -428,6 +430,8 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	pthread_cond_init(&fs->seal_cv, NULL);
 	kvfs_pins_init(&fs->pins);
 	kvfs_dirty_init(fs, fs->opts.dirty_budget);
+	/* what write-back cycles stays warm for reuse (store/buf.c) */
+	kv_buf_set_idle_max(fs->opts.dirty_budget);
 	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0) {
 		fs_free(fs);
 		return -ENOMEM;

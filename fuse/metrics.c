@@ -89,6 +89,7 @@ static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_SSD_SEGMENTS, u.segments);
 	set_u(m, MV_SSD_CAPACITY, c.capacity);
 	set_u(m, MV_SSD_AVAIL, u.avail);
+	set_u(m, MV_SSD_PREALLOC, u.prealloc);
 	set_u(m, MV_SSD_RESERVED, c.reserved);
 	set_u(m, MV_SSD_HIGH, c.high);
 	set_u(m, MV_SSD_LOW, c.low);
@@ -275,6 +276,8 @@ static const struct mdef defs[] = {
 	{ MV_SSD_EVICTIONS, "ssd", "evictions", "kvfs_evictions_total", "tier=\"ssd\"", C, NULL },
 	{ MV_SSD_PHYSICAL, "ssd", "physical_bytes", "kvfs_ssd_physical_bytes", NULL, G,
 	  "Bytes the store's extents occupy on the SSD (footprints, each shared extent once)" },
+	{ MV_SSD_PREALLOC, "ssd", "prealloc_bytes", "kvfs_ssd_prealloc_bytes", NULL, G,
+	  "Bytes fallocate'd ahead of the writes, not yet used (within the capacity)" },
 	{ MV_SSD_EXTENTS, "ssd", "extents", "kvfs_ssd_extents", NULL, G,
 	  "Live extents" },
 	{ MV_SSD_SEGMENTS, "ssd", "segments", "kvfs_ssd_segments", NULL, G,

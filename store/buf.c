@@ -19,7 +19,12 @@
  *     (same size only), the rest unmapped.
  *
  * So the memory resident outside live buffers is at most 2 * KV_BUF_IDLE_MAX
- * plus 8 bytes of bookkeeping per slot ever made. A fresh mmap costs a
+ * (or twice what kv_buf_set_idle_max set) plus 8 bytes of bookkeeping per
+ * slot ever made. The daemon sets it to its write-back budget: a write
+ * flood cycles that many bytes of buffers, and with only 32 MiB kept warm
+ * most of them came back cold (MADV_DONTNEED'd, or unmapped), so each
+ * reuse paid a page fault and a page of zeroing per 4 KiB again, the cost
+ * the pool exists to avoid (measured: benchmarks.md, issue 19). A fresh mmap costs a
  * page fault and a page of zeroing per 4 KiB on first touch (17% of a
  * write's time at 1 MiB per page in issue 21): a reused buffer costs none.
  *
@@ -60,8 +65,21 @@ static struct {
 	struct slab_class slab[SLAB_CLASSES];
 	struct large_class large[LARGE_CLASSES];
 	uint64_t idle_small, idle_large;   /* warm free bytes of each kind */
+	uint64_t idle_max;                 /* ... kept at most (0: the default) */
 	struct kv_buf_stats st;
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t idle_max(void)
+{
+	return pool.idle_max ? pool.idle_max : KV_BUF_IDLE_MAX;
+}
+
+void kv_buf_set_idle_max(uint64_t bytes)
+{
+	pthread_mutex_lock(&pool.lock);
+	pool.idle_max = bytes > KV_BUF_IDLE_MAX ? bytes : KV_BUF_IDLE_MAX;
+	pthread_mutex_unlock(&pool.lock);
+}
 
 static size_t round_size(size_t len)
 {
@@ -155,7 +173,7 @@ static void slab_put(void *p, size_t size)
 {
 	struct slab_class *c = &pool.slab[size / KV_ALIGN - 1];
 
-	if (pool.idle_small + size <= KV_BUF_IDLE_MAX) {
+	if (pool.idle_small + size <= idle_max()) {
 		pool.idle_small += size;
 		c->warm.v[c->warm.n++] = p;
 		return;
@@ -188,7 +206,7 @@ static bool large_keep(void *p, size_t size)
 {
 	struct large_class *c = large_find(size);
 
-	if (pool.idle_large + size > KV_BUF_IDLE_MAX)
+	if (pool.idle_large + size > idle_max())
 		return false;
 	for (unsigned i = 0; !c && i < LARGE_CLASSES; i++)
 		if (pool.large[i].warm.n == 0)

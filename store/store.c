@@ -204,6 +204,7 @@ int kv_store_open(const struct kv_store_opts *o, struct kv_store **out)
 	s->segment_size = segsize;
 	s->capacity = o->capacity;
 	s->direct = !o->no_direct;
+	s->pa.ahead = o->prealloc & ~(uint64_t)(KV_ALIGN - 1);
 	for (unsigned i = 0; i < s->nstripes; i++)
 		s->stripes[i].dirfd = -1;
 
@@ -239,6 +240,7 @@ void kv_store_close(struct kv_store *s)
 	if (!s)
 		return;
 	engine_stop(s);
+	prealloc_stop(s);    /* no I/O in flight: give the tails back */
 	for (unsigned i = 0; i < s->nstripes; i++)
 		stripe_close(&s->stripes[i]);
 	free(s->stripes);
@@ -300,7 +302,7 @@ static int stripe_alloc(struct kv_store *s, struct stripe *st, uint64_t fp,
 		}
 		if (s->segment_size - seg->bump >= fp) {
 			off = seg->bump;
-			seg->bump += fp;
+			prealloc_moved(s, seg, seg->bump + fp, seg->prealloc_end);
 			goto found;
 		}
 	}
@@ -308,7 +310,7 @@ static int stripe_alloc(struct kv_store *s, struct stripe *st, uint64_t fp,
 	if (rc)
 		return rc;
 	off = 0;
-	seg->bump = fp;
+	prealloc_moved(s, seg, fp, 0);
 found:
 	seg->live++;
 	e->stripe = seg->stripe;
@@ -361,6 +363,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		rc = -EAGAIN;
 		goto out;
 	}
+	prealloc_make_room(s, fp);   /* used + preallocated stay in the budget */
 	if (s->capacity && s->used + fp > s->capacity) {
 		log_enospc(s, "capacity budget reached", fp);
 		goto out;
@@ -376,7 +379,9 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		until = atomic_load(&st->full_until);
 		if (until && (now ? now : (now = now_ns())) < until)
 			continue;
-		if (stripe_short_of_headroom(s, st, fp, &near)) {
+		if (stripe_short_of_headroom(s, st, fp, &near) ||
+		    (near && prealloc_trim_stripe(s, st) &&
+		     stripe_short_of_headroom(s, st, fp, &near))) {
 			short_of_headroom++;    /* the manifest's room (headroom.c) */
 			continue;
 		}
@@ -471,8 +476,10 @@ static int punch(struct stripe *st, struct segment *seg, uint64_t off,
 }
 
 /* A segment lost its last extent: give the whole file back. */
-static void segment_drained(struct stripe *st, struct segment *seg)
+static void segment_drained(struct kv_store *s, struct stripe *st,
+			    struct segment *seg)
 {
+	prealloc_forget(s, seg);   /* the truncate or unlink takes the tail */
 	if (seg != st->segs[st->nsegs - 1]) {
 		segment_unlink(st, seg);
 		return;
@@ -483,7 +490,7 @@ static void segment_drained(struct stripe *st, struct segment *seg)
 		       "segment: %s", st->path, seg->num, kv_strerror(-errno));
 	rangevec_release(&seg->freel);
 	seg->largest_free = 0;
-	seg->bump = 0;
+	prealloc_moved(s, seg, 0, 0);
 }
 
 int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
@@ -531,7 +538,7 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 	s->extents--;
 	atomic_store(&st->full_until, 0);
 	if (seg->live == 0)
-		segment_drained(st, seg);
+		segment_drained(s, st, seg);
 out:
 	pthread_mutex_unlock(&s->lock);
 	segment_unref(seg);
@@ -703,6 +710,8 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
 	       stats.segments_removed);
 out:
 	pthread_mutex_unlock(&s->lock);
+	if (rc == 0)
+		prealloc_start(s);   /* without it writes only extend files */
 	if (out)
 		*out = stats;
 	return rc;
@@ -719,6 +728,7 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u)
 	u->nstripes = s->nstripes;
 	pthread_mutex_lock(&s->lock);
 	u->used = s->used;
+	u->prealloc = s->pa.bytes + s->pa.inflight;
 	u->extents = s->extents;
 	for (unsigned i = 0; i < s->nstripes; i++)
 		u->segments += s->stripes[i].nsegs;
@@ -736,6 +746,7 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u)
 		fs_avail += stripe_avail_less_headroom(s, &s->stripes[i],
 						       (uint64_t)vfs.f_bavail * vfs.f_frsize);
 	}
+	fs_avail += u->prealloc;    /* blocks the filesystem counts as taken */
 	u->capacity = s->capacity ? s->capacity : fs_total;
 	room = u->capacity > u->used ? u->capacity - u->used : 0;
 	u->avail = room < fs_avail ? room : fs_avail;

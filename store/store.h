@@ -127,7 +127,18 @@ struct kv_store_opts {
 	bool no_direct;              /* never use O_DIRECT (tmpfs) */
 	bool degraded;               /* open without stripes that cannot be
 	                              * opened (see kv_store_open) */
+	uint64_t prealloc;           /* keep each stripe's newest segment
+	                              * fallocate'd this many bytes ahead of its
+	                              * writes, within the capacity (see
+	                              * kv_store_usage); 0: never */
 };
+
+/* Default for kv_store_opts.prealloc: appending O_DIRECT writes are
+ * serialised by ext4, writes into allocated space are not. */
+#define KV_PREALLOC_DEFAULT (64ull << 20)
+/* KVFS_PREALLOC from the environment (a size like 64M; 0 or off: none),
+ * else KV_PREALLOC_DEFAULT; a bad value is logged and ignored. */
+uint64_t kv_store_prealloc_env(void);
 
 /*
  * Open (or with o->create, initialise) the stripes. Each stripe directory
@@ -301,6 +312,9 @@ void *kv_buf_alloc(size_t len);
  */
 #define KV_BUF_SLAB_MAX (64u << 10)
 #define KV_BUF_IDLE_MAX (32ull << 20)
+/* Keep up to bytes (at least KV_BUF_IDLE_MAX) of each kind idle instead:
+ * a writer's budget of buffers in flight, reused warm. Thread-safe. */
+void kv_buf_set_idle_max(uint64_t bytes);
 void *kv_buf_get(size_t len);
 void kv_buf_put(void *p, size_t len);
 uint64_t kv_buf_footprint(size_t len);
@@ -317,7 +331,10 @@ void kv_buf_stats(struct kv_buf_stats *st);
 struct kv_store_usage {
 	uint64_t capacity;        /* budget, or total bytes of the stripe filesystems */
 	uint64_t used;            /* footprint bytes of live extents */
-	uint64_t avail;           /* what may still be allocated */
+	uint64_t avail;           /* what may still be allocated (preallocated
+	                           * space included: it is the store's room) */
+	uint64_t prealloc;        /* bytes fallocate'd ahead of the writes and
+	                           * not yet used; used + prealloc <= capacity */
 	uint64_t extents;
 	uint64_t segments;
 	unsigned nstripes;

@@ -57,6 +57,11 @@ struct segment {
 	struct rangevec freel;  /* punched ranges below bump, coalesced */
 	struct rangevec marks;  /* recovery only: extents marked used, in the
 	                         * order marked until reclaim sorts them */
+	/* prealloc.c: the file is fallocate'd up to here; bump..prealloc_end
+	 * is preallocated and unused (0: nothing preallocated) */
+	uint64_t prealloc_end;
+	bool pa_busy;           /* the preallocator works on it, unlocked */
+	bool pa_trim;           /* ... and must give its tail back after */
 };
 
 struct stripe {
@@ -78,6 +83,10 @@ struct stripe {
 	_Atomic uint64_t write_errors;  /* failed writes and fdatasyncs */
 	/* headroom.c: on the manifest's filesystem, so it keeps headroom */
 	atomic_bool keeps_headroom;
+	/* prealloc.c */
+	uint64_t pa_bytes;      /* preallocated, unused, in this stripe's segments */
+	bool pa_off;            /* its filesystem cannot fallocate */
+	uint64_t pa_until;      /* CLOCK_MONOTONIC ns: no preallocation before */
 };
 
 struct fsync_req;
@@ -148,6 +157,19 @@ struct kv_store {
 	uint64_t noalloc_logged; /* ... of the last "no stripe left" log */
 	_Atomic uint64_t headroom;  /* bytes kept free for the manifest (headroom.c) */
 	_Atomic uint64_t headroom_lag;  /* ... allocated bytes not yet written, at most */
+	struct {                /* prealloc.c; under lock */
+		uint64_t ahead;     /* kv_store_opts.prealloc (0: off) */
+		uint64_t bytes;     /* preallocated and unused, every stripe */
+		uint64_t inflight;  /* being preallocated now (one call) */
+		struct segment *busy;   /* ... in this segment */
+		uint64_t calls, trims;
+		unsigned rr;
+		bool started, stop;
+		bool kicked;        /* a tail may want more: the thread looks */
+		pthread_t thread;
+		pthread_cond_t cv;      /* work for the thread, or stop */
+		pthread_cond_t done_cv; /* its call returned */
+	} pa;
 	struct engine eng;
 };
 
@@ -184,6 +206,24 @@ uint64_t stripe_avail_less_headroom(const struct kv_store *s,
 /* Preallocate a new extent's blocks where headroom is kept: 0, -ENOSPC
  * when the disk is full, another -errno with a log line. No lock held. */
 int stripe_claim_blocks(struct kv_store *s, const struct kv_extent *e);
+
+/* ---- prealloc.c (all under kv_store.lock but start/stop) ---- */
+/* Start the preallocation thread (after reclaim); 0 or -errno (logged:
+ * the store works without it). */
+int prealloc_start(struct kv_store *s);
+/* Stop it and give every preallocated tail back (close). */
+void prealloc_stop(struct kv_store *s);
+/* Set seg's write pointer and preallocated end, keeping the counts, and
+ * wake the thread if the tail needs more. */
+void prealloc_moved(struct kv_store *s, struct segment *seg, uint64_t bump,
+		    uint64_t end);
+/* seg is being truncated to nothing or unlinked: its tail counts no more. */
+void prealloc_forget(struct kv_store *s, struct segment *seg);
+/* Before an allocation of fp bytes: give tails back until used,
+ * preallocated and fp fit in the capacity (may wait for the thread). */
+void prealloc_make_room(struct kv_store *s, uint64_t fp);
+/* Give back the stripe's tails (near its headroom); true if any went. */
+bool prealloc_trim_stripe(struct kv_store *s, struct stripe *st);
 
 /* ---- uring.c ---- */
 int engine_start(struct kv_store *s, unsigned qd);

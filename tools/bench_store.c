@@ -33,7 +33,7 @@ static int open_store(struct store_mix *m, unsigned qd)
 	struct kv_store_opts so = {
 		.nstripes = 1, .stripes = paths, .uuid = STORE_UUID,
 		.segment_size = KV_SEGMENT_SIZE_DEFAULT, .queue_depth = qd,
-		.create = true,
+		.create = true, .prealloc = kv_store_prealloc_env(),   /* as the daemon */
 	};
 	int rc;
 

@@ -62,6 +62,21 @@ def used(mnt):
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+def on_disk(store):
+    """Blocks of the segment files (preallocated tails included), and how
+    many files: ext4 also counts an extent-tree block per file there."""
+    d = os.path.join(store, 'stripe0')
+    total = n = 0
+    for name in os.listdir(d):
+        if name.startswith('seg-'):
+            try:
+                total += os.stat(os.path.join(d, name)).st_blocks * 512
+                n += 1
+            except FileNotFoundError:
+                pass
+    return total, n
+
+
 def step_fill(mnt):
     """A: 60 pages, two of them twins (shared); then read the first ten,
     so that they are more recently used than the rest."""
@@ -193,14 +208,20 @@ def step_flood(mnt):
     """4 writers (one through the fast path) push 3x the capacity; a
     sampler watches df and the store's own counter: neither may ever pass
     the capacity, and no write fails."""
-    peak = {'df': 0, 'store': 0, 'samples': 0}
+    peak = {'df': 0, 'store': 0, 'samples': 0, 'disk': 0, 'prealloc': 0, 'files': 1}
+    store = os.environ['KVFS_STORE']
     stop = threading.Event()
 
     def sample():
         while not stop.is_set():
             peak['df'] = max(peak['df'], used(mnt))
+            disk, files = on_disk(store)
+            peak['disk'] = max(peak['disk'], disk)
+            peak['files'] = max(peak['files'], files)
             try:
-                peak['store'] = max(peak['store'], stats(mnt)['ssd']['physical_bytes'])
+                ssd = stats(mnt)['ssd']
+                peak['store'] = max(peak['store'], ssd['physical_bytes'])
+                peak['prealloc'] = max(peak['prealloc'], ssd['prealloc_bytes'])
             except (OSError, ValueError):
                 pass
             peak['samples'] += 1
@@ -222,6 +243,7 @@ def step_flood(mnt):
     s = settled(mnt)
     print(f'flood: {4 * per} pages of {PAGE} into {CAP}: peak df {peak["df"]}, '
           f'peak store {peak["store"]} ({peak["samples"]} samples), '
+          f'peak on disk {peak["disk"]} (preallocated up to {peak["prealloc"]}), '
           f'{s["evictions"]} evictions, {s["space_waits"]} waits')
     if errs:
         fail(f'{errs} writes failed in cache mode')
@@ -230,6 +252,10 @@ def step_flood(mnt):
         fail(f'{lost} pages lost after close (a write took room held for another)')
     if peak['df'] > CAP or peak['store'] > CAP:
         fail(f'capacity passed: {peak}')
+    # the segment files, preallocation included, stay within the budget
+    # too (one 4 KiB extent-tree block per file is ext4's, not data)
+    if peak['disk'] > CAP + 4096 * peak['files']:
+        fail(f'the segment files took {peak["disk"]} bytes on disk, capacity {CAP}: {peak}')
     if peak['samples'] < 10:
         fail('the sampler barely ran')
     # Whatever survived is whole: every page left reads back bit-exact.

@@ -114,8 +114,9 @@ static struct kvfs *open_store(struct fixture *f, bool offline)
 	return fs;
 }
 
-/* A tool (kvfs gc): the committer, no evictor, no RAM tier loader; never
- * the fast path's threads, which only fast/ starts. */
+/* A tool (kvfs gc): the committer, no evictor, no RAM tier loader, no
+ * segment preallocation; never the fast path's threads, which only fast/
+ * starts. */
 static void offline_open_starts_only_the_committer(void **state)
 {
 	struct kvfs *fs = open_store(*state, true);
@@ -123,6 +124,7 @@ static void offline_open_starts_only_the_committer(void **state)
 	assert_int_equal(threads_named("kvfs-commit"), 1);
 	assert_int_equal(threads_named("kvfs-evict"), 0);
 	assert_int_equal(threads_named("kvfs-prefetch"), 0);
+	assert_int_equal(threads_named("kvfs-prealloc"), 0);
 	assert_int_equal(threads_named("kvfs-reaper"), 0);
 	assert_int_equal(threads_named("kvfs-fast"), 0);
 	assert_int_equal(kvfs_close(fs), 0);
@@ -138,6 +140,8 @@ static void serving_open_starts_the_engine_threads(void **state)
 	assert_int_equal(threads_named("kvfs-commit"), 1);
 	assert_int_equal(threads_named("kvfs-evict"), 1);
 	assert_int_equal(threads_named("kvfs-prefetch"), 1);
+	/* segment preallocation, unless KVFS_PREALLOC turns it off */
+	assert_int_equal(threads_named("kvfs-prealloc"), kv_store_prealloc_env() ? 1 : 0);
 	assert_int_equal(threads_named("kvfs-reaper"), 0);
 	assert_int_equal(threads_named("kvfs-fast"), 0);
 	assert_int_equal(kvfs_close(fs), 0);
