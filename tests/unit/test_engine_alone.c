@@ -6,53 +6,9 @@
  * threads each way starts (by their names, /proc/self/task/N/comm).
  */
 #include <dirent.h>
-#include <errno.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include <cmocka.h>
 
-#include "kvfs_i.h"
+#include "engine_fixture.h"
 #include "kvfs_ioctl.h"
-
-struct fixture {
-	char dir[64];
-};
-
-static int setup(void **state)
-{
-	struct fixture *f = calloc(1, sizeof(*f));
-	char store[128];
-
-	if (!f)
-		return -1;
-	/* /var/tmp, not /tmp: the store opens its segments with O_DIRECT. */
-	strcpy(f->dir, "/var/tmp/kvfs-test-engine-XXXXXX");
-	if (!mkdtemp(f->dir))
-		return -1;
-	snprintf(store, sizeof(store), "%s/store", f->dir);
-	if (kvfs_mkfs(store, &(struct kvfs_mkfs_opts){ .capacity = 64ull << 20,
-						      .segment_size = 16ull << 20 }) < 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
-		return -1;
-	free(f);
-	return 0;
-}
 
 /* How many of this process's threads are named name (prefix "": how
  * many are not named kvfs-*, the main thread included). */
@@ -98,20 +54,16 @@ static void threads_settle(int unnamed_before)
 	assert_int_equal(count_threads("", true), unnamed_before);
 }
 
-static struct kvfs *open_store(struct fixture *f, bool offline)
+/* Open the fixture's store as a tool (offline) or as the daemon does. */
+static struct kvfs *open_store(struct efix *f, bool offline)
 {
-	struct kvfs_opts o;
-	struct kvfs *fs = NULL;
-	char store[128];
 	int unnamed = count_threads("", true);
 
-	kvfs_opts_default(&o);
-	o.offline = offline;
-	snprintf(store, sizeof(store), "%s/store", f->dir);
-	assert_int_equal(kvfs_open(store, &o, &fs), 0);
-	assert_non_null(fs);
+	kvfs_opts_default(&f->opts);
+	f->opts.offline = offline;
+	efix_open(f);
 	threads_settle(unnamed);
-	return fs;
+	return f->fs;
 }
 
 /* A tool (kvfs gc): the committer, no evictor, no RAM tier loader, no
@@ -119,15 +71,14 @@ static struct kvfs *open_store(struct fixture *f, bool offline)
  * starts. */
 static void offline_open_starts_only_the_committer(void **state)
 {
-	struct kvfs *fs = open_store(*state, true);
-
+	open_store(*state, true);
 	assert_int_equal(threads_named("kvfs-commit"), 1);
 	assert_int_equal(threads_named("kvfs-evict"), 0);
 	assert_int_equal(threads_named("kvfs-prefetch"), 0);
 	assert_int_equal(threads_named("kvfs-prealloc"), 0);
 	assert_int_equal(threads_named("kvfs-reaper"), 0);
 	assert_int_equal(threads_named("kvfs-fast"), 0);
-	assert_int_equal(kvfs_close(fs), 0);
+	assert_int_equal(efix_close(*state), 0);
 	assert_int_equal(threads_named("kvfs-commit"), 0);
 }
 
@@ -135,8 +86,7 @@ static void offline_open_starts_only_the_committer(void **state)
  * and still nothing of the fast path's. */
 static void serving_open_starts_the_engine_threads(void **state)
 {
-	struct kvfs *fs = open_store(*state, false);
-
+	open_store(*state, false);
 	assert_int_equal(threads_named("kvfs-commit"), 1);
 	assert_int_equal(threads_named("kvfs-evict"), 1);
 	assert_int_equal(threads_named("kvfs-prefetch"), 1);
@@ -144,7 +94,7 @@ static void serving_open_starts_the_engine_threads(void **state)
 	assert_int_equal(threads_named("kvfs-prealloc"), kv_store_prealloc_env() ? 1 : 0);
 	assert_int_equal(threads_named("kvfs-reaper"), 0);
 	assert_int_equal(threads_named("kvfs-fast"), 0);
-	assert_int_equal(kvfs_close(fs), 0);
+	assert_int_equal(efix_close(*state), 0);
 	assert_int_equal(threads_named("kvfs-evict") + threads_named("kvfs-prefetch") +
 			 threads_named("kvfs-commit"), 0);
 }
@@ -160,18 +110,18 @@ static void offline_gc_runs_without_hooks(void **state)
 	assert_int_equal(kvfs_gc(fs, &a), 0);
 	assert_int_equal(a.pages, 0);
 	assert_true(a.used_after <= a.used_before);
-	assert_int_equal(kvfs_close(fs), 0);
+	assert_int_equal(efix_close(*state), 0);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(offline_open_starts_only_the_committer,
-						setup, teardown),
+						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(serving_open_starts_the_engine_threads,
-						setup, teardown),
+						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(offline_gc_runs_without_hooks,
-						setup, teardown),
+						efix_setup, efix_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
