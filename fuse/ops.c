@@ -168,18 +168,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 
 /* ---- directories, unlink, rename (engine/namespace.c) ---- */
 
-/* The name checks, then the control directory's names (.kvfs), which the
- * engine does not know, in the order the operations always checked them. */
-static int may_change(struct kvfs *fs, fuse_ino_t parent, const char *name,
-		      bool check_name)
+/* The control directory's names (.kvfs), which the engine does not know,
+ * are refused here; the engine checks names and the manifest's health. */
+static int reserved(fuse_ino_t parent, const char *name)
 {
-	int rc = check_name ? kvfs_check_name(name) : 0;
-
-	if (rc == 0)
-		rc = kvfs_changes_refused(fs);
-	if (rc == 0 && ctl_reserved(parent, name))
-		rc = -EPERM;
-	return rc;
+	return ctl_reserved(parent, name) ? -EPERM : 0;
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -188,7 +181,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kvfs *fs = req_fs(req);
 	struct fuse_entry_param e;
 	struct kv_node_info n;
-	int rc = may_change(fs, parent, name, true);
+	int rc = reserved(parent, name);
 
 	if (rc == 0)
 		rc = kvfs_ns_mkdir(fs, parent, name, mode, ctx->uid, ctx->gid, &n);
@@ -201,7 +194,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *fs = req_fs(req);
-	int rc = may_change(fs, parent, name, false);
+	int rc = reserved(parent, name);
 
 	kvfs_reply_err(req, rc < 0 ? rc : kvfs_ns_rmdir(fs, parent, name));
 }
@@ -209,7 +202,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *fs = req_fs(req);
-	int rc = may_change(fs, parent, name, false);
+	int rc = reserved(parent, name);
 
 	kvfs_reply_err(req, rc < 0 ? rc : kvfs_ns_unlink(fs, parent, name));
 }
@@ -222,9 +215,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	if (flags & ~RENAME_NOREPLACE)
 		return kvfs_reply_err(req, -EINVAL);   /* RENAME_EXCHANGE, WHITEOUT */
-	rc = may_change(fs, newparent, newname, true);
-	if (rc == 0 && ctl_reserved(parent, name))
-		rc = -EPERM;
+	rc = reserved(newparent, newname);
+	if (rc == 0)
+		rc = reserved(parent, name);
 	if (rc == 0)
 		rc = kvfs_ns_rename(fs, parent, name, newparent, newname,
 				    !(flags & RENAME_NOREPLACE));
