@@ -7,6 +7,11 @@
  * the device from this thread, with no hand-off to the I/O thread, and each
  * page is verified as soon as it lands while the next are still in flight.
  *
+ * On a stripe in memory (tmpfs) there is nothing for a device to do: the
+ * page is copied out of the segment's mapping into the region and hashed
+ * in the same pass (kv_store_map_extent, kvfs_region_store_hashed), by this
+ * thread and the verifier, instead of a kernel copy and then a hash.
+ *
  * Every page is checked against its XXH3-128 before its status says 0; a
  * page that fails has its destination zeroed, so the engine never finds
  * wrong bytes where a page should be, whatever it does with the status.
@@ -21,6 +26,9 @@
 
 #define CHUNK_PAGES 1024
 #define HELPER_MIN_PAGES 16     /* fewer: a thread costs more than it saves */
+/* ... unless the pages are copied here (mapped): then the copy is the work,
+ * and two pages of 1 MiB are worth a second thread */
+#define HELPER_MIN_MAPPED_BYTES (2ull << 20)
 #define CHUNK_BOUNCE_MAX (64ull << 20)   /* bounce bytes per chunk */
 
 /*
@@ -32,10 +40,15 @@
  */
 struct chunk {
 	struct fp_batch *b;
+	/* Pages read by the store: [0, nio); pages copied from a mapping:
+	 * [CHUNK_PAGES - nmap, CHUNK_PAGES), their source in src. */
 	struct kv_io io[CHUNK_PAGES];
 	struct fp_page *pg[CHUNK_PAGES];
 	void *bounce[CHUNK_PAGES];
-	unsigned n;
+	const void *src[CHUNK_PAGES];
+	void *hold[CHUNK_PAGES];
+	unsigned nio, nmap;
+	uint64_t mapped_bytes;
 	/* landed pages waiting to be verified */
 	unsigned q[CHUNK_PAGES];
 	_Atomic unsigned produced, taken;
@@ -55,6 +68,8 @@ static bool direct_ok(const struct fp_batch *b, const struct fp_page *p)
 	       d->dst_len >= kv_extent_footprint(&p->ext);
 }
 
+static void fail_page(struct fp_batch *b, const struct fp_page *p, int32_t err);
+
 /* Fill c with the next disk pages from *next. */
 static void chunk_fill(struct chunk *c, struct fp_page *pages, uint32_t n,
 		       uint32_t *next)
@@ -62,30 +77,48 @@ static void chunk_fill(struct chunk *c, struct fp_page *pages, uint32_t n,
 	struct fp_batch *b = c->b;
 	uint64_t bounced = 0;
 
-	c->n = 0;
-	while (*next < n && c->n < CHUNK_PAGES && bounced < CHUNK_BOUNCE_MAX) {
+	c->nio = c->nmap = 0;
+	c->mapped_bytes = 0;
+	while (*next < n && c->nio + c->nmap < CHUNK_PAGES && bounced < CHUNK_BOUNCE_MAX) {
 		struct fp_page *p = &pages[(*next)++];
-		struct kv_io *io = &c->io[c->n];
+		struct kv_io *io = &c->io[c->nio];
 		uint64_t fp = kv_extent_footprint(&p->ext);
+		unsigned k = CHUNK_PAGES - 1 - c->nmap;
+		int rc;
 
 		if (p->src != FP_DISK)
 			continue;
+		rc = kv_store_map_extent(b->fs->store, &p->ext, &c->src[k], &c->hold[k]);
+		if (rc == 0) {
+			c->bounce[k] = NULL;
+			c->io[k].res = 0;
+			c->pg[k] = p;
+			c->nmap++;
+			c->mapped_bytes += p->size;
+			continue;
+		}
+		if (rc != -EOPNOTSUPP) {
+			fail_page(b, p, rc == -ENOMEM ? rc : -EIO);
+			continue;
+		}
 		memset(io, 0, sizeof(*io));
 		io->op = KV_IO_READ;
 		io->ext = p->ext;
-		c->bounce[c->n] = NULL;
+		c->src[c->nio] = NULL;
+		c->hold[c->nio] = NULL;
+		c->bounce[c->nio] = NULL;
 		if (direct_ok(b, p)) {
 			io->buf = b->dr->base + b->d[p->idx].dst_off;
 		} else {
-			c->bounce[c->n] = kv_buf_get(fp);   /* the read fills it */
-			if (!c->bounce[c->n]) {
+			c->bounce[c->nio] = kv_buf_get(fp);   /* the read fills it */
+			if (!c->bounce[c->nio]) {
 				b->status[p->idx] = -ENOMEM;
 				continue;
 			}
-			io->buf = c->bounce[c->n];
+			io->buf = c->bounce[c->nio];
 			bounced += fp;
 		}
-		c->pg[c->n++] = p;
+		c->pg[c->nio++] = p;
 	}
 }
 
@@ -136,6 +169,21 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 	uint8_t h[KV_HASH_LEN];
 	int rc = c->io[k].res;
 
+	if (c->src[k]) {
+		rc = kvfs_region_store_mapped(b->dr, d->dst_off, c->hold[k], c->src[k],
+					      p->size, h);
+		if (rc == -EIO) {       /* the segment broke, not the page */
+			kv_store_unmap_extent(c->hold[k]);
+			c->hold[k] = NULL;
+			c->src[k] = NULL;
+			return reread_page(b, p);
+		}
+		if (rc < 0)
+			return rc;
+		if (memcmp(h, p->hash, KV_HASH_LEN) == 0)
+			return 0;
+		goto mismatch;
+	}
 	if (rc < 0) {
 		KV_LOG_LIMITED(rc == -EFAULT ? &engine_log : &device_log,
 			       rc == -EFAULT ? KV_LOG_WARN : KV_LOG_ERR, "fast path: page inode %" PRIu64 " (segment %u of stripe %u, offset %" PRIu64 "): read failed: %s",
@@ -158,6 +206,7 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 			return 0;
 		return reread_page(b, p);
 	}
+mismatch:
 	atomic_fetch_add(&b->fs->st.checksum_failures, 1);
 	kv_log(KV_LOG_ERR, "fast path: page inode %" PRIu64 ": checksum mismatch (segment %u of stripe %u, offset %" PRIu64 ", %" PRIu64 " bytes); destination zeroed",
 	       p->ino, p->ext.segment, p->ext.stripe, p->ext.offset, p->size);
@@ -197,6 +246,19 @@ static void promote(struct chunk *c, unsigned k)
 	if (c->bounce[k]) {
 		d->bytes = c->bounce[k];
 		c->bounce[k] = NULL;
+	} else if (c->src[k]) {
+		/* From the segment, which nobody writes: the engine's copy may
+		 * have changed already. Hashed as it is copied, all the same. */
+		uint8_t h[KV_HASH_LEN];
+
+		d->bytes = copy_buf(fp, p->size);
+		if (!d->bytes ||
+		    kv_store_copy_mapped(c->hold[k], d->bytes, c->src[k], p->size, h) < 0 ||
+		    memcmp(h, p->hash, KV_HASH_LEN)) {
+			kv_buf_put(d->bytes, fp);
+			free(d);
+			return;
+		}
 	} else {
 		/* The engine can write its region at any time, also between
 		 * the verification and this copy: check the copy itself, or
@@ -234,6 +296,9 @@ static void verify(struct chunk *c, unsigned k)
 	}
 	kv_buf_put(c->bounce[k], kv_extent_footprint(&c->pg[k]->ext));
 	c->bounce[k] = NULL;
+	kv_store_unmap_extent(c->hold[k]);
+	c->hold[k] = NULL;
+	c->src[k] = NULL;
 }
 
 /* Verify one queued page if there is one; false if the queue is empty. */
@@ -278,12 +343,10 @@ static void wake_helper(struct chunk *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* A read landed (on the ring thread): queue it, or verify it here. */
-static void page_done(void *arg, struct kv_io *io)
+/* Page k is ready (a read landed on the ring thread, or its bytes are
+ * mapped): queue it, or verify it here. */
+static void page_ready(struct chunk *c, unsigned k)
 {
-	struct chunk *c = arg;
-	unsigned k = (unsigned)(io - c->io);
-
 	if (!c->helper) {
 		verify(c, k);
 		return;
@@ -291,6 +354,13 @@ static void page_done(void *arg, struct kv_io *io)
 	c->q[atomic_load(&c->produced)] = k;
 	atomic_fetch_add(&c->produced, 1);
 	wake_helper(c);
+}
+
+static void page_done(void *arg, struct kv_io *io)
+{
+	struct chunk *c = arg;
+
+	page_ready(c, (unsigned)(io - c->io));
 }
 
 /* Read c's pages; with a spare CPU and enough pages, verify in parallel. */
@@ -306,9 +376,14 @@ static void chunk_read(struct chunk *c, const struct kv_fixed_buf *fb)
 	atomic_store(&c->done, false);
 	atomic_store(&c->helper_asleep, false);
 	atomic_store(&c->bytes, 0);
-	c->helper = ncpu > 1 && c->n >= HELPER_MIN_PAGES &&
+	c->helper = ncpu > 1 &&
+		    (c->nio + c->nmap >= HELPER_MIN_PAGES ||
+		     (c->nmap >= 2 && c->mapped_bytes >= HELPER_MIN_MAPPED_BYTES)) &&
 		    pthread_create(&helper, NULL, verifier_main, c) == 0;
-	kv_store_read_many(c->b->fs->store, c->io, c->n, fb, page_done, c);
+	for (unsigned i = 0; i < c->nmap; i++)
+		page_ready(c, CHUNK_PAGES - 1 - i);
+	if (c->nio)
+		kv_store_read_many(c->b->fs->store, c->io, c->nio, fb, page_done, c);
 	if (c->helper) {
 		while (verify_next(c))
 			;
@@ -364,7 +439,7 @@ void kvfs_fast_read_pages(struct fp_batch *b, struct fp_page *pages, uint32_t n)
 	pthread_cond_init(&c->cv, NULL);
 	do {
 		chunk_fill(c, pages, n, &next);
-		if (c->n)
+		if (c->nio + c->nmap)
 			chunk_read(c, &fb);
 	} while (next < n);
 	pthread_mutex_destroy(&c->lock);

@@ -43,48 +43,17 @@ struct kvfs_regions {
 
 /* ---- guarded access ---- */
 
-/* volatile, and fenced below: the compiler must not drop or move the store
- * around a memcpy it believes cannot observe it. */
-static __thread struct kvfs_region *volatile guarded;
-
-/* The engine shrank its file under a mapping we were touching: give the
- * range anonymous memory so the access completes harmlessly, and remember
- * that this region's contents are gone. mmap is async-signal-safe. */
-static void on_sigbus(int sig, siginfo_t *si, void *uctx)
-{
-	struct kvfs_region *r = guarded;
-	uint8_t *a = si->si_addr;
-
-	(void)sig; (void)uctx;
-	/* broken first, then the new mapping: another thread copying from
-	 * the region concurrently may read the anonymous zeros, and its
-	 * guard_end must then see broken. */
-	if (r && a >= r->base && a < r->base + r->len) {
-		atomic_store(&r->broken, 1);
-		if (mmap(r->base, r->len, PROT_READ | PROT_WRITE,
-			 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-		    != MAP_FAILED)
-			return;
-	}
-	signal(SIGBUS, SIG_DFL);   /* not a region: fail as we would have */
-}
-
+/* Guarded access (store/sigbus.c): the engine may shrink its file under
+ * a mapping we are touching; the guard then gives the range anonymous
+ * memory so the access completes harmlessly, and marks the region broken. */
 static int guard_begin(struct kvfs_region *r)
 {
-	if (atomic_load(&r->broken))
-		return -EFAULT;
-	guarded = r;
-	atomic_signal_fence(memory_order_seq_cst);
-	return 0;
+	return kv_guard_begin(&r->guard);
 }
 
 static int guard_end(struct kvfs_region *r)
 {
-	/* A full fence: the copy's loads happen before broken is read, also
-	 * against a SIGBUS handled on another thread. */
-	atomic_thread_fence(memory_order_seq_cst);
-	guarded = NULL;
-	return atomic_load(&r->broken) ? -EFAULT : 0;
+	return kv_guard_end(&r->guard);
 }
 
 int kvfs_region_load(struct kvfs_region *r, uint64_t off, void *dst, size_t len)
@@ -106,6 +75,18 @@ int kvfs_region_store(struct kvfs_region *r, uint64_t off, const void *src,
 		return rc;
 	memcpy(r->base + off, src, len);
 	return guard_end(r);
+}
+
+int kvfs_region_store_mapped(struct kvfs_region *r, uint64_t off, void *hold,
+			     const void *src, size_t len, uint8_t out[KV_HASH_LEN])
+{
+	int rc = guard_begin(r), end;
+
+	if (rc < 0)
+		return rc;
+	rc = kv_store_copy_mapped(hold, r->base + off, src, len, out);
+	end = guard_end(r);
+	return end < 0 ? end : rc;
 }
 
 int kvfs_region_zero(struct kvfs_region *r, uint64_t off, size_t len)
@@ -174,19 +155,6 @@ void kvfs_residency_free(struct kvfs_residency *m)
 {
 	free(m->vec);
 	m->vec = NULL;
-}
-
-static void install_sigbus(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_sigbus;
-	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGBUS, &sa, NULL) < 0)
-		kv_log(KV_LOG_WARN, "fast path: cannot install the SIGBUS guard: %s",
-		       strerror(errno));
 }
 
 /* Callers can trigger these at will: rate-limited. */
@@ -475,6 +443,7 @@ static int map_region(struct kvfs_region *r, int fd)
 	if (p == MAP_FAILED)
 		return -errno;
 	r->base = p;
+	r->guard = (struct kv_guard){ r->base, r->len, &r->broken };
 	return 0;
 }
 
@@ -651,14 +620,13 @@ static void *reaper_main(void *arg)
 
 int kvfs_regions_start(struct kvfs_regions **out)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
 	struct kvfs_regions *rs = calloc(1, sizeof(*rs));
 	int rc;
 
 	if (!rs)
 		return -ENOMEM;
-	pthread_once(&once, install_sigbus);
+	kv_guard_install();
 	pthread_mutex_init(&rs->lock, NULL);
 	rs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	rs->stop_fd = eventfd(0, EFD_CLOEXEC);

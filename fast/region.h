@@ -43,7 +43,8 @@ struct kvfs_region {
 	ino_t ino;
 	uint64_t file_off;            /* where the region starts in it */
 	int refs;                     /* under the registry lock */
-	_Atomic int broken;           /* set by the SIGBUS handler */
+	atomic_int broken;            /* set by the SIGBUS guard */
+	struct kv_guard guard;        /* base, len, broken */
 	struct kvfs_region *next;
 };
 
@@ -69,6 +70,11 @@ int kvfs_region_store(struct kvfs_region *r, uint64_t off, const void *src,
 int kvfs_region_zero(struct kvfs_region *r, uint64_t off, size_t len);
 int kvfs_region_hash(struct kvfs_region *r, uint64_t off, size_t len,
 		     uint8_t out[KV_HASH_LEN]);
+/* kvfs_region_store from an extent mapped by kv_store_map_extent (hold),
+ * hashing the bytes as they are copied (kv_store_copy_mapped): -EFAULT if
+ * the region broke, -EIO if the segment did. */
+int kvfs_region_store_mapped(struct kvfs_region *r, uint64_t off, void *hold,
+			     const void *src, size_t len, uint8_t out[KV_HASH_LEN]);
 
 /*
  * Which of the region's pages are in memory now (mincore of the daemon's

@@ -26,6 +26,11 @@ void kv_hash_test_collide(bool on)
 	atomic_store(&collide, on);
 }
 
+bool kv_hash_test_colliding(void)
+{
+	return atomic_load_explicit(&collide, memory_order_relaxed);
+}
+
 void kv_hash128(const void *buf, size_t len, uint8_t out[KV_HASH_LEN])
 {
 	XXH128_canonical_t c;

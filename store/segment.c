@@ -456,6 +456,10 @@ int stripe_open(struct kv_store *s, unsigned idx, const char *path,
 	}
 	st->dev = sb.st_dev;
 	st->ino = sb.st_ino;
+	st->in_memory = store_dir_in_memory(st->dirfd);
+	if (st->in_memory)
+		kv_log(KV_LOG_INFO, "%s: in memory (tmpfs): pages are copied out of "
+		       "mapped segments and hashed in the same pass", path);
 	for (unsigned i = 0; i < idx; i++) {
 		if (s->stripes[i].dev == st->dev && s->stripes[i].ino == st->ino) {
 			kv_log(KV_LOG_ERR, "%s: same directory as stripe %u (%s)",
@@ -744,6 +748,7 @@ void segment_unref(struct segment *seg)
 {
 	if (atomic_fetch_sub(&seg->refs, 1) != 1)
 		return;
+	segment_unmap(seg);
 	if (seg->fd >= 0)
 		close(seg->fd);
 	rangevec_release(&seg->freel);

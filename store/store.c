@@ -480,6 +480,7 @@ static void segment_drained(struct kv_store *s, struct stripe *st,
 			    struct segment *seg)
 {
 	prealloc_forget(s, seg);   /* the truncate or unlink takes the tail */
+	atomic_store(&seg->known_size, 0);   /* memread.c: shrinks only here */
 	if (seg != st->segs[st->nsegs - 1]) {
 		segment_unlink(st, seg);
 		return;
@@ -750,38 +751,4 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u)
 	u->capacity = s->capacity ? s->capacity : fs_total;
 	room = u->capacity > u->used ? u->capacity - u->used : 0;
 	u->avail = room < fs_avail ? room : fs_avail;
-}
-
-int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
-			   const uint8_t hash[KV_HASH_LEN], void **out)
-{
-	uint8_t got[KV_HASH_LEN];
-	char want_hex[2 * KV_HASH_LEN + 1], got_hex[2 * KV_HASH_LEN + 1];
-	struct kv_io io = { .op = KV_IO_READ, .ext = *e };
-	int rc;
-
-	*out = NULL;
-	io.buf = kv_buf_get(kv_extent_footprint(e));   /* the read fills it */
-	if (!io.buf)
-		return -ENOMEM;
-	rc = store_read_sync(s, &io);
-	if (rc)
-		goto fail;
-	kv_hash128(io.buf, e->length, got);
-	if (memcmp(got, hash, KV_HASH_LEN) != 0) {
-		kv_hash_hex(hash, want_hex);
-		kv_hash_hex(got, got_hex);
-		kv_log(KV_LOG_ERR, "checksum mismatch on stripe %" PRIu32
-		       " segment %" PRIu32 " offset %" PRIu64 " length %" PRIu64
-		       ": expected %s got %s", e->stripe, e->segment, e->offset,
-		       e->length, want_hex, got_hex);
-		rc = KV_ERR_CHECKSUM;
-		goto fail;
-	}
-	*out = io.buf;
-	return 0;
-
-fail:
-	kv_buf_put(io.buf, kv_extent_footprint(e));
-	return rc;
 }

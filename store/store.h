@@ -26,6 +26,7 @@
 #ifndef KV_STORE_H
 #define KV_STORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,6 +90,27 @@ bool kv_log_limit_take(struct kv_log_limit *l, uint64_t *suppressed);
 		}                                                                \
 	} while (0)
 
+/*
+ * SIGBUS guards (sigbus.c), for memory mapped from a file whose size
+ * someone else controls (an engine's region, a segment file cut short):
+ * between kv_guard_begin and kv_guard_end, a SIGBUS inside [base, base +
+ * len) replaces that whole mapping with anonymous memory and sets *broken;
+ * kv_guard_end then says -EFAULT. A SIGBUS elsewhere still stops the
+ * process. kv_guard_install sets the handler up (again, if another
+ * replaced it), when a guarded mapping is made; guards nest
+ * up to KV_GUARDS_PER_THREAD deep (a copy from one mapping into another).
+ * begin: 0, -EFAULT (already broken), -EDEADLK (nested too deep).
+ */
+#define KV_GUARDS_PER_THREAD 2u
+struct kv_guard {
+	void *base;
+	size_t len;
+	atomic_int *broken;
+};
+void kv_guard_install(void);
+int kv_guard_begin(const struct kv_guard *g);
+int kv_guard_end(const struct kv_guard *g);
+
 /* ---- extents ---- */
 struct kv_extent {
 	uint32_t stripe;   /* index into the stripe list */
@@ -110,6 +132,11 @@ void kv_hash128(const void *buf, size_t len, uint8_t out[KV_HASH_LEN]);
  * nothing trusts the hash alone (dedup compares bytes). Never in production:
  * checksums then detect no corruption. */
 void kv_hash_test_collide(bool on);
+bool kv_hash_test_colliding(void);
+/* memcpy(dst, src, len) and kv_hash128 of the bytes, in one pass over them
+ * where the CPU allows (copyhash.c): what a copy out of memory-backed
+ * storage costs, instead of a copy and then a hash. */
+void kv_copy_hash128(void *dst, const void *src, size_t len, uint8_t out[KV_HASH_LEN]);
 /* Lower-case hex of a hash into out (2*KV_HASH_LEN+1 bytes). */
 void kv_hash_hex(const uint8_t h[KV_HASH_LEN], char *out);
 
@@ -292,6 +319,24 @@ int kv_store_sync(struct kv_store *s, const struct kv_extent *e, unsigned n);
  */
 int kv_store_read_verified(struct kv_store *s, const struct kv_extent *e,
 			   const uint8_t hash[KV_HASH_LEN], void **out);
+
+/*
+ * An extent's bytes in place, for a caller that copies them out itself:
+ * only on a stripe whose file system is memory (tmpfs, ramfs), where a
+ * copy that hashes as it goes (kv_copy_hash128) is one pass over the bytes
+ * and a read plus a hash are two (memread.c). -EOPNOTSUPP on any other
+ * stripe: read it with kv_store_read_many. *bytes stays valid, read-only,
+ * until kv_store_unmap_extent(*hold); the caller keeps the extent from
+ * being freed meanwhile, as for any read.
+ */
+int kv_store_map_extent(struct kv_store *s, const struct kv_extent *e,
+			const void **bytes, void **hold);
+/* kv_copy_hash128 from a mapped extent, guarded: -EIO if the segment file
+ * turned out shorter than the mapping (cut short behind the store's back:
+ * the copy is void, and later reads of the segment go through the ring). */
+int kv_store_copy_mapped(void *hold, void *dst, const void *src, size_t len,
+			 uint8_t out[KV_HASH_LEN]);
+void kv_store_unmap_extent(void *hold);
 
 /* Allocate a zeroed KV_ALIGN-aligned buffer of at least len bytes, NULL on
  * OOM. Release it with free(). For tests and cold paths: payloads use

@@ -60,6 +60,14 @@ struct segment {
 	/* prealloc.c: the file is fallocate'd up to here; bump..prealloc_end
 	 * is preallocated and unused (0: nothing preallocated) */
 	uint64_t prealloc_end;
+	/* memread.c: in-memory stripes only. The read-only mapping (made on
+	 * first read, unmapped with the segment) and the file size known to
+	 * hold every extent read so far */
+	_Atomic(uint8_t *) map;
+	uint64_t map_len;
+	_Atomic uint64_t known_size;
+	atomic_int map_broken;  /* the file was cut short under the mapping */
+	struct kv_guard guard;  /* map, map_len, map_broken */
 	bool pa_busy;           /* the preallocator works on it, unlocked */
 	bool pa_trim;           /* ... and must give its tail back after */
 };
@@ -81,6 +89,7 @@ struct stripe {
 	_Atomic int failed;     /* 0, or the -errno that took it out of alloc */
 	atomic_uint fail_run;   /* writes failed in a row */
 	_Atomic uint64_t write_errors;  /* failed writes and fdatasyncs */
+	bool in_memory;         /* tmpfs or ramfs: reads copy from a mapping */
 	/* headroom.c: on the manifest's filesystem, so it keeps headroom */
 	atomic_bool keeps_headroom;
 	/* prealloc.c */
@@ -183,6 +192,9 @@ int segment_create(struct kv_store *s, struct stripe *st,
 struct segment *segment_find(const struct stripe *st, uint32_t num);
 int segment_unlink(struct stripe *st, struct segment *seg);
 void segment_unref(struct segment *seg);
+/* memread.c */
+bool store_dir_in_memory(int dirfd);
+void segment_unmap(struct segment *seg);
 void segment_name(uint32_t num, char out[SEG_NAME_MAX]);
 
 int rangevec_push(struct rangevec *rv, uint64_t off, uint64_t len);
