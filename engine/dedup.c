@@ -59,7 +59,10 @@ void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
 	memset(p, 0, sizeof(*p));
 	p->d = d;
 	p->size = d->size;
-	kv_hash128(d->bytes, d->size, p->hash);
+	if (d->hashed)
+		memcpy(p->hash, d->hash, KV_HASH_LEN);
+	else
+		kv_hash128(d->bytes, d->size, p->hash);
 	if (!fs->opts.dedup)
 		return;
 	n = kv_index_extent_candidates(fs->idx, p->hash, d->size, c, CANDIDATES_MAX);

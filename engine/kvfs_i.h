@@ -73,6 +73,12 @@ struct kvfs_data {
 	uint64_t size;    /* payload bytes */
 	uint64_t cap;     /* allocated bytes, KV_ALIGN multiple */
 	uint8_t *bytes;   /* KV_ALIGN aligned */
+	/* XXH3-128 of the size bytes, when whoever filled them computed it
+	 * in the same pass (a fast-path write's copy out of the region):
+	 * sealing then need not read them again. Set only once the bytes are
+	 * final. */
+	bool hashed;
+	uint8_t hash[KV_HASH_LEN];
 };
 
 /* size 0, cap bytes (rounded up to KV_ALIGN) of undefined content */

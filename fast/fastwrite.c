@@ -263,12 +263,16 @@ static int32_t stage(struct wbatch *w, struct wpage *p)
 		unstage(w, p);
 		return -ENOMEM;
 	}
-	rc = kvfs_region_load(w->b.dr, w->b.d[p->idx].dst_off, p->data->bytes, p->size);
+	/* Copied and hashed in one pass: the seal uses this hash, of the
+	 * bytes as copied, whatever the engine does to its region meanwhile. */
+	rc = kvfs_region_load_hashed(w->b.dr, w->b.d[p->idx].dst_off, p->data->bytes,
+				     p->size, p->data->hash);
 	if (rc < 0) {
 		unstage(w, p);
 		return rc;
 	}
 	p->data->size = p->size;
+	p->data->hashed = true;
 	return 0;
 }
 

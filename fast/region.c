@@ -77,6 +77,17 @@ int kvfs_region_store(struct kvfs_region *r, uint64_t off, const void *src,
 	return guard_end(r);
 }
 
+int kvfs_region_load_hashed(struct kvfs_region *r, uint64_t off, void *dst, size_t len,
+			    uint8_t out[KV_HASH_LEN])
+{
+	int rc = guard_begin(r);
+
+	if (rc < 0)
+		return rc;
+	kv_copy_hash128(dst, r->base + off, len, out);
+	return guard_end(r);
+}
+
 int kvfs_region_store_mapped(struct kvfs_region *r, uint64_t off, void *hold,
 			     const void *src, size_t len, uint8_t out[KV_HASH_LEN])
 {

@@ -70,6 +70,9 @@ int kvfs_region_store(struct kvfs_region *r, uint64_t off, const void *src,
 int kvfs_region_zero(struct kvfs_region *r, uint64_t off, size_t len);
 int kvfs_region_hash(struct kvfs_region *r, uint64_t off, size_t len,
 		     uint8_t out[KV_HASH_LEN]);
+/* kvfs_region_load, hashing the bytes as they are copied (one pass). */
+int kvfs_region_load_hashed(struct kvfs_region *r, uint64_t off, void *dst, size_t len,
+			    uint8_t out[KV_HASH_LEN]);
 /* kvfs_region_store from an extent mapped by kv_store_map_extent (hold),
  * hashing the bytes as they are copied (kv_store_copy_mapped): -EFAULT if
  * the region broke, -EIO if the segment did. */
