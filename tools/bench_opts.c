@@ -79,7 +79,9 @@ const char bench_usage[] =
 	"                 conc_ratio, meta); errors and the status line go to stderr\n"
 	"  --progress     show the status line (step under way, steps done, ETA) on\n"
 	"                 stderr even when it is not a terminal\n"
-	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n";
+	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n"
+	"Environment: KVFS_BENCH_DAEMON=PATH runs PATH (another build's kvfs) as\n"
+	"the daemon, to compare two builds in one run window.\n";
 
 static int parse_sizes(struct bench_opts *o, const char *arg)
 {

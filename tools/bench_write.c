@@ -478,6 +478,7 @@ static const char *const wk_name[WK_COUNT] = { "fuse", "fast", "store", "raw" };
 
 struct wsample {
 	double visible, durable;    /* seconds */
+	double daemon_cpu;          /* daemon CPU seconds, until durable (fuse, fast) */
 };
 
 /* Through the daemon: W threads, FUSE or fast-path batches. */
@@ -487,15 +488,22 @@ static int write_kvfs(struct size_run *s, enum wmethod how, struct wsample *out)
 	double t0;
 	int rc;
 
+	double c0 = 0, c1 = 0;
+
 	sync();    /* start from a quiet disk */
+	rc = daemon_cpu(s->b, &c0);
 	t0 = now_s();
-	rc = writers_start(&ws, s, how, s->b->o->writers, s->pages);
+	if (rc == 0)
+		rc = writers_start(&ws, s, how, s->b->o->writers, s->pages);
 	if (rc == 0)
 		rc = writers_join(&ws);
 	out->visible = now_s() - t0;
 	if (rc == 0)
 		rc = writers_sync(&ws);
 	out->durable = now_s() - t0;
+	if (rc == 0)
+		rc = daemon_cpu(s->b, &c1);
+	out->daemon_cpu = c1 - c0;
 	return rc;
 }
 
@@ -542,6 +550,7 @@ static int write_raw(struct size_run *s, struct wsample *out)
 
 static int write_one(struct size_run *s, unsigned k, struct wsample *out)
 {
+	*out = (struct wsample){ 0 };
 	switch (k) {
 	case WK_FUSE:
 		return write_kvfs(s, W_FUSE, out);
@@ -557,6 +566,7 @@ static int write_one(struct size_run *s, unsigned k, struct wsample *out)
 struct wsummary {
 	double vis, dur;            /* GB/s, medians */
 	double vis_raw, dur_raw;    /* over raw, median of per-run ratios */
+	double daemon_s_per_gb;     /* median; 0 for store and raw */
 };
 
 static void write_summarize(const struct size_run *s, struct wsample r[WK_COUNT][REPEAT_MAX],
@@ -571,6 +581,9 @@ static void write_summarize(const struct size_run *s, struct wsample r[WK_COUNT]
 	}
 	out->vis = median(v, n);
 	out->dur = median(d, n);
+	for (i = 0; i < n; i++)
+		v[i] = r[k][i].daemon_cpu / gb;
+	out->daemon_s_per_gb = median(v, n);
 	for (i = 0; i < n; i++) {
 		v[i] = r[WK_RAW][i].visible / r[k][i].visible;
 		d[i] = r[WK_RAW][i].durable / r[k][i].durable;
@@ -589,11 +602,11 @@ static void write_json(const struct size_run *s, struct wsample r[WK_COUNT][REPE
 	       "\"writers\":%u,\"qd\":%u,\"repeats\":%u,\"visible_gbps\":%.4f,"
 	       "\"visible_pages_per_s\":%.1f,\"durable_gbps\":%.4f,"
 	       "\"durable_pages_per_s\":%.1f,\"visible_over_raw\":%.3f,"
-	       "\"durable_over_raw\":%.3f,\"runs_visible_secs\":[",
+	       "\"durable_over_raw\":%.3f,\"daemon_cpu_s_per_gb\":%.4f,\"runs_visible_secs\":[",
 	       (unsigned long long)s->size, wk_name[k], s->pages,
 	       k <= WK_FAST ? o->writers : 1, k <= WK_FAST ? 0 : o->qd, o->repeat, w->vis,
 	       w->vis * 1e9 / (double)s->size, w->dur, w->dur * 1e9 / (double)s->size,
-	       w->vis_raw, w->dur_raw);
+	       w->vis_raw, w->dur_raw, w->daemon_s_per_gb);
 	for (i = 0; i < o->repeat; i++)
 		printf("%s%.4f", i ? "," : "", r[k][i].visible);
 	printf("],\"runs_durable_secs\":[");
@@ -609,7 +622,7 @@ static void write_report(const struct size_run *s, struct wsample r[WK_COUNT][RE
 
 	if (!s->b->o->json)
 		printf("  write   visible GB/s    pages/s   durable GB/s    pages/s   "
-		       "/raw visible  durable\n");
+		       "/raw visible  durable  daemon s/GB\n");
 	for (k = 0; k < WK_COUNT; k++) {
 		write_summarize(s, r, k, &w);
 		if (s->b->o->json) {
@@ -620,6 +633,8 @@ static void write_report(const struct size_run *s, struct wsample r[WK_COUNT][RE
 		       w.vis * 1e9 / (double)s->size, w.dur, w.dur * 1e9 / (double)s->size);
 		if (k != WK_RAW)
 			printf(" %14.2f %8.2f", w.vis_raw, w.dur_raw);
+		if (k <= WK_FAST)
+			printf(" %12.3f", w.daemon_s_per_gb);
 		printf("\n");
 	}
 	if (!s->b->o->json)
