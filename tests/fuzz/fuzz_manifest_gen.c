@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +450,12 @@ static int write_seeds(const char *dir, const struct image *bases)
 	return 0;
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	return remove(path);
+}
+
 int main(int argc, char **argv)
 {
 	struct image bases[2];
@@ -480,7 +487,9 @@ int main(int argc, char **argv)
 	       "passed the check, %lu deliberate corruptions refused; all properties held\n",
 	       fuzz_manifest_stats.runs, replayed, fuzz_manifest_stats.opened,
 	       fuzz_manifest_stats.loaded, fuzz_manifest_stats.checked_clean, refused_edits);
-	rmdir(gen_dir);
+	/* the manifest and journal the last iteration left, then the dir:
+	 * every run would otherwise leave one behind on /dev/shm */
+	nftw(gen_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 	free(bases[0].buf);
 	free(bases[1].buf);
 	/* Mutations that never get past open, or never fail, prove nothing. */
