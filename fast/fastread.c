@@ -9,7 +9,7 @@
  *
  * On a stripe in memory (tmpfs) there is nothing for a device to do: the
  * page is copied out of the segment's mapping into the region and hashed
- * in the same pass (kv_store_map_extent, kvfs_region_store_hashed), by this
+ * in the same pass (kv_store_map_extent, kvfs_region_store_mapped), by this
  * thread and the verifier, instead of a kernel copy and then a hash.
  *
  * Every page is checked against its XXH3-128 before its status says 0; a
@@ -136,26 +136,42 @@ static void fail_page(struct fp_batch *b, const struct fp_page *p, int32_t err)
  * read) and device errors, which come in bursts: both rate-limited. */
 static struct kv_log_limit engine_log, device_log;
 
+/* Why a page is read a second time, through a private buffer. */
+enum reread_why {
+	REREAD_REGISTRATION,   /* read into the region: its registration may be stale */
+	REREAD_COPY,           /* copied from a mapping: the engine may have written
+	                        * the destination while it was hashed */
+	REREAD_SEGMENT,        /* the segment's mapping broke (file cut short) */
+};
+
 /*
- * A page read straight into the region did not match. Either the disk is
- * bad, or the engine replaced the memory under the region (hole punch,
- * shrink and regrow) so that a registered buffer still points at the old
- * pages. Drop the registrations and read once more through a private
- * buffer: only a second mismatch is corruption.
+ * A page did not match. Either the disk (or the segment) is bad, or the
+ * engine changed its region under the read: replaced the memory under a
+ * registration (hole punch, shrink and regrow), so that a registered buffer
+ * still points at the old pages, or wrote the destination while the copy
+ * out of a mapping was hashed. Read once more through a private buffer,
+ * which the engine cannot touch: only a second mismatch is corruption.
  */
-static int32_t reread_page(struct fp_batch *b, const struct fp_page *p)
+static int32_t reread_page(struct fp_batch *b, const struct fp_page *p, enum reread_why why)
 {
+	static const char *const said[] = {
+		[REREAD_REGISTRATION] = "the region's memory changed under its registration",
+		[REREAD_COPY] = "the engine wrote the region while the page was copied into it",
+		[REREAD_SEGMENT] = "its segment's mapping broke (the segment file was cut short)",
+	};
 	void *buf;
 	int rc;
 
-	kv_store_fixed_forget(b->dr->id);
+	if (why == REREAD_REGISTRATION)
+		kv_store_fixed_forget(b->dr->id);
 	rc = kv_store_read_verified(b->fs->store, &p->ext, p->hash, &buf);
 	if (rc == KV_ERR_CHECKSUM)
 		atomic_fetch_add(&b->fs->st.checksum_failures, 1);
 	if (rc < 0)
 		return rc == KV_ERR_CHECKSUM || rc == -EIO ? -EIO : rc;
-	KV_LOG_LIMITED(&engine_log, KV_LOG_WARN, "fast path: page inode %" PRIu64 " read fine a second time: region %016" PRIx64 "'s memory changed under its registration",
-		       p->ino, b->dr->id);
+	KV_LOG_LIMITED(why == REREAD_SEGMENT ? &device_log : &engine_log, KV_LOG_WARN,
+		       "fast path: page inode %" PRIu64 " read fine a second time (region %016"
+		       PRIx64 "): %s", p->ino, b->dr->id, said[why]);
 	rc = kvfs_region_store(b->dr, b->d[p->idx].dst_off, buf, p->size);
 	kv_buf_put(buf, kv_extent_footprint(&p->ext));
 	return rc;
@@ -176,13 +192,15 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 			kv_store_unmap_extent(c->hold[k]);
 			c->hold[k] = NULL;
 			c->src[k] = NULL;
-			return reread_page(b, p);
+			return reread_page(b, p, REREAD_SEGMENT);
 		}
 		if (rc < 0)
 			return rc;
 		if (memcmp(h, p->hash, KV_HASH_LEN) == 0)
 			return 0;
-		goto mismatch;
+		/* The last 64 bytes (and all of a short page) are hashed from
+		 * the destination, which the engine may write meanwhile. */
+		return reread_page(b, p, REREAD_COPY);
 	}
 	if (rc < 0) {
 		KV_LOG_LIMITED(rc == -EFAULT ? &engine_log : &device_log,
@@ -204,9 +222,8 @@ static int32_t finish_page(struct fp_batch *b, struct chunk *c, unsigned k)
 			return rc;
 		if (memcmp(h, p->hash, KV_HASH_LEN) == 0)
 			return 0;
-		return reread_page(b, p);
+		return reread_page(b, p, REREAD_REGISTRATION);
 	}
-mismatch:
 	atomic_fetch_add(&b->fs->st.checksum_failures, 1);
 	kv_log(KV_LOG_ERR, "fast path: page inode %" PRIu64 ": checksum mismatch (segment %u of stripe %u, offset %" PRIu64 ", %" PRIu64 " bytes); destination zeroed",
 	       p->ino, p->ext.segment, p->ext.stripe, p->ext.offset, p->size);

@@ -443,6 +443,7 @@ static int publish(struct kvfs_regions *rs, struct kvfs_region *r)
 
 static int map_region(struct kvfs_region *r, int fd)
 {
+	kv_guard_install();   /* again, should anything have replaced it */
 	/* Populate now: O_DIRECT reads pin the destination pages inside the
 	 * store's io_uring submit, and faulting them in there one 4 KiB page
 	 * at a time serialises every batch behind the I/O thread. (It also

@@ -56,22 +56,27 @@ void segment_unmap(struct segment *seg)
  * mapped: then it is read through the ring. */
 static const uint8_t *segment_map(struct kv_store *s, struct segment *seg)
 {
-	uint8_t *map = atomic_load(&seg->map);
+	static struct kv_log_limit map_log;
+	uint8_t *map;
 
-	if (map && !atomic_load(&seg->map_broken))
-		return map;
+	if (atomic_load(&seg->map_broken))
+		return NULL;          /* cut short, or could not be mapped */
+	map = atomic_load(&seg->map);
 	if (map)
-		return NULL;
+		return map;
 	kv_guard_install();
 	pthread_mutex_lock(&s->lock);
 	map = atomic_load(&seg->map);
 	if (!map) {
 		map = mmap(NULL, s->segment_size, PROT_READ, MAP_SHARED, seg->fd, 0);
 		if (map == MAP_FAILED) {
+			/* Not tried again: every read would retry under the
+			 * store lock (address space or map count exhausted). */
 			map = NULL;
-			kv_log(KV_LOG_WARN, "%s/seg-%08" PRIu32 ": cannot map for reading: %s; "
-			       "reading it through the ring", s->stripes[seg->stripe].path,
-			       seg->num, kv_strerror(-errno));
+			atomic_store(&seg->map_broken, 1);
+			KV_LOG_LIMITED(&map_log, KV_LOG_WARN, "%s/seg-%08" PRIu32 ": cannot map "
+				       "for reading: %s; reading it through the ring",
+				       s->stripes[seg->stripe].path, seg->num, kv_strerror(-errno));
 		} else {
 			seg->map_len = s->segment_size;
 			seg->guard = (struct kv_guard){ map, seg->map_len, &seg->map_broken };

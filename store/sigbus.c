@@ -25,7 +25,9 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 	uint8_t *a = si->si_addr;
 
 	(void)sig; (void)uctx;
-	for (unsigned i = nguards; i-- > 0;) {
+	/* Only a fault the kernel raised on an access (si_code > 0), not a
+	 * SIGBUS someone sent (kill): that one acts as it would have. */
+	for (unsigned i = si->si_code > 0 ? nguards : 0; i-- > 0;) {
 		const struct kv_guard *g = guards[i];
 
 		if (!g || a < (uint8_t *)g->base || a >= (uint8_t *)g->base + g->len)
@@ -41,6 +43,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 		break;
 	}
 	signal(SIGBUS, SIG_DFL);   /* not ours: fail as we would have */
+	raise(SIGBUS);
 }
 
 void kv_guard_install(void)
