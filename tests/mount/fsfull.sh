@@ -192,6 +192,8 @@ grep -q "gave up the 8388608-byte reserve kvfs.reserve so that deletes can commi
 sleep 1.2
 bounded 60 $PAGETOOL write "$MNT/m/00" twice 1 "$PAGE" --fsync || fail "fsync after the reserve was given up"
 [ "$(stat -c %b "$STORE/kvfs.reserve")" -ge 16384 ] || fail "the reserve was not made again"
+# The line follows the fallocate that the stat above saw: give it a moment.
+for _ in $(seq 50); do grep -q "the reserve .*kvfs.reserve is back" "$LOG" && break; sleep 0.1; done
 grep -q "the reserve .*kvfs.reserve is back" "$LOG" || fail "no log line for the reserve coming back"
 
 # 7. every manifest commit fails
