@@ -74,19 +74,6 @@ struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
 	return first;
 }
 
-/* Put a batch back at the front of the queue (its transaction failed). */
-void kvfs_commit_requeue_batch(struct kvfs_commit *c, struct op *batch)
-{
-	struct op *last = batch;
-
-	while (last->next)
-		last = last->next;
-	last->next = c->head;
-	if (!c->head)
-		c->tail = &last->next;
-	c->head = batch;
-}
-
 /* Wait for the payload writes of the batch, then fdatasync their segments. */
 void kvfs_commit_make_payloads_durable(struct kvfs *fs, struct op *batch)
 {
@@ -129,6 +116,52 @@ fail_all:
 			o->io.res = rc;
 out:
 	free(exts);
+}
+
+/* A quarter of the write-back budget per transaction: writers waiting on
+ * the budget get it back in steps, not all at once. */
+static uint64_t commit_bytes_max(const struct kvfs *fs)
+{
+	uint64_t b = fs->dirty.budget / 4;
+
+	return b ? b : 1;
+}
+
+/*
+ * The syncer (rule 7 of engine/commit.c): takes the next batch off the
+ * queue once the committer holds the one before, makes its payloads
+ * durable while that one's transaction commits, and hands it over. One
+ * batch waits synced at most: the queue meanwhile grows into the next
+ * group commit, as it did behind a single thread.
+ */
+void *kvfs_commit_syncer(void *arg)
+{
+	struct kvfs *fs = arg;
+	struct kvfs_commit *c = fs->commit;
+	struct op *batch;
+
+	pthread_setname_np(pthread_self(), "kvfs-sync");
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		/* An atomic pair is queued under ns_lock in two steps: never
+		 * take the first half without the second. */
+		while (c->ready || ((!c->head || c->pair_open) && !c->stop))
+			pthread_cond_wait(&c->work_cv, &c->lock);
+		if (!c->head)
+			break;
+		batch = kvfs_commit_take_batch(c, fs->opts.commit_batch, commit_bytes_max(fs));
+		pthread_mutex_unlock(&c->lock);
+		kvfs_commit_make_payloads_durable(fs, batch);
+		pthread_mutex_lock(&c->lock);
+		c->ready = batch;
+		pthread_cond_signal(&c->ready_cv);
+		pthread_mutex_unlock(&c->lock);
+	}
+	/* Stopping, and everything queued was handed over. */
+	c->sync_done = true;
+	pthread_cond_signal(&c->ready_cv);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
 }
 
 static int put_dir_row(struct kv_manifest *m, const struct kv_node_info *n)

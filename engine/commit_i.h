@@ -1,6 +1,7 @@
 /*
- * Private to the committer (engine/commit.c: the queue and the thread;
- * engine/commit_batch.c: taking a batch off the queue and applying it to the
+ * Private to the committer (engine/commit.c: the queue and the committer
+ * thread; engine/commit_batch.c: the syncer thread, which takes a batch off
+ * the queue and makes its payloads durable, and applying a batch to the
  * manifest in one transaction).
  */
 #ifndef KVFS_COMMIT_I_H
@@ -31,12 +32,15 @@ struct op {
 };
 
 struct kvfs_commit {
-	pthread_t thread;
+	pthread_t thread;             /* the committer: transactions */
+	pthread_t sync_thread;        /* the syncer: payloads made durable */
 	pthread_mutex_t lock;
-	pthread_cond_t work_cv;       /* ops queued or stop requested */
+	pthread_cond_t work_cv;       /* (syncer) ops queued, ready taken, or stop */
+	pthread_cond_t ready_cv;      /* (committer) a batch is ready, or sync_done */
 	pthread_cond_t io_cv;         /* a payload write completed */
 	pthread_cond_t done_cv;       /* committed_seq or fail_seq advanced */
 	struct op *head, **tail;
+	struct op *ready;             /* a batch synced, not yet taken to commit */
 	uint64_t next_seq;            /* seq of the next queued op */
 	uint64_t committed_seq;       /* every op <= this is durable (or failed) */
 	uint64_t fail_seq;            /* newest op that could not be made durable */
@@ -47,7 +51,8 @@ struct kvfs_commit {
 	int64_t atime_flushed_ns;     /* committer thread only: last idle work */
 	_Atomic(kvfs_idle_fn *) idle_work;
 	bool stop;
-	bool running;
+	bool sync_done;               /* the syncer stopped: nothing more comes */
+	bool running, sync_running;
 	_Atomic int last_err;         /* the last transaction's error, 0 once one commits */
 };
 
@@ -55,8 +60,9 @@ struct kvfs_commit {
  * order, never splitting an atomic pair (commit.lock held). */
 struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
 				  uint64_t max_bytes);
-/* Put a batch back at the front of the queue (its transaction failed). */
-void kvfs_commit_requeue_batch(struct kvfs_commit *c, struct op *batch);
+/* The syncer thread (arg: struct kvfs): batches off the queue, their
+ * payloads made durable, handed to the committer through ready. */
+void *kvfs_commit_syncer(void *arg);
 /* Wait for the batch's payload writes, then fdatasync their segments. */
 void kvfs_commit_make_payloads_durable(struct kvfs *fs, struct op *batch);
 /* A page op whose payload or page failed: nothing of it is applied. */

@@ -13,7 +13,8 @@
  *                  order in which manifest operations are queued. Held only
  *                  for in-memory work: never across I/O or a reply to a
  *                  request.
- *   commit.lock    the committer's queue (taken inside ns_lock when queuing).
+ *   commit.lock    the committer's queue and the synced batch the syncer
+ *                  hands it (taken inside ns_lock when queuing).
  *   index rwlock   inside kv_index_*; lookups take only this.
  *   fh.lock        (fuse/ops_file.c) a reader's lazily loaded payload.
  *   cap.lock       (engine/capacity.c) the evictor's state and LRU victims.
@@ -40,7 +41,12 @@
  * only for a FUSE worker; an executor job may wait for the notifier (a
  * REPLACE write, at most 5 s, through the names_sent hook), for the
  * committer and for the write-back budget, none of which waits for an
- * executor job while it holds the notifier up. The committer waits for
+ * executor job while it holds the notifier up. The committer's two
+ * threads (engine/commit.c, rule 7) wait for each other on commit.lock's
+ * condition variables only, never holding another lock: the syncer waits
+ * for queued work, for the payload writes and syncs of the store's I/O
+ * thread, and for the committer to take the batch it synced; the
+ * committer waits for that batch. The committer waits for
  * pins (extent frees), which batches drop when their reads end, whatever
  * else happens. The committer also calls the events_ready hook, which
  * answers reads parked on MOUNT/.kvfs/events and sends their poll
