@@ -189,7 +189,7 @@ void kvfs_commit_pair_abandon(struct kvfs *fs)
 }
 
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload, bool shared,
+			 struct kvfs_data *payload, enum kvfs_share share,
 			 enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable)
 {
 	struct kvfs_commit *c = fs->commit;
@@ -202,9 +202,11 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	o->ev = kvfs_event_capture(fs, ev, n);
 	o->new_page = true;
 	o->payload = kvfs_data_get(payload);
-	if (shared) {
-		/* The bytes are durable already: only the row is to commit. */
+	if (share != KVFS_SHARE_NONE) {
+		/* The bytes are durable already, or an earlier op writes them
+		 * (its row commits first: queue order): only the row is ours. */
 		o->shares = true;
+		o->shares_pending = share == KVFS_SHARE_PENDING;
 		enqueue(fs, o);
 		return 0;
 	}
@@ -255,6 +257,14 @@ static void free_extents(struct kvfs *fs, struct op *batch)
 	}
 }
 
+/* A skipped delete that dropped the last reference to a withdrawn page's
+ * extent (the page was forgotten before its write failed): no row names
+ * the extent, and its on_durable frees it (withdraw leaves that to it). */
+static bool frees_withdrawn(const struct op *o)
+{
+	return o->kind == KVFS_OP_DEL_PAGE && o->drop_extent;
+}
+
 static void after_commit(struct kvfs *fs, struct op *batch)
 {
 	struct kvfs_commit *c = fs->commit;
@@ -263,16 +273,18 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 	pthread_mutex_lock(&fs->ns_lock);
 	for (o = batch; o; o = o->next) {
 		struct kvfs_durable d = { .node = &o->node, .wrote = o->has_write };
-		bool failed = o->has_write && o->io.res < 0;
+		int err = kvfs_commit_op_error(o);
+		bool failed = err < 0;
 
 		if (failed) {
 			/* Rule 6: the page is withdrawn, its row never written. */
-			kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload "
+			kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing %s payload "
 			       "failed: %s", o->node.name, (unsigned long long)o->node.ino,
-			       kv_strerror(o->io.res));
+			       o->has_write ? "its" : "the identical page's it shares",
+			       kv_strerror(err));
 			atomic_fetch_add(&fs->st.pages_lost, 1);
-			d.err = o->io.res;
-		} else if (kvfs_commit_op_skipped(c, o)) {
+			d.err = err;
+		} else if (kvfs_commit_op_skipped(c, o) && !frees_withdrawn(o)) {
 			continue;
 		} else if (o->has_write) {
 			/* Its row is committed: now the extent may be shared. */
@@ -281,7 +293,7 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 		if (o->on_durable) {
 			o->on_durable(fs, &d);
 			o->free_extent = d.free_extent;
-		} else if (failed) {
+		} else if (failed && o->has_write) {
 			o->free_extent = true;    /* nobody else knows of its bytes */
 		}
 	}
@@ -329,7 +341,9 @@ static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 						 kv_extent_footprint(&o->node.ext));
 			}
 		}
-		if (o->shares && o->node.extent_id != KV_EXTENT_EMPTY) {
+		if (o->err < 0)
+			failed = o->seq;
+		else if (o->shares && o->node.extent_id != KV_EXTENT_EMPTY) {
 			atomic_fetch_add(&fs->st.pages_deduped, 1);
 			atomic_fetch_add(&fs->st.bytes_deduped, o->node.size);
 		}
@@ -515,6 +529,7 @@ static void commit_free(struct kvfs_commit *c)
 	pthread_cond_destroy(&c->io_cv);
 	pthread_cond_destroy(&c->done_cv);
 	free(c->failed_inos);
+	free(c->failed_exts);
 	free(c);
 }
 

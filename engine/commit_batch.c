@@ -32,6 +32,32 @@ static void remember_failed(struct kvfs_commit *c, uint64_t ino)
 	c->failed_inos[c->nfailed++] = ino;
 }
 
+/* The error a failed write of extent id left, or 0. */
+static int ext_failed(struct kvfs_commit *c, uint64_t id)
+{
+	size_t i;
+
+	for (i = 0; i < c->nfailed_exts; i++)
+		if (c->failed_exts[i].id == id)
+			return c->failed_exts[i].err;
+	return 0;
+}
+
+static void remember_failed_ext(struct kvfs_commit *c, uint64_t id, int err)
+{
+	struct failed_ext *n = realloc(c->failed_exts, (c->nfailed_exts + 1) * sizeof(*n));
+
+	if (!n) {
+		/* Its sharers then commit rows naming unwritten bytes: a read
+		 * of them fails its checksum (EIO), never returns garbage. */
+		kv_log(KV_LOG_ERR, "out of memory recording failed extent %llu; pages "
+		       "sharing it are not withdrawn", (unsigned long long)id);
+		return;
+	}
+	c->failed_exts = n;
+	c->failed_exts[c->nfailed_exts++] = (struct failed_ext){ .id = id, .err = err };
+}
+
 /* A page row as the manifest stores it. */
 static void node_to_rec_page(const struct kv_node_info *n, struct kv_page_rec *r)
 {
@@ -222,23 +248,42 @@ static int apply_op(struct kvfs *fs, struct op *o)
 	return -EINVAL;
 }
 
+int kvfs_commit_op_error(const struct op *o)
+{
+	if (o->has_write && o->io.res < 0)
+		return o->io.res;
+	return o->err;
+}
+
 bool kvfs_commit_op_skipped(struct kvfs_commit *c, struct op *o)
 {
 	bool page = o->kind == KVFS_OP_PUT_PAGE || o->kind == KVFS_OP_DEL_PAGE;
 
-	return (o->has_write && o->io.res < 0) || (page && ino_failed(c, o->node.ino));
+	return kvfs_commit_op_error(o) < 0 || (page && ino_failed(c, o->node.ino));
 }
 
-/* Pages whose payload never became durable are withdrawn before anything
+/*
+ * Pages whose payload never became durable are withdrawn before anything
  * else in the batch is applied, so a later change to them in the same
- * batch (a rename, a touch) is skipped rather than naming a missing row. */
-static void note_failed_writes(struct kvfs_commit *c, struct op *batch)
+ * batch (a rename, a touch) is skipped rather than naming a missing row.
+ * So are the pages that share a pending extent whose write failed: they
+ * come after its writer in queue order (dedup shares only what is
+ * queued), in this batch or a later one, and failed_exts outlives the
+ * batch.
+ */
+static void note_failures(struct kvfs_commit *c, struct op *batch)
 {
 	struct op *o;
 
-	for (o = batch; o; o = o->next)
-		if (o->has_write && o->io.res < 0 && !ino_failed(c, o->node.ino))
-			remember_failed(c, o->node.ino);
+	for (o = batch; o; o = o->next) {
+		if (o->shares_pending && !o->err)
+			o->err = ext_failed(c, o->node.extent_id);
+		if (kvfs_commit_op_error(o) == 0 || ino_failed(c, o->node.ino))
+			continue;
+		remember_failed(c, o->node.ino);
+		if (o->has_write)
+			remember_failed_ext(c, o->node.extent_id, o->io.res);
+	}
 }
 
 /* A statement refused by a constraint is undone alone (SQLite's ABORT), the
@@ -312,7 +357,7 @@ int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped
 	struct op *o;
 	int rc;
 
-	note_failed_writes(fs->commit, batch);
+	note_failures(fs->commit, batch);
 	rc = kv_manifest_begin(fs->man);
 	if (rc < 0)
 		return rc;

@@ -9,6 +9,11 @@
 
 #include "kvfs_i.h"
 
+struct failed_ext {
+	uint64_t id;
+	int err;
+};
+
 struct op {
 	enum kvfs_op_kind kind;
 	uint64_t seq;
@@ -23,6 +28,8 @@ struct op {
 	/* new pages only */
 	bool new_page;                /* sealed page: its first row */
 	bool shares;                  /* ... naming an existing extent (dedup) */
+	bool shares_pending;          /* ... one an earlier op writes (commit window) */
+	int err;                      /* shares_pending: that write failed (committer) */
 	struct kvfs_data *payload;
 	struct kv_io io;
 	bool has_write;
@@ -46,6 +53,8 @@ struct kvfs_commit {
 	uint64_t fail_seq;            /* newest op that could not be made durable */
 	uint64_t *failed_inos;        /* withdrawn pages: later ops on them are skipped */
 	size_t nfailed;
+	struct failed_ext *failed_exts; /* extents whose write failed: their sharers too */
+	size_t nfailed_exts;
 	bool pair_open;               /* last queued op waits for its partner */
 	unsigned groups;              /* open kvfs_commit_group_begin calls */
 	int64_t atime_flushed_ns;     /* committer thread only: last idle work */
@@ -67,6 +76,9 @@ void *kvfs_commit_syncer(void *arg);
 void kvfs_commit_make_payloads_durable(struct kvfs *fs, struct op *batch);
 /* A page op whose payload or page failed: nothing of it is applied. */
 bool kvfs_commit_op_skipped(struct kvfs_commit *c, struct op *o);
+/* A new page's failure: its payload write's, or the write's of the pending
+ * extent it shares (once its batch was applied); else 0. */
+int kvfs_commit_op_error(const struct op *o);
 /* Apply the batch in one transaction; *dropped gets the seq of an op a
  * constraint refused. 0, or the error that rolled the transaction back. */
 int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped);

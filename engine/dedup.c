@@ -1,19 +1,23 @@
 /*
- * Content dedup: a sealed page whose bytes already lie in a durable extent
- * shares that extent (refcount + 1) instead of being written again. Shared
- * system prompts make identical KV pages over and over.
+ * Content dedup: a sealed page whose bytes already lie in an extent shares
+ * that extent (refcount + 1) instead of being written again. Shared system
+ * prompts make identical KV pages over and over.
  *
  * XXH3-128 finds candidates (same hash, same length), but it is not
  * collision-resistant against someone who crafts pages, so a candidate is
- * only shared after its bytes were read back (verified) and compared. The
- * read and compare run before the seal takes ns_lock: the plan made here is
- * a hint the seal re-checks (the candidate may have been dropped meanwhile;
- * its refcount going up under ns_lock is what makes the sharing real).
+ * only shared after its bytes were compared. The compare runs before the
+ * seal takes ns_lock: the plan made here is a hint the seal re-checks (the
+ * candidate may have been dropped meanwhile; its refcount going up under
+ * ns_lock is what makes the sharing real).
  *
- * Only durable extents are candidates: a pending one may still fail its
- * write and be withdrawn, and sharing it would withdraw its sharers too.
- * Pages sealed in the same commit window as an identical one are therefore
- * written twice; the next identical page shares.
+ * Candidates are durable extents (read back verified from the disk) and
+ * extents still being written in this commit window (the pending table:
+ * compared with the payload in RAM their write was made from), so a batch
+ * of identical pages writes one copy. A page sharing a pending extent
+ * depends on its write: if that write or its sync fails, the committer
+ * withdraws every page sharing it too (engine/commit_batch.c,
+ * note_failures), and the extent's space is given back once the last of
+ * them is gone (engine/page.c, withdraw).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +27,128 @@
 #include "kvfs_i.h"
 
 #define CANDIDATES_MAX 4
+#define PENDING_BUCKETS 4096u  /* 64 KiB of heads: a 256 MiB budget of 4 KiB
+                                * pages is 65536 pending extents */
+
+/* An extent written in this commit window, not durable yet (ns_lock). */
+struct pending_ext {
+	struct kv_extent_rec rec;     /* id, ext (length = payload size), hash */
+	struct kvfs_data *d;          /* the payload its write was made from */
+	struct pending_ext *next;
+};
+
+struct kvfs_pending {
+	struct pending_ext *bucket[PENDING_BUCKETS];
+};
+
+static unsigned pending_slot(const uint8_t hash[KV_HASH_LEN], uint64_t size)
+{
+	uint64_t h;
+
+	memcpy(&h, hash, sizeof(h));
+	return (unsigned)((h ^ size) % PENDING_BUCKETS);
+}
+
+void kvfs_dedup_pending_add(struct kvfs *fs, const struct kv_node_info *n,
+			    struct kvfs_data *d)
+{
+	struct pending_ext *p;
+	unsigned slot;
+
+	if (!fs->opts.dedup)
+		return;
+	if (!fs->pending && !(fs->pending = calloc(1, sizeof(*fs->pending)))) {
+		kv_log(KV_LOG_DEBUG, "dedup: no memory for the pending table; page %s "
+		       "is not offered for sharing until durable", n->name);
+		return;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		kv_log(KV_LOG_DEBUG, "dedup: no memory to offer page %s for sharing "
+		       "before it is durable", n->name);
+		return;
+	}
+	p->rec = (struct kv_extent_rec){ .id = n->extent_id, .ext = n->ext };
+	memcpy(p->rec.hash, n->hash, KV_HASH_LEN);
+	p->d = kvfs_data_get(d);
+	slot = pending_slot(n->hash, n->ext.length);
+	p->next = fs->pending->bucket[slot];
+	fs->pending->bucket[slot] = p;
+}
+
+void kvfs_dedup_pending_drop(struct kvfs *fs, const struct kv_node_info *n)
+{
+	struct pending_ext **pp, *p;
+
+	if (!fs->pending)
+		return;
+	for (pp = &fs->pending->bucket[pending_slot(n->hash, n->ext.length)]; (p = *pp);
+	     pp = &p->next) {
+		if (p->rec.id == n->extent_id) {
+			*pp = p->next;
+			kvfs_data_put(p->d);
+			free(p);
+			return;
+		}
+	}
+}
+
+bool kvfs_dedup_pending_has(struct kvfs *fs, const struct kv_extent_rec *e)
+{
+	struct pending_ext *p;
+
+	if (!fs->pending)
+		return false;
+	for (p = fs->pending->bucket[pending_slot(e->hash, e->ext.length)]; p; p = p->next)
+		if (p->rec.id == e->id)
+			return true;
+	return false;
+}
+
+void kvfs_dedup_fini(struct kvfs *fs)
+{
+	struct pending_ext *p;
+
+	if (!fs->pending)
+		return;
+	for (unsigned i = 0; i < PENDING_BUCKETS; i++) {
+		while ((p = fs->pending->bucket[i])) {
+			fs->pending->bucket[i] = p->next;
+			kvfs_data_put(p->d);
+			free(p);
+		}
+	}
+	free(fs->pending);
+	fs->pending = NULL;
+}
+
+/* Pending extents with this hash and size, with a reference to each one's
+ * payload (ns_lock taken here: never call it holding ns_lock). */
+static int pending_candidates(struct kvfs *fs, const struct kvfs_seal_plan *p,
+			      struct pending_ext *out, int max)
+{
+	struct pending_ext *e;
+	int n = 0;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	if (fs->pending)
+		for (e = fs->pending->bucket[pending_slot(p->hash, p->size)]; e && n < max;
+		     e = e->next)
+			if (e->rec.ext.length == p->size &&
+			    memcmp(e->rec.hash, p->hash, KV_HASH_LEN) == 0) {
+				out[n] = *e;
+				kvfs_data_get(out[n++].d);
+			}
+	pthread_mutex_unlock(&fs->ns_lock);
+	return n;
+}
+
+static void note_mismatch(struct kvfs *fs, uint64_t id, uint64_t size)
+{
+	atomic_fetch_add(&fs->st.dedup_mismatches, 1);
+	kv_log(KV_LOG_INFO, "dedup: extent %" PRIu64 " has the same XXH3-128 and "
+	       "length (%" PRIu64 " bytes) but other bytes; not shared", id, size);
+}
 
 /* Read candidate c (verified) and compare it with payload d. The pin keeps
  * the extent from being freed and reused while it is read. */
@@ -41,13 +167,27 @@ static bool same_bytes(struct kvfs *fs, const struct kv_extent_rec *c,
 		return false;   /* logged by the store; write a fresh copy */
 	same = memcmp(buf, d->bytes, d->size) == 0;
 	kv_buf_put(buf, kv_extent_footprint(&c->ext));
-	if (!same) {
-		atomic_fetch_add(&fs->st.dedup_mismatches, 1);
-		kv_log(KV_LOG_INFO, "dedup: extent %" PRIu64 " has the same XXH3-128 and "
-		       "length (%" PRIu64 " bytes) but other bytes; not shared",
-		       c->id, d->size);
-	}
+	if (!same)
+		note_mismatch(fs, c->id, d->size);
 	return same;
+}
+
+/* A twin among the extents of this commit window, compared in RAM. */
+static void pending_twin(struct kvfs *fs, const struct kvfs_data *d,
+			 struct kvfs_seal_plan *p)
+{
+	struct pending_ext c[CANDIDATES_MAX];
+	int i, n = pending_candidates(fs, p, c, CANDIDATES_MAX);
+
+	for (i = 0; i < n; i++) {
+		if (!p->share.id && memcmp(c[i].d->bytes, d->bytes, d->size) == 0) {
+			p->share = c[i].rec;
+			p->pending = true;
+		} else if (!p->share.id) {
+			note_mismatch(fs, c[i].rec.id, d->size);
+		}
+		kvfs_data_put(c[i].d);
+	}
 }
 
 void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
@@ -69,6 +209,7 @@ void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
 			return;
 		}
 	}
+	pending_twin(fs, d, p);
 }
 
 void kvfs_seal_plan_clear(struct kvfs_seal_plan *p)

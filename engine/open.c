@@ -467,6 +467,7 @@ static void fs_free(struct kvfs *fs)
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
 	kvfs_dirty_fini(fs);
+	kvfs_dedup_fini(fs);
 	kvfs_ram_fini(fs);
 	kvfs_cap_free(fs);
 	kvfs_events_fini(fs);

@@ -14,24 +14,6 @@
 
 #define PAGE (64 * 1024ull)
 
-static void fault(struct efix *f, const char *spec)
-{
-	assert_int_equal(kvfs_fault_set(f->fs, spec, strlen(spec)), 0);
-}
-
-/* Page name holds the payload of (size, seed), read back and verified. */
-static void assert_page(struct efix *f, const char *name, uint64_t size, unsigned seed)
-{
-	struct kv_node_info n;
-	struct kvfs_data *d;
-
-	assert_int_equal(efix_lookup(f, name, &n), 0);
-	assert_int_equal(n.size, size);
-	assert_int_equal(kvfs_page_load(f->fs, n.ino, &d), 0);
-	assert_true(efix_payload_is(d, size, seed));
-	kvfs_data_put(d);
-}
-
 /* Sealed and visible at once, durable after the wait, the same after a
  * close and an open: the row, the extent, the bytes. */
 static void published_page_is_durable_after_reopen(void **state)
@@ -50,7 +32,7 @@ static void published_page_is_durable_after_reopen(void **state)
 	assert_int_equal(after.state, KV_PAGE_DURABLE);
 	assert_int_equal(atomic_load(&f->fs->st.pages_sealed), 1);
 	assert_int_equal(atomic_load(&f->fs->st.bytes_written), 100000);
-	assert_page(f, "p0", 100000, 3);
+	efix_assert_page(f, "p0", 100000, 3);
 
 	efix_reopen(f);
 	assert_int_equal(efix_lookup(f, "p0", &after), 0);
@@ -58,7 +40,7 @@ static void published_page_is_durable_after_reopen(void **state)
 	assert_int_equal(after.state, KV_PAGE_DURABLE);
 	assert_int_equal(after.extent_id, n.extent_id);
 	assert_memory_equal(after.hash, n.hash, KV_HASH_LEN);
-	assert_page(f, "p0", 100000, 3);
+	efix_assert_page(f, "p0", 100000, 3);
 	assert_int_equal(efix_close(f), 0);
 }
 
@@ -102,9 +84,9 @@ static void wait_covers_everything_queued_before_it(void **state)
 	for (int i = 0; i < 40; i++) {
 		snprintf(name, sizeof(name), "p%d", i);
 		if (i == 7)
-			assert_page(f, name, 9000, 99);
+			efix_assert_page(f, name, 9000, 99);
 		else
-			assert_page(f, name, 4096 + i, (unsigned)i);
+			efix_assert_page(f, name, 4096 + i, (unsigned)i);
 	}
 	assert_int_equal(kv_index_lookup(f->fs->idx, f->model, "01", &l1), 0);
 	assert_int_equal(l1.attr.mode, 0750);
@@ -123,14 +105,11 @@ static void failed_write_withdraws_the_page(void **state)
 	uint64_t mark, base, used_good;
 
 	f->opts.fault_injection = true;
-	efix_open(f);
-	efix_layer(f);
-	assert_int_equal(efix_publish(f, "good", PAGE, 1, NULL), 0);
-	assert_int_equal(efix_sync(f), 0);
+	efix_open_with_page(f, "good", PAGE, 1);
 	used_good = efix_used(f);
 	base = atomic_load(&f->fs->st.pages_lost);
 
-	fault(f, "store write 1 EIO");
+	efix_fault(f, "store write 1 EIO");
 	mark = kvfs_commit_mark(f->fs);
 	assert_int_equal(kvfs_dirty_take(f->fs, PAGE, 0), 0);
 	assert_int_equal(efix_publish_charged(f, f->layer, "bad", PAGE, 2, PAGE, &n), 0);
@@ -148,8 +127,8 @@ static void failed_write_withdraws_the_page(void **state)
 
 	efix_reopen(f);
 	assert_int_equal(efix_lookup(f, "bad", &n), -ENOENT);
-	assert_page(f, "good", PAGE, 1);
-	assert_page(f, "next", PAGE, 4);
+	efix_assert_page(f, "good", PAGE, 1);
+	efix_assert_page(f, "next", PAGE, 4);
 	assert_int_equal(efix_close(f), 0);
 }
 
@@ -168,7 +147,7 @@ static void failed_transaction_is_retried(void **state)
 	efix_layer(f);
 	assert_int_equal(efix_sync(f), 0);
 
-	fault(f, "manifest commit 1 EIO");
+	efix_fault(f, "manifest commit 1 EIO");
 	mark = kvfs_commit_mark(f->fs);
 	assert_int_equal(efix_publish(f, "p", PAGE, 5, NULL), 0);
 	assert_int_equal(kvfs_commit_wait_all(f->fs, mark), -EIO);
@@ -189,7 +168,7 @@ static void failed_transaction_is_retried(void **state)
 	assert_true(saw_failing);
 
 	efix_reopen(f);
-	assert_page(f, "p", PAGE, 5);
+	efix_assert_page(f, "p", PAGE, 5);
 	assert_int_equal(efix_close(f), 0);
 }
 
@@ -256,8 +235,8 @@ static void failed_sync_of_next_batch_withdraws_only_it(void **state)
 	used = efix_used(f);
 	lost = atomic_load(&f->fs->st.pages_lost);
 
-	fault(f, "manifest commit 1 EIO");  /* A's transaction */
-	fault(f, "store fsync 2 EIO");      /* B's data sync; A's is the first */
+	efix_fault(f, "manifest commit 1 EIO");  /* A's transaction */
+	efix_fault(f, "store fsync 2 EIO");      /* B's data sync; A's is the first */
 	mark = kvfs_commit_mark(f->fs);
 	pthread_mutex_lock(&f->fs->commit->lock);
 	a_last = f->fs->commit->next_seq + 3;
@@ -287,7 +266,7 @@ static void failed_sync_of_next_batch_withdraws_only_it(void **state)
 	efix_reopen(f);
 	for (unsigned i = 0; i < 4; i++) {
 		snprintf(name, sizeof(name), "a%u", i);
-		assert_page(f, name, 4096, 10 + i);
+		efix_assert_page(f, name, 4096, 10 + i);
 		snprintf(name, sizeof(name), "b%u", i);
 		assert_int_equal(efix_lookup(f, name, &n), -ENOENT);
 	}
