@@ -21,14 +21,17 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvfs_i.h"
 
 #define CANDIDATES_MAX 4
-#define PENDING_BUCKETS 4096u  /* 64 KiB of heads: a 256 MiB budget of 4 KiB
-                                * pages is 65536 pending extents */
+/* 512 KiB of heads (touched as used): a 256 MiB write-back budget of
+ * 4 KiB pages is 65536 pending extents, so most buckets of a lookup are
+ * empty, which a seal sees without taking ns_lock. */
+#define PENDING_BUCKETS 65536u
 
 /* An extent written in this commit window, not durable yet (ns_lock). */
 struct pending_ext {
@@ -37,8 +40,10 @@ struct pending_ext {
 	struct pending_ext *next;
 };
 
+/* Changed under ns_lock; a head is read without it only to see that a
+ * bucket is empty. */
 struct kvfs_pending {
-	struct pending_ext *bucket[PENDING_BUCKETS];
+	_Atomic(struct pending_ext *) bucket[PENDING_BUCKETS];
 };
 
 static unsigned pending_slot(const uint8_t hash[KV_HASH_LEN], uint64_t size)
@@ -55,13 +60,8 @@ void kvfs_dedup_pending_add(struct kvfs *fs, const struct kv_node_info *n,
 	struct pending_ext *p;
 	unsigned slot;
 
-	if (!fs->opts.dedup)
-		return;
-	if (!fs->pending && !(fs->pending = calloc(1, sizeof(*fs->pending)))) {
-		kv_log(KV_LOG_DEBUG, "dedup: no memory for the pending table; page %s "
-		       "is not offered for sharing until durable", n->name);
-		return;
-	}
+	if (!fs->pending)
+		return;      /* dedup is off */
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		kv_log(KV_LOG_DEBUG, "dedup: no memory to offer page %s for sharing "
@@ -72,37 +72,56 @@ void kvfs_dedup_pending_add(struct kvfs *fs, const struct kv_node_info *n,
 	memcpy(p->rec.hash, n->hash, KV_HASH_LEN);
 	p->d = kvfs_data_get(d);
 	slot = pending_slot(n->hash, n->ext.length);
-	p->next = fs->pending->bucket[slot];
-	fs->pending->bucket[slot] = p;
+	p->next = atomic_load_explicit(&fs->pending->bucket[slot], memory_order_relaxed);
+	atomic_store_explicit(&fs->pending->bucket[slot], p, memory_order_relaxed);
 }
 
 void kvfs_dedup_pending_drop(struct kvfs *fs, const struct kv_node_info *n)
 {
-	struct pending_ext **pp, *p;
+	_Atomic(struct pending_ext *) *head;
+	struct pending_ext *p, *prev = NULL;
 
 	if (!fs->pending)
 		return;
-	for (pp = &fs->pending->bucket[pending_slot(n->hash, n->ext.length)]; (p = *pp);
-	     pp = &p->next) {
-		if (p->rec.id == n->extent_id) {
-			*pp = p->next;
-			kvfs_data_put(p->d);
-			free(p);
-			return;
-		}
-	}
+	head = &fs->pending->bucket[pending_slot(n->hash, n->ext.length)];
+	for (p = atomic_load_explicit(head, memory_order_relaxed); p; prev = p, p = p->next)
+		if (p->rec.id == n->extent_id)
+			break;
+	if (!p)
+		return;
+	if (prev)
+		prev->next = p->next;
+	else
+		atomic_store_explicit(head, p->next, memory_order_relaxed);
+	kvfs_data_put(p->d);
+	free(p);
 }
 
 bool kvfs_dedup_pending_has(struct kvfs *fs, const struct kv_extent_rec *e)
 {
+	_Atomic(struct pending_ext *) *head;
 	struct pending_ext *p;
 
 	if (!fs->pending)
 		return false;
-	for (p = fs->pending->bucket[pending_slot(e->hash, e->ext.length)]; p; p = p->next)
+	head = &fs->pending->bucket[pending_slot(e->hash, e->ext.length)];
+	for (p = atomic_load_explicit(head, memory_order_relaxed); p; p = p->next)
 		if (p->rec.id == e->id)
 			return true;
 	return false;
+}
+
+int kvfs_dedup_init(struct kvfs *fs)
+{
+	if (!fs->opts.dedup)
+		return 0;
+	fs->pending = calloc(1, sizeof(*fs->pending));
+	if (!fs->pending) {
+		kv_log(KV_LOG_ERR, "dedup: no memory for the table of extents being "
+		       "written (%zu bytes)", sizeof(*fs->pending));
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 void kvfs_dedup_fini(struct kvfs *fs)
@@ -112,8 +131,10 @@ void kvfs_dedup_fini(struct kvfs *fs)
 	if (!fs->pending)
 		return;
 	for (unsigned i = 0; i < PENDING_BUCKETS; i++) {
-		while ((p = fs->pending->bucket[i])) {
-			fs->pending->bucket[i] = p->next;
+		while ((p = atomic_load_explicit(&fs->pending->bucket[i],
+						 memory_order_relaxed))) {
+			atomic_store_explicit(&fs->pending->bucket[i], p->next,
+					      memory_order_relaxed);
 			kvfs_data_put(p->d);
 			free(p);
 		}
@@ -123,17 +144,22 @@ void kvfs_dedup_fini(struct kvfs *fs)
 }
 
 /* Pending extents with this hash and size, with a reference to each one's
- * payload (ns_lock taken here: never call it holding ns_lock). */
+ * payload (ns_lock taken here, unless the bucket is empty: never call it
+ * holding ns_lock). */
 static int pending_candidates(struct kvfs *fs, const struct kvfs_seal_plan *p,
 			      struct pending_ext *out, int max)
 {
+	_Atomic(struct pending_ext *) *head;
 	struct pending_ext *e;
 	int n = 0;
 
+	if (!fs->pending)
+		return 0;
+	head = &fs->pending->bucket[pending_slot(p->hash, p->size)];
+	if (!atomic_load_explicit(head, memory_order_relaxed))
+		return 0;   /* a page added meanwhile is one this seal may miss */
 	pthread_mutex_lock(&fs->ns_lock);
-	if (fs->pending)
-		for (e = fs->pending->bucket[pending_slot(p->hash, p->size)]; e && n < max;
-		     e = e->next)
+	for (e = atomic_load_explicit(head, memory_order_relaxed); e && n < max; e = e->next)
 			if (e->rec.ext.length == p->size &&
 			    memcmp(e->rec.hash, p->hash, KV_HASH_LEN) == 0) {
 				out[n] = *e;

@@ -432,13 +432,16 @@ void kvfs_seal_plan_clear(struct kvfs_seal_plan *p);
 bool kvfs_seal_plan_fits(const struct kvfs_seal_plan *p, const struct kvfs_data *d);
 /* The pending table (ns_lock held): page n's new extent, written from d
  * (a reference is kept), may be shared until its write is durable or
- * failed (drop). Nothing happens with dedup off, or without memory. */
+ * failed (drop). Nothing happens with dedup off, or without memory (then
+ * it is shared once durable). */
 void kvfs_dedup_pending_add(struct kvfs *fs, const struct kv_node_info *n,
 			    struct kvfs_data *d);
 void kvfs_dedup_pending_drop(struct kvfs *fs, const struct kv_node_info *n);
 /* Is extent e still being written, and its write not failed? */
 bool kvfs_dedup_pending_has(struct kvfs *fs, const struct kv_extent_rec *e);
-void kvfs_dedup_fini(struct kvfs *fs);     /* at close: drop the table */
+/* At open (a table only with opts.dedup; -ENOMEM) and at close. */
+int kvfs_dedup_init(struct kvfs *fs);
+void kvfs_dedup_fini(struct kvfs *fs);
 
 /* ---- pages (engine/page.c) ---- */
 /* Seal the page being written through l: hash, share a twin extent or

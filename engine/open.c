@@ -432,7 +432,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	kvfs_dirty_init(fs, fs->opts.dirty_budget);
 	/* what write-back cycles stays warm for reuse (store/buf.c) */
 	kv_buf_set_idle_max(fs->opts.dirty_budget);
-	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0) {
+	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0 || kvfs_dedup_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
