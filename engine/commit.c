@@ -30,7 +30,10 @@
  *  7. Two threads, a pipeline of one batch: the syncer (commit_batch.c)
  *     takes batch N+1 off the queue, waits for its payload writes and
  *     fdatasyncs them while the committer applies batch N to the manifest,
- *     so the device never idles waiting for SQLite and its journal. Rule 2
+ *     so the device never idles waiting for SQLite and its journal. It
+ *     does so once a full batch is queued; with less, it waits for N to
+ *     commit, as one thread did, so that batches (and the device flushes
+ *     each one costs: data, journal, WAL) do not multiply. Rule 2
  *     holds per batch: the committer only ever takes a batch the syncer
  *     handed over synced (or with its failed pages marked, rule 6), and
  *     batches commit in queue order. A failed transaction is retried in
@@ -71,17 +74,26 @@ static struct op *queue_tail(struct kvfs_commit *c)
 	return (struct op *)((char *)c->tail - offsetof(struct op, next));
 }
 
-static void enqueue(struct kvfs *fs, struct op *o)
+/* Put o at the queue's tail (commit.lock held). */
+static void append_locked(struct kvfs_commit *c, struct op *o)
 {
-	struct kvfs_commit *c = fs->commit;
-
-	pthread_mutex_lock(&c->lock);
 	o->seq = c->next_seq++;
 	o->with_next |= c->groups > 0;
 	*c->tail = o;
 	c->tail = &o->next;
 	c->pair_open = o->with_next;
-	pthread_cond_signal(&c->work_cv);
+	c->queued_ops++;
+	c->queued_bytes += kvfs_commit_op_bytes(o);
+}
+
+static void enqueue(struct kvfs *fs, struct op *o)
+{
+	struct kvfs_commit *c = fs->commit;
+
+	pthread_mutex_lock(&c->lock);
+	append_locked(c, o);
+	if (kvfs_commit_batch_due(fs, c))
+		pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -218,11 +230,7 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	/* Seq and queue position are taken before the write can complete, so
 	 * the committer always finds the op it must wait for. */
 	pthread_mutex_lock(&c->lock);
-	o->seq = c->next_seq++;
-	o->with_next = c->groups > 0;
-	*c->tail = o;
-	c->tail = &o->next;
-	c->pair_open = o->with_next;
+	append_locked(c, o);
 	pthread_mutex_unlock(&c->lock);
 	rc = kv_store_io_async(fs->store, &o->io, 1, on_written_op, o);
 	if (rc < 0) {
@@ -232,7 +240,8 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 		on_written_op(o);
 	}
 	pthread_mutex_lock(&c->lock);
-	pthread_cond_signal(&c->work_cv);
+	if (kvfs_commit_batch_due(fs, c))
+		pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -404,11 +413,22 @@ static struct op *next_synced(struct kvfs_commit *c, bool *done)
 			break;
 	batch = c->ready;
 	c->ready = NULL;
+	c->committing = batch != NULL;
 	*done = c->sync_done && !batch;
 	if (batch)      /* the syncer may take the next batch now */
 		pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 	return batch;
+}
+
+/* The committer is done with its batch: the syncer need not wait for a
+ * full batch any more (kvfs_commit_syncer). */
+static void committed(struct kvfs_commit *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->committing = false;
+	pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* Another failed attempt: time to give up? Only while unmounting, after
@@ -498,6 +518,7 @@ static void *committer(void *arg)
 			continue;
 		}
 		commit_synced(fs, batch, &failures);
+		committed(c);
 		kvfs_room_tick(fs);
 		/* Busy for long: flush between batches all the same. */
 		if (kvfs_now_ns() - c->atime_flushed_ns > ATIME_FLUSH_SECS * 1000000000ll)

@@ -70,29 +70,32 @@ static void node_to_rec_page(const struct kv_node_info *n, struct kv_page_rec *r
 	r->attr = n->attr;
 }
 
-/* Take up to max ops off the queue, keeping their order and never splitting
- * an atomic pair (the delete of a page a rename replaces, and the move). */
-static uint64_t op_bytes(const struct op *o)
+uint64_t kvfs_commit_op_bytes(const struct op *o)
 {
 	return o->payload ? o->payload->cap : 0;
 }
 
-/* Also at most max_bytes of payloads (unless one atomic change is larger):
+/* Take up to max ops off the queue, keeping their order and never splitting
+ * an atomic pair (the delete of a page a rename replaces, and the move).
+ * Also at most max_bytes of payloads (unless one atomic change is larger):
  * a page's dirty charge comes back only when its batch is durable, so
  * smaller batches give the write-back budget back steadily. */
 struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
 			     uint64_t max_bytes)
 {
 	struct op *first = c->head, *last = first;
-	uint64_t bytes = op_bytes(first);
+	uint64_t bytes = kvfs_commit_op_bytes(first);
 	unsigned n = 1;
 
-	while (last->next && ((n < max && bytes + op_bytes(last->next) <= max_bytes) ||
+	while (last->next && ((n < max &&
+			       bytes + kvfs_commit_op_bytes(last->next) <= max_bytes) ||
 			      last->with_next)) {
 		last = last->next;
-		bytes += op_bytes(last);
+		bytes += kvfs_commit_op_bytes(last);
 		n++;
 	}
+	c->queued_ops -= n;
+	c->queued_bytes -= bytes;
 	c->head = last->next;
 	if (!c->head)
 		c->tail = &c->head;
@@ -153,12 +156,27 @@ static uint64_t commit_bytes_max(const struct kvfs *fs)
 	return b ? b : 1;
 }
 
+/* An atomic pair is queued under ns_lock in two steps: never the first
+ * half without the second. While the committer commits, only a full
+ * batch: a smaller one grows meanwhile into the next group commit, as
+ * behind one thread. */
+bool kvfs_commit_batch_due(struct kvfs *fs, struct kvfs_commit *c)
+{
+	if (c->ready || !c->head)
+		return false;
+	if (c->stop)
+		return true;
+	if (c->pair_open)
+		return false;
+	return !c->committing || c->queued_ops >= fs->opts.commit_batch ||
+	       c->queued_bytes >= commit_bytes_max(fs);
+}
+
 /*
  * The syncer (rule 7 of engine/commit.c): takes the next batch off the
- * queue once the committer holds the one before, makes its payloads
- * durable while that one's transaction commits, and hands it over. One
- * batch waits synced at most: the queue meanwhile grows into the next
- * group commit, as it did behind a single thread.
+ * queue (kvfs_commit_batch_due), makes its payloads durable while the committer
+ * commits the one before, and hands it over. One batch waits synced at
+ * most.
  */
 void *kvfs_commit_syncer(void *arg)
 {
@@ -169,9 +187,7 @@ void *kvfs_commit_syncer(void *arg)
 	pthread_setname_np(pthread_self(), "kvfs-sync");
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
-		/* An atomic pair is queued under ns_lock in two steps: never
-		 * take the first half without the second. */
-		while (c->ready || ((!c->head || c->pair_open) && !c->stop))
+		while (!kvfs_commit_batch_due(fs, c) && !(c->stop && !c->head && !c->ready))
 			pthread_cond_wait(&c->work_cv, &c->lock);
 		if (!c->head)
 			break;

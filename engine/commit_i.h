@@ -48,6 +48,9 @@ struct kvfs_commit {
 	pthread_cond_t done_cv;       /* committed_seq or fail_seq advanced */
 	struct op *head, **tail;
 	struct op *ready;             /* a batch synced, not yet taken to commit */
+	uint64_t queued_ops;          /* ops on the queue (head) ... */
+	uint64_t queued_bytes;        /* ... and their payload bytes */
+	bool committing;              /* the committer is applying a batch */
 	uint64_t next_seq;            /* seq of the next queued op */
 	uint64_t committed_seq;       /* every op <= this is durable (or failed) */
 	uint64_t fail_seq;            /* newest op that could not be made durable */
@@ -65,10 +68,16 @@ struct kvfs_commit {
 	_Atomic int last_err;         /* the last transaction's error, 0 once one commits */
 };
 
+/* Payload bytes an op holds (what batches are bounded by). */
+uint64_t kvfs_commit_op_bytes(const struct op *o);
 /* Take up to max ops (and about max_bytes of payload) off the queue, in
  * order, never splitting an atomic pair (commit.lock held). */
 struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
 				  uint64_t max_bytes);
+/* May the syncer take a batch now (commit.lock held)? Queuers wake it
+ * only then: a wake-up per page queued while it must wait costs CPU the
+ * writers need. */
+bool kvfs_commit_batch_due(struct kvfs *fs, struct kvfs_commit *c);
 /* The syncer thread (arg: struct kvfs): batches off the queue, their
  * payloads made durable, handed to the committer through ready. */
 void *kvfs_commit_syncer(void *arg);
