@@ -11,10 +11,11 @@
  *     completed and its segment was fdatasync'ed (kv_store_sync). Data, then
  *     the row: a crash can lose a sealed page that no fsync waited for, but
  *     never leaves a row pointing at unwritten bytes.
- *  3. One committer thread takes up to opts.commit_batch queued operations
- *     and applies them in one SQLite transaction (synchronous=FULL): that is
- *     what makes small pages cheap (see measurements: 7k commits/s vs 160k
- *     rows/s at 10k rows per transaction).
+ *  3. The committer applies up to opts.commit_batch queued operations (as
+ *     the syncer took them, rule 7) in one SQLite transaction
+ *     (synchronous=FULL): that is what makes small pages cheap (see
+ *     measurements: 7k commits/s vs 160k rows/s at 10k rows per
+ *     transaction).
  *  4. An extent whose last page was deleted is freed (punched) only after the
  *     transaction deleting its rows committed, and only once no one holds
  *     the page open; before that it is still what a committed row or an
@@ -26,6 +27,18 @@
  *     no row for it is ever written. If a transaction fails, it is rolled
  *     back, waiters are told (EIO), and the batch is retried: nothing is lost
  *     while the daemon runs.
+ *  7. Two threads, a pipeline of one batch: the syncer (commit_batch.c)
+ *     takes batch N+1 off the queue, waits for its payload writes and
+ *     fdatasyncs them while the committer applies batch N to the manifest,
+ *     so the device never idles waiting for SQLite and its journal. It
+ *     does so once a full batch is queued; with less, it waits for N to
+ *     commit, as one thread did, so that batches (and the device flushes
+ *     each one costs: data, journal, WAL) do not multiply. Rule 2
+ *     holds per batch: the committer only ever takes a batch the syncer
+ *     handed over synced (or with its failed pages marked, rule 6), and
+ *     batches commit in queue order. A failed transaction is retried in
+ *     place, never put back on the queue, where the syncer may already
+ *     have taken what came after it.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -61,17 +74,26 @@ static struct op *queue_tail(struct kvfs_commit *c)
 	return (struct op *)((char *)c->tail - offsetof(struct op, next));
 }
 
-static void enqueue(struct kvfs *fs, struct op *o)
+/* Put o at the queue's tail (commit.lock held). */
+static void append_locked(struct kvfs_commit *c, struct op *o)
 {
-	struct kvfs_commit *c = fs->commit;
-
-	pthread_mutex_lock(&c->lock);
 	o->seq = c->next_seq++;
 	o->with_next |= c->groups > 0;
 	*c->tail = o;
 	c->tail = &o->next;
 	c->pair_open = o->with_next;
-	pthread_cond_signal(&c->work_cv);
+	c->queued_ops++;
+	c->queued_bytes += kvfs_commit_op_bytes(o);
+}
+
+static void enqueue(struct kvfs *fs, struct op *o)
+{
+	struct kvfs_commit *c = fs->commit;
+
+	pthread_mutex_lock(&c->lock);
+	append_locked(c, o);
+	if (kvfs_commit_batch_due(fs, c))
+		pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -179,7 +201,7 @@ void kvfs_commit_pair_abandon(struct kvfs *fs)
 }
 
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload, bool shared,
+			 struct kvfs_data *payload, enum kvfs_share share,
 			 enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable)
 {
 	struct kvfs_commit *c = fs->commit;
@@ -192,9 +214,11 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	o->ev = kvfs_event_capture(fs, ev, n);
 	o->new_page = true;
 	o->payload = kvfs_data_get(payload);
-	if (shared) {
-		/* The bytes are durable already: only the row is to commit. */
+	if (share != KVFS_SHARE_NONE) {
+		/* The bytes are durable already, or an earlier op writes them
+		 * (its row commits first: queue order): only the row is ours. */
 		o->shares = true;
+		o->shares_pending = share == KVFS_SHARE_PENDING;
 		enqueue(fs, o);
 		return 0;
 	}
@@ -206,11 +230,7 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	/* Seq and queue position are taken before the write can complete, so
 	 * the committer always finds the op it must wait for. */
 	pthread_mutex_lock(&c->lock);
-	o->seq = c->next_seq++;
-	o->with_next = c->groups > 0;
-	*c->tail = o;
-	c->tail = &o->next;
-	c->pair_open = o->with_next;
+	append_locked(c, o);
 	pthread_mutex_unlock(&c->lock);
 	rc = kv_store_io_async(fs->store, &o->io, 1, on_written_op, o);
 	if (rc < 0) {
@@ -220,7 +240,8 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 		on_written_op(o);
 	}
 	pthread_mutex_lock(&c->lock);
-	pthread_cond_signal(&c->work_cv);
+	if (kvfs_commit_batch_due(fs, c))
+		pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -245,6 +266,14 @@ static void free_extents(struct kvfs *fs, struct op *batch)
 	}
 }
 
+/* A skipped delete that dropped the last reference to a withdrawn page's
+ * extent (the page was forgotten before its write failed): no row names
+ * the extent, and its on_durable frees it (withdraw leaves that to it). */
+static bool frees_withdrawn(const struct op *o)
+{
+	return o->kind == KVFS_OP_DEL_PAGE && o->drop_extent;
+}
+
 static void after_commit(struct kvfs *fs, struct op *batch)
 {
 	struct kvfs_commit *c = fs->commit;
@@ -253,16 +282,18 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 	pthread_mutex_lock(&fs->ns_lock);
 	for (o = batch; o; o = o->next) {
 		struct kvfs_durable d = { .node = &o->node, .wrote = o->has_write };
-		bool failed = o->has_write && o->io.res < 0;
+		int err = kvfs_commit_op_error(o);
+		bool failed = err < 0;
 
 		if (failed) {
 			/* Rule 6: the page is withdrawn, its row never written. */
-			kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing its payload "
+			kv_log(KV_LOG_ERR, "page %s (inode %llu) lost: writing %s payload "
 			       "failed: %s", o->node.name, (unsigned long long)o->node.ino,
-			       kv_strerror(o->io.res));
+			       o->has_write ? "its" : "the identical page's it shares",
+			       kv_strerror(err));
 			atomic_fetch_add(&fs->st.pages_lost, 1);
-			d.err = o->io.res;
-		} else if (kvfs_commit_op_skipped(c, o)) {
+			d.err = err;
+		} else if (kvfs_commit_op_skipped(c, o) && !frees_withdrawn(o)) {
 			continue;
 		} else if (o->has_write) {
 			/* Its row is committed: now the extent may be shared. */
@@ -271,7 +302,7 @@ static void after_commit(struct kvfs *fs, struct op *batch)
 		if (o->on_durable) {
 			o->on_durable(fs, &d);
 			o->free_extent = d.free_extent;
-		} else if (failed) {
+		} else if (failed && o->has_write) {
 			o->free_extent = true;    /* nobody else knows of its bytes */
 		}
 	}
@@ -319,7 +350,9 @@ static void finish_batch(struct kvfs *fs, struct op *batch, uint64_t failed)
 						 kv_extent_footprint(&o->node.ext));
 			}
 		}
-		if (o->shares && o->node.extent_id != KV_EXTENT_EMPTY) {
+		if (o->err < 0)
+			failed = o->seq;
+		else if (o->shares && o->node.extent_id != KV_EXTENT_EMPTY) {
 			atomic_fetch_add(&fs->st.pages_deduped, 1);
 			atomic_fetch_add(&fs->st.bytes_deduped, o->node.size);
 		}
@@ -350,15 +383,6 @@ static void fail_waiters(struct kvfs_commit *c, struct op *batch)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* A quarter of the write-back budget per transaction: writers waiting on
- * the budget get it back in steps, not all at once. */
-static uint64_t commit_bytes_max(const struct kvfs *fs)
-{
-	uint64_t b = fs->dirty.budget / 4;
-
-	return b ? b : 1;
-}
-
 static void idle_work(struct kvfs *fs)
 {
 	kvfs_idle_fn *fn = atomic_load(&fs->commit->idle_work);
@@ -373,93 +397,161 @@ void kvfs_commit_set_idle_work(struct kvfs *fs, kvfs_idle_fn *fn)
 	atomic_store(&fs->commit->idle_work, fn);
 }
 
-/* Wait for work, at most ATIME_FLUSH_SECS (commit.lock held). */
-static int idle_wait(struct kvfs_commit *c)
+/* The next batch the syncer made durable (rule 7), waiting at most
+ * ATIME_FLUSH_SECS for one. NULL when it timed out, or when the syncer
+ * has stopped (*done) and nothing is left. */
+static struct op *next_synced(struct kvfs_commit *c, bool *done)
 {
 	struct timespec ts;
+	struct op *batch;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += ATIME_FLUSH_SECS;
-	return pthread_cond_timedwait(&c->work_cv, &c->lock, &ts);
+	pthread_mutex_lock(&c->lock);
+	while (!c->ready && !c->sync_done)
+		if (pthread_cond_timedwait(&c->ready_cv, &c->lock, &ts) == ETIMEDOUT)
+			break;
+	batch = c->ready;
+	c->ready = NULL;
+	c->committing = batch != NULL;
+	*done = c->sync_done && !batch;
+	if (batch)      /* the syncer may take the next batch now */
+		pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
+	return batch;
+}
+
+/* The committer is done with its batch: the syncer need not wait for a
+ * full batch any more (kvfs_commit_syncer). */
+static void committed(struct kvfs_commit *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->committing = false;
+	pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Another failed attempt: time to give up? Only while unmounting, after
+ * STOP_RETRIES of them (*failures counts them across batches). */
+static bool failed_too_often(struct kvfs_commit *c, unsigned *failures)
+{
+	bool stop;
+
+	pthread_mutex_lock(&c->lock);
+	stop = c->stop;
+	pthread_mutex_unlock(&c->lock);
+	return stop && ++*failures >= STOP_RETRIES;
+}
+
+/* Unmounting: do not hang forever on a manifest that keeps failing. What
+ * was not committed is lost at restart (its space is reclaimed then);
+ * fsync never claimed otherwise. */
+static void give_up(struct kvfs *fs, struct op *batch, unsigned failures)
+{
+	uint64_t n = 1;
+	struct op *last;
+
+	for (last = batch; last->next; last = last->next)
+		n++;
+	kv_log(KV_LOG_ERR, "giving up at unmount after %u failed attempts: "
+	       "%llu manifest changes were not committed", failures,
+	       (unsigned long long)n);
+	atomic_fetch_add(&fs->lost_changes, n);
+	finish_batch(fs, batch, last->seq);
+}
+
+/*
+ * Apply a synced batch until it commits. A failed transaction is retried
+ * with the same batch, in place: never put back on the queue, where the
+ * syncer has already taken the changes queued after it (rule 7). *failures
+ * counts attempts that failed while unmounting, across batches.
+ */
+static void commit_synced(struct kvfs *fs, struct op *batch, unsigned *failures)
+{
+	struct kvfs_commit *c = fs->commit;
+	uint64_t dropped;
+	int rc;
+
+	for (;;) {
+		dropped = 0;
+		rc = kvfs_commit_apply_batch(fs, batch, &dropped);
+		if (rc == 0)
+			break;
+		if (failed_too_often(c, failures))
+			return give_up(fs, batch, *failures);
+		/* The reserve's room is the manifest's now: retry at once,
+		 * nobody needs to hear of this failure. */
+		if (rc == -ENOSPC && kvfs_room_release(fs))
+			continue;
+		kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
+		       kv_strerror(rc));
+		atomic_store(&c->last_err, rc);
+		if (rc == KV_ERR_CORRUPT)
+			kvfs_manifest_damaged(fs, rc);
+		fail_waiters(c, batch);
+		sleep(1);
+	}
+	*failures = 0;
+	atomic_store(&c->last_err, 0);
+	after_commit(fs, batch);
+	publish_events(fs, batch);
+	finish_batch(fs, batch, dropped);
 }
 
 static void *committer(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_commit *c = fs->commit;
-	struct op *batch, *last;
-	uint64_t dropped;
 	unsigned failures = 0;
-	int rc;
+	struct op *batch;
+	bool done;
 
 	pthread_setname_np(pthread_self(), "kvfs-commit");
 	for (;;) {
-		pthread_mutex_lock(&c->lock);
-		/* An atomic pair is queued under ns_lock in two steps: never
-		 * take the first half without the second. */
-		while ((!c->head || c->pair_open) && !c->stop)
-			if (idle_wait(c) == ETIMEDOUT && !c->head)
-				break;
-		if (!c->head) {
-			pthread_mutex_unlock(&c->lock);
+		batch = next_synced(c, &done);
+		if (!batch) {
 			/* Idle: the access times readers left in the index. */
 			idle_work(fs);
 			kvfs_room_tick(fs);
-			if (c->stop)
+			if (done)
 				break;
 			continue;
 		}
-		batch = kvfs_commit_take_batch(c, fs->opts.commit_batch, commit_bytes_max(fs));
-		pthread_mutex_unlock(&c->lock);
-
-		kvfs_commit_make_payloads_durable(fs, batch);
-		dropped = 0;
-		rc = kvfs_commit_apply_batch(fs, batch, &dropped);
-		if (rc < 0 && c->stop && ++failures >= STOP_RETRIES) {
-			/* Unmounting: do not hang forever on a manifest that keeps
-			 * failing. What was not committed is lost at restart (its
-			 * space is reclaimed then); fsync never claimed otherwise. */
-			for (last = batch, dropped = 1; last->next; last = last->next)
-				dropped++;
-			kv_log(KV_LOG_ERR, "giving up at unmount after %u failed attempts: "
-			       "%llu manifest changes were not committed", failures,
-			       (unsigned long long)dropped);
-			atomic_fetch_add(&fs->lost_changes, dropped);
-			finish_batch(fs, batch, last->seq);
-			continue;
-		}
-		if (rc == -ENOSPC && kvfs_room_release(fs)) {
-			/* The reserve's room is the manifest's now: retry at
-			 * once, nobody needs to hear of this failure. */
-			pthread_mutex_lock(&c->lock);
-			kvfs_commit_requeue_batch(c, batch);
-			pthread_mutex_unlock(&c->lock);
-			continue;
-		}
-		if (rc < 0) {
-			kv_log(KV_LOG_ERR, "manifest transaction failed (%s); retrying in 1 s",
-			       kv_strerror(rc));
-			atomic_store(&c->last_err, rc);
-			if (rc == KV_ERR_CORRUPT)
-				kvfs_manifest_damaged(fs, rc);
-			fail_waiters(c, batch);
-			pthread_mutex_lock(&c->lock);
-			kvfs_commit_requeue_batch(c, batch);
-			pthread_mutex_unlock(&c->lock);
-			sleep(1);
-			continue;
-		}
-		failures = 0;
-		atomic_store(&c->last_err, 0);
-		after_commit(fs, batch);
-		publish_events(fs, batch);
-		finish_batch(fs, batch, dropped);
+		commit_synced(fs, batch, &failures);
+		committed(c);
 		kvfs_room_tick(fs);
 		/* Busy for long: flush between batches all the same. */
 		if (kvfs_now_ns() - c->atime_flushed_ns > ATIME_FLUSH_SECS * 1000000000ll)
 			idle_work(fs);
 	}
 	return NULL;
+}
+
+/* Ask both threads to stop once everything queued is committed, and
+ * wait for them (the syncer ends first: the committer ends after it). */
+static void stop_threads(struct kvfs_commit *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_signal(&c->work_cv);
+	pthread_mutex_unlock(&c->lock);
+	if (c->sync_running)
+		pthread_join(c->sync_thread, NULL);
+	if (c->running)
+		pthread_join(c->thread, NULL);
+	c->sync_running = c->running = false;
+}
+
+static void commit_free(struct kvfs_commit *c)
+{
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->work_cv);
+	pthread_cond_destroy(&c->ready_cv);
+	pthread_cond_destroy(&c->io_cv);
+	pthread_cond_destroy(&c->done_cv);
+	free(c->failed_inos);
+	free(c->failed_exts);
+	free(c);
 }
 
 int kvfs_commit_start(struct kvfs *fs)
@@ -471,15 +563,22 @@ int kvfs_commit_start(struct kvfs *fs)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work_cv, NULL);
+	pthread_cond_init(&c->ready_cv, NULL);
 	pthread_cond_init(&c->io_cv, NULL);
 	pthread_cond_init(&c->done_cv, NULL);
 	c->tail = &c->head;
 	c->next_seq = 1;
 	fs->commit = c;
-	rc = -pthread_create(&c->thread, NULL, committer, fs);
+	rc = -pthread_create(&c->sync_thread, NULL, kvfs_commit_syncer, fs);
+	if (rc == 0) {
+		c->sync_running = true;
+		rc = -pthread_create(&c->thread, NULL, committer, fs);
+	}
 	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "starting the committer's threads: %s", kv_strerror(rc));
+		stop_threads(c);
 		fs->commit = NULL;
-		free(c);
+		commit_free(c);
 		return rc;
 	}
 	c->running = true;
@@ -492,19 +591,8 @@ void kvfs_commit_stop(struct kvfs *fs)
 
 	if (!c)
 		return;
-	if (c->running) {
-		pthread_mutex_lock(&c->lock);
-		c->stop = true;
-		pthread_cond_signal(&c->work_cv);
-		pthread_mutex_unlock(&c->lock);
-		pthread_join(c->thread, NULL);
-	}
-	pthread_mutex_destroy(&c->lock);
-	pthread_cond_destroy(&c->work_cv);
-	pthread_cond_destroy(&c->io_cv);
-	pthread_cond_destroy(&c->done_cv);
-	free(c->failed_inos);
-	free(c);
+	stop_threads(c);
+	commit_free(c);
 	fs->commit = NULL;
 }
 

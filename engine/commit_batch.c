@@ -32,6 +32,32 @@ static void remember_failed(struct kvfs_commit *c, uint64_t ino)
 	c->failed_inos[c->nfailed++] = ino;
 }
 
+/* The error a failed write of extent id left, or 0. */
+static int ext_failed(struct kvfs_commit *c, uint64_t id)
+{
+	size_t i;
+
+	for (i = 0; i < c->nfailed_exts; i++)
+		if (c->failed_exts[i].id == id)
+			return c->failed_exts[i].err;
+	return 0;
+}
+
+static void remember_failed_ext(struct kvfs_commit *c, uint64_t id, int err)
+{
+	struct failed_ext *n = realloc(c->failed_exts, (c->nfailed_exts + 1) * sizeof(*n));
+
+	if (!n) {
+		/* Its sharers then commit rows naming unwritten bytes: a read
+		 * of them fails its checksum (EIO), never returns garbage. */
+		kv_log(KV_LOG_ERR, "out of memory recording failed extent %llu; pages "
+		       "sharing it are not withdrawn", (unsigned long long)id);
+		return;
+	}
+	c->failed_exts = n;
+	c->failed_exts[c->nfailed_exts++] = (struct failed_ext){ .id = id, .err = err };
+}
+
 /* A page row as the manifest stores it. */
 static void node_to_rec_page(const struct kv_node_info *n, struct kv_page_rec *r)
 {
@@ -44,47 +70,37 @@ static void node_to_rec_page(const struct kv_node_info *n, struct kv_page_rec *r
 	r->attr = n->attr;
 }
 
-/* Take up to max ops off the queue, keeping their order and never splitting
- * an atomic pair (the delete of a page a rename replaces, and the move). */
-static uint64_t op_bytes(const struct op *o)
+uint64_t kvfs_commit_op_bytes(const struct op *o)
 {
 	return o->payload ? o->payload->cap : 0;
 }
 
-/* Also at most max_bytes of payloads (unless one atomic change is larger):
+/* Take up to max ops off the queue, keeping their order and never splitting
+ * an atomic pair (the delete of a page a rename replaces, and the move).
+ * Also at most max_bytes of payloads (unless one atomic change is larger):
  * a page's dirty charge comes back only when its batch is durable, so
  * smaller batches give the write-back budget back steadily. */
 struct op *kvfs_commit_take_batch(struct kvfs_commit *c, unsigned max,
 			     uint64_t max_bytes)
 {
 	struct op *first = c->head, *last = first;
-	uint64_t bytes = op_bytes(first);
+	uint64_t bytes = kvfs_commit_op_bytes(first);
 	unsigned n = 1;
 
-	while (last->next && ((n < max && bytes + op_bytes(last->next) <= max_bytes) ||
+	while (last->next && ((n < max &&
+			       bytes + kvfs_commit_op_bytes(last->next) <= max_bytes) ||
 			      last->with_next)) {
 		last = last->next;
-		bytes += op_bytes(last);
+		bytes += kvfs_commit_op_bytes(last);
 		n++;
 	}
+	c->queued_ops -= n;
+	c->queued_bytes -= bytes;
 	c->head = last->next;
 	if (!c->head)
 		c->tail = &c->head;
 	last->next = NULL;
 	return first;
-}
-
-/* Put a batch back at the front of the queue (its transaction failed). */
-void kvfs_commit_requeue_batch(struct kvfs_commit *c, struct op *batch)
-{
-	struct op *last = batch;
-
-	while (last->next)
-		last = last->next;
-	last->next = c->head;
-	if (!c->head)
-		c->tail = &last->next;
-	c->head = batch;
 }
 
 /* Wait for the payload writes of the batch, then fdatasync their segments. */
@@ -129,6 +145,65 @@ fail_all:
 			o->io.res = rc;
 out:
 	free(exts);
+}
+
+/* A quarter of the write-back budget per transaction: writers waiting on
+ * the budget get it back in steps, not all at once. */
+static uint64_t commit_bytes_max(const struct kvfs *fs)
+{
+	uint64_t b = fs->dirty.budget / 4;
+
+	return b ? b : 1;
+}
+
+/* An atomic pair is queued under ns_lock in two steps: never the first
+ * half without the second. While the committer commits, only a full
+ * batch: a smaller one grows meanwhile into the next group commit, as
+ * behind one thread. */
+bool kvfs_commit_batch_due(struct kvfs *fs, struct kvfs_commit *c)
+{
+	if (c->ready || !c->head)
+		return false;
+	if (c->stop)
+		return true;
+	if (c->pair_open)
+		return false;
+	return !c->committing || c->queued_ops >= fs->opts.commit_batch ||
+	       c->queued_bytes >= commit_bytes_max(fs);
+}
+
+/*
+ * The syncer (rule 7 of engine/commit.c): takes the next batch off the
+ * queue (kvfs_commit_batch_due), makes its payloads durable while the committer
+ * commits the one before, and hands it over. One batch waits synced at
+ * most.
+ */
+void *kvfs_commit_syncer(void *arg)
+{
+	struct kvfs *fs = arg;
+	struct kvfs_commit *c = fs->commit;
+	struct op *batch;
+
+	pthread_setname_np(pthread_self(), "kvfs-sync");
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		while (!kvfs_commit_batch_due(fs, c) && !(c->stop && !c->head && !c->ready))
+			pthread_cond_wait(&c->work_cv, &c->lock);
+		if (!c->head)
+			break;
+		batch = kvfs_commit_take_batch(c, fs->opts.commit_batch, commit_bytes_max(fs));
+		pthread_mutex_unlock(&c->lock);
+		kvfs_commit_make_payloads_durable(fs, batch);
+		pthread_mutex_lock(&c->lock);
+		c->ready = batch;
+		pthread_cond_signal(&c->ready_cv);
+		pthread_mutex_unlock(&c->lock);
+	}
+	/* Stopping, and everything queued was handed over. */
+	c->sync_done = true;
+	pthread_cond_signal(&c->ready_cv);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
 }
 
 static int put_dir_row(struct kv_manifest *m, const struct kv_node_info *n)
@@ -189,23 +264,42 @@ static int apply_op(struct kvfs *fs, struct op *o)
 	return -EINVAL;
 }
 
+int kvfs_commit_op_error(const struct op *o)
+{
+	if (o->has_write && o->io.res < 0)
+		return o->io.res;
+	return o->err;
+}
+
 bool kvfs_commit_op_skipped(struct kvfs_commit *c, struct op *o)
 {
 	bool page = o->kind == KVFS_OP_PUT_PAGE || o->kind == KVFS_OP_DEL_PAGE;
 
-	return (o->has_write && o->io.res < 0) || (page && ino_failed(c, o->node.ino));
+	return kvfs_commit_op_error(o) < 0 || (page && ino_failed(c, o->node.ino));
 }
 
-/* Pages whose payload never became durable are withdrawn before anything
+/*
+ * Pages whose payload never became durable are withdrawn before anything
  * else in the batch is applied, so a later change to them in the same
- * batch (a rename, a touch) is skipped rather than naming a missing row. */
-static void note_failed_writes(struct kvfs_commit *c, struct op *batch)
+ * batch (a rename, a touch) is skipped rather than naming a missing row.
+ * So are the pages that share a pending extent whose write failed: they
+ * come after its writer in queue order (dedup shares only what is
+ * queued), in this batch or a later one, and failed_exts outlives the
+ * batch.
+ */
+static void note_failures(struct kvfs_commit *c, struct op *batch)
 {
 	struct op *o;
 
-	for (o = batch; o; o = o->next)
-		if (o->has_write && o->io.res < 0 && !ino_failed(c, o->node.ino))
-			remember_failed(c, o->node.ino);
+	for (o = batch; o; o = o->next) {
+		if (o->shares_pending && !o->err)
+			o->err = ext_failed(c, o->node.extent_id);
+		if (kvfs_commit_op_error(o) == 0 || ino_failed(c, o->node.ino))
+			continue;
+		remember_failed(c, o->node.ino);
+		if (o->has_write)
+			remember_failed_ext(c, o->node.extent_id, o->io.res);
+	}
 }
 
 /* A statement refused by a constraint is undone alone (SQLite's ABORT), the
@@ -279,7 +373,7 @@ int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped
 	struct op *o;
 	int rc;
 
-	note_failed_writes(fs->commit, batch);
+	note_failures(fs->commit, batch);
 	rc = kv_manifest_begin(fs->man);
 	if (rc < 0)
 		return rc;

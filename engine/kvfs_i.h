@@ -9,11 +9,13 @@
  * LOCK ORDER (the one place it is written; every mutex of engine/, fast/
  * and fuse/), outermost first:
  *   kvfs.ns_lock   every namespace change (create, seal, rename, unlink,
- *                  mkdir, rmdir, setxattr), the live-page table, and the
- *                  order in which manifest operations are queued. Held only
+ *                  mkdir, rmdir, setxattr), the live-page table, dedup's
+ *                  table of extents being written, and the order in which
+ *                  manifest operations are queued. Held only
  *                  for in-memory work: never across I/O or a reply to a
  *                  request.
- *   commit.lock    the committer's queue (taken inside ns_lock when queuing).
+ *   commit.lock    the committer's queue and the synced batch the syncer
+ *                  hands it (taken inside ns_lock when queuing).
  *   index rwlock   inside kv_index_*; lookups take only this.
  *   fh.lock        (fuse/ops_file.c) a reader's lazily loaded payload.
  *   cap.lock       (engine/capacity.c) the evictor's state and LRU victims.
@@ -40,7 +42,12 @@
  * only for a FUSE worker; an executor job may wait for the notifier (a
  * REPLACE write, at most 5 s, through the names_sent hook), for the
  * committer and for the write-back budget, none of which waits for an
- * executor job while it holds the notifier up. The committer waits for
+ * executor job while it holds the notifier up. The committer's two
+ * threads (engine/commit.c, rule 7) wait for each other on commit.lock's
+ * condition variables only, never holding another lock: the syncer waits
+ * for queued work, for the payload writes and syncs of the store's I/O
+ * thread, and for the committer to take the batch it synced; the
+ * committer waits for that batch. The committer waits for
  * pins (extent frees), which batches drop when their reads end, whatever
  * else happens. The committer also calls the events_ready hook, which
  * answers reads parked on MOUNT/.kvfs/events and sends their poll
@@ -253,6 +260,7 @@ struct kvfs {
 	struct kvfs_exec *exec;        /* runs fast-path calls (fast/executor.c); NULL offline */
 	struct kvfs_room room;         /* the manifest's headroom (engine/headroom.c) */
 	struct kvfs_events *events;    /* the KV event ring (engine/events.c) */
+	struct kvfs_pending *pending;  /* dedup: extents being written (ns_lock) */
 	_Atomic(const struct kvfs_hooks *) hooks;  /* the front end's (may be NULL) */
 
 	struct kvfs_stats st;
@@ -418,6 +426,8 @@ struct kvfs_seal_plan {
 	uint64_t size;
 	uint8_t hash[KV_HASH_LEN];
 	struct kv_extent_rec share;   /* id 0: no twin, write a new extent */
+	bool pending;                 /* share is still being written (this
+	                               * commit window): its failure withdraws us */
 };
 /* Hash d and look for a twin (reads and compares bytes; never under
  * ns_lock). Takes over the caller's reference to d. */
@@ -426,6 +436,18 @@ void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
 void kvfs_seal_plan_clear(struct kvfs_seal_plan *p);
 /* Is plan p still about payload d as it is now? */
 bool kvfs_seal_plan_fits(const struct kvfs_seal_plan *p, const struct kvfs_data *d);
+/* The pending table (ns_lock held): page n's new extent, written from d
+ * (a reference is kept), may be shared until its write is durable or
+ * failed (drop). Nothing happens with dedup off, or without memory (then
+ * it is shared once durable). */
+void kvfs_dedup_pending_add(struct kvfs *fs, const struct kv_node_info *n,
+			    struct kvfs_data *d);
+void kvfs_dedup_pending_drop(struct kvfs *fs, const struct kv_node_info *n);
+/* Is extent e still being written, and its write not failed? */
+bool kvfs_dedup_pending_has(struct kvfs *fs, const struct kv_extent_rec *e);
+/* At open (a table only with opts.dedup; -ENOMEM) and at close. */
+int kvfs_dedup_init(struct kvfs *fs);
+void kvfs_dedup_fini(struct kvfs *fs);
 
 /* ---- pages (engine/page.c) ---- */
 /* Seal the page being written through l: hash, share a twin extent or
@@ -525,7 +547,8 @@ void kvfs_commit_stop(struct kvfs *fs);
  */
 struct kvfs_durable {
 	const struct kv_node_info *node;  /* as queued */
-	int err;                          /* 0, or the payload write's error */
+	int err;                          /* 0, or the payload write's error (of
+	                                   * the extent it shares, if pending) */
 	bool wrote;                       /* its payload was written (not shared) */
 	bool free_extent;                 /* out: punch node->ext once ns_lock is
 	                                   * dropped (deferred behind running pins) */
@@ -545,14 +568,21 @@ void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
 			  enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable);
 void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n);
 void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n);
+/* Where a sealed page's payload goes (dedup, engine/dedup.c). */
+enum kvfs_share {
+	KVFS_SHARE_NONE,      /* a new extent: written */
+	KVFS_SHARE_DURABLE,   /* an existing durable extent: nothing written */
+	KVFS_SHARE_PENDING,   /* an extent queued for writing by an earlier page:
+	                       * nothing written; withdrawn if that write fails */
+};
 /* Queue a newly sealed page: submits the write of payload to n->ext now,
  * the row follows once the data is synced. Takes a reference on payload.
- * shared: n->ext is an existing durable extent (dedup): nothing is written,
- * the row adds a reference to it. ev: KVFS_EV_STORED or KVFS_EV_REPLACED.
- * on_durable (may be NULL): told when it is durable or withdrawn.
- * -ENOMEM: nothing was queued. */
+ * share other than NONE: n->ext is an existing extent, nothing is
+ * written, the row adds a reference to it. ev: KVFS_EV_STORED or
+ * KVFS_EV_REPLACED. on_durable (may be NULL): told when it is durable or
+ * withdrawn. -ENOMEM: nothing was queued. */
 int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
-			 struct kvfs_data *payload, bool shared,
+			 struct kvfs_data *payload, enum kvfs_share share,
 			 enum kvfs_event_type ev, kvfs_on_durable_fn *on_durable);
 /* Work the committer does when it is idle (at most every 30 s, and between
  * batches when it is busy for long), on its thread, which owns the

@@ -432,7 +432,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	kvfs_dirty_init(fs, fs->opts.dirty_budget);
 	/* what write-back cycles stays warm for reuse (store/buf.c) */
 	kv_buf_set_idle_max(fs->opts.dirty_budget);
-	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0) {
+	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0 || kvfs_dedup_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
@@ -467,6 +467,7 @@ static void fs_free(struct kvfs *fs)
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
 	kvfs_dirty_fini(fs);
+	kvfs_dedup_fini(fs);
 	kvfs_ram_fini(fs);
 	kvfs_cap_free(fs);
 	kvfs_events_fini(fs);

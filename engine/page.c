@@ -15,18 +15,25 @@
 
 /* ---- what durability means to a page (the committer's on_durable) ---- */
 
-/* A page whose payload never became durable: withdraw it from the
- * namespace (commit.c rule 6). */
+/*
+ * A page whose payload never became durable: withdraw it from the
+ * namespace (commit.c rule 6). Its extent's space goes back with the last
+ * reference to it: this page's, or, for a page forgotten before the
+ * failure, its skipped delete's (commit.c, frees_withdrawn), or the last
+ * page's that shared the extent while it was being written (dedup).
+ */
 static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 {
 	const struct kv_node_info *n = d->node;
 	struct kv_node_info cur;
 	struct kvfs_live *l;
-	uint32_t count;
+	uint32_t count = 1;
+	bool last = false;
 
 	if (kv_index_get(fs->idx, n->ino, &cur) == 0 && cur.extent_id == n->extent_id) {
 		kv_index_remove(fs->idx, n->ino);
-		kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
+		last = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count) == 0 &&
+		       count == 0;
 	}
 	l = kvfs_live_find(fs, n->ino);
 	if (l)
@@ -35,7 +42,7 @@ static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 		/* A reader still holds it: the bytes are freed at its last close. */
 		l->unlinked = true;
 		l->info = *n;
-		l->free_on_close = true;
+		l->free_on_close |= last;
 		kvfs_data_put(l->ram);
 		l->ram = NULL;
 		return;
@@ -45,7 +52,7 @@ static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 		l->ram = NULL;
 		kvfs_live_maybe_drop(fs, l);
 	}
-	d->free_extent = true;
+	d->free_extent = last;
 }
 
 /* A new page's row is durable: drop its RAM copy, mark it durable, give
@@ -56,6 +63,8 @@ static void page_durable(struct kvfs *fs, struct kvfs_durable *d)
 	struct kv_node_info cur, upd;
 	struct kvfs_live *l;
 
+	if (d->wrote)     /* written or failed: no longer offered in RAM */
+		kvfs_dedup_pending_drop(fs, n);
 	if (d->err < 0)
 		return withdraw(fs, d);
 	if (kv_index_get(fs->idx, n->ino, &cur) == 0 && cur.extent_id == n->extent_id) {
@@ -157,36 +166,50 @@ static int room_for(struct kvfs *fs, uint64_t size)
  * never pass through 0, so that extent is shared only if some third page
  * holds it too; otherwise the payload is written anew.
  */
+static enum kvfs_share take_twin(struct kvfs *fs, const struct kvfs_data *d,
+				 const struct kvfs_seal_plan *plan, uint64_t lone_id,
+				 struct kv_node_info *n)
+{
+	uint32_t count;
+
+	if (!kvfs_seal_plan_fits(plan, d) || !plan->share.id)
+		return KVFS_SHARE_NONE;
+	/* A pending twin whose write is durable now, or failed, is no
+	 * longer in the table: write a copy (the next page shares it). */
+	if (plan->pending && !kvfs_dedup_pending_has(fs, &plan->share))
+		return KVFS_SHARE_NONE;
+	if (kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) < 0 ||
+	    (plan->share.id == lone_id && count < 3 &&
+	     kv_index_extent_ref(fs->idx, plan->share.id, -1, NULL) == 0))
+		return KVFS_SHARE_NONE;
+	n->extent_id = plan->share.id;
+	n->ext = plan->share.ext;
+	memcpy(n->hash, plan->share.hash, KV_HASH_LEN);
+	n->size = d->size;
+	return plan->pending ? KVFS_SHARE_PENDING : KVFS_SHARE_DURABLE;
+}
+
 static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 			 const struct kvfs_seal_plan *plan, uint64_t lone_id,
-			 bool respect_reserved, struct kv_node_info *n, bool *shared)
+			 bool respect_reserved, struct kv_node_info *n,
+			 enum kvfs_share *share)
 {
 	struct kv_extent_rec er;
-	uint32_t count;
 	int rc;
 
-	*shared = false;
 	if (d->size == 0) {
 		/* Nothing to place: every empty page names KV_EXTENT_EMPTY, as
 		 * a share of an extent that is always durable. */
-		*shared = true;
+		*share = KVFS_SHARE_DURABLE;
 		n->extent_id = KV_EXTENT_EMPTY;
 		memset(&n->ext, 0, sizeof(n->ext));
 		kv_hash128(NULL, 0, n->hash);
 		n->size = 0;
 		return 0;
 	}
-	if (kvfs_seal_plan_fits(plan, d) && plan->share.id &&
-	    kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) == 0 &&
-	    !(plan->share.id == lone_id && count < 3 &&
-	      kv_index_extent_ref(fs->idx, plan->share.id, -1, NULL) == 0)) {
-		*shared = true;
-		n->extent_id = plan->share.id;
-		n->ext = plan->share.ext;
-		memcpy(n->hash, plan->share.hash, KV_HASH_LEN);
-		n->size = d->size;
+	*share = take_twin(fs, d, plan, lone_id, n);
+	if (*share != KVFS_SHARE_NONE)
 		return 0;
-	}
 	rc = respect_reserved ? room_for(fs, d->size) : 0;
 	if (rc == 0)
 		rc = kv_extent_alloc(fs->store, d->size, &n->ext);
@@ -215,19 +238,24 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 	rc = kv_index_extent_put(fs->idx, &er);
 	if (rc < 0)
 		kv_extent_free(fs->store, &n->ext);
+	else
+		kvfs_dedup_pending_add(fs, n, d);
 	return rc;
 }
 
-/* Undo place_payload (the row was never queued). */
+/* Undo place_payload (the row was never queued; ns_lock still held since,
+ * so no page shares a new extent yet). */
 static void unplace_payload(struct kvfs *fs, const struct kv_node_info *n,
-			    bool shared)
+			    enum kvfs_share share)
 {
 	uint32_t count = 1;
 
 	if (n->extent_id == KV_EXTENT_EMPTY)
 		return;
 	kv_index_extent_ref(fs->idx, n->extent_id, -1, &count);
-	if (!shared && count == 0)
+	if (share == KVFS_SHARE_NONE)
+		kvfs_dedup_pending_drop(fs, n);
+	if (share == KVFS_SHARE_NONE && count == 0)
 		kv_extent_free(fs->store, &n->ext);
 }
 
@@ -235,8 +263,8 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 		   const struct kvfs_seal_plan *plan)
 {
 	struct kvfs_data *d = l->wbuf;
+	enum kvfs_share shared;
 	struct kv_node_info n;
-	bool shared;
 	int rc;
 
 	rc = kv_index_get(fs->idx, l->ino, &n);
@@ -499,7 +527,7 @@ static int publish_target(struct kvfs *fs, uint64_t layer_ino, const char *name,
  * dirty charge. Only ENOMEM can fail here. */
 static int publish_commit(struct kvfs *fs, struct kvfs_live *l,
 			  const struct kv_node_info *n, struct kvfs_data *d,
-			  uint64_t charged, bool shared, bool replaces)
+			  uint64_t charged, enum kvfs_share shared, bool replaces)
 {
 	int rc = kvfs_commit_new_page(fs, n, d, shared,
 				      replaces ? KVFS_EV_REPLACED : KVFS_EV_STORED,
@@ -522,7 +550,8 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 {
 	struct kv_node_info old;
 	struct kvfs_live *l;
-	bool has_old, shared;
+	enum kvfs_share shared;
+	bool has_old;
 	int rc;
 
 	rc = publish_target(fs, n->parent, n->name, replace, &old, &has_old);

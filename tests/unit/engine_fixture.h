@@ -172,10 +172,41 @@ static inline int efix_publish(struct efix *f, const char *name, uint64_t size,
 	return efix_publish_charged(f, f->layer, name, size, seed, 0, out);
 }
 
+/* Page name of f's layer holds the payload of (size, seed), read back
+ * (RAM copy, RAM tier or the disk, verified). */
+static inline void efix_assert_page(struct efix *f, const char *name, uint64_t size,
+				    unsigned seed)
+{
+	struct kv_node_info n;
+	struct kvfs_data *d;
+
+	assert_int_equal(kv_index_lookup(f->fs->idx, f->layer, name, &n), 0);
+	assert_int_equal(n.size, size);
+	assert_int_equal(kvfs_page_load(f->fs, n.ino, &d), 0);
+	assert_true(efix_payload_is(d, size, seed));
+	kvfs_data_put(d);
+}
+
+/* Arm a fault seam as user.kvfs.fault does (needs opts.fault_injection). */
+static inline void efix_fault(struct efix *f, const char *spec)
+{
+	assert_int_equal(kvfs_fault_set(f->fs, spec, strlen(spec)), 0);
+}
+
 /* Everything queued so far is durable: kvfs_commit_wait_all's result. */
 static inline int efix_sync(struct efix *f)
 {
 	return kvfs_commit_wait_all(f->fs, kvfs_commit_mark(f->fs));
+}
+
+/* Open the store, make m/00 and a durable page name of (size, seed) in it. */
+static inline void efix_open_with_page(struct efix *f, const char *name, uint64_t size,
+				       unsigned seed)
+{
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_publish(f, name, size, seed, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
 }
 
 /* Page name of the layer, looked up in the index: 0 or -errno. */
