@@ -330,7 +330,8 @@ def main():
     if unknown:
         ap.error("unknown backends %s (--list shows them)" % ", ".join(unknown))
     if not names:
-        print("bench_engines: no rows for the engines loaded here (%s)" % ", ".join(LOADED))
+        print("bench_engines: no rows asked for among this venv's engines (%s)"
+              % (", ".join(LOADED) or os.environ.get("KVFS_BENCH_ENGINES", "none")))
         return 0
     if os.geteuid() != 0:
         ap.error("run as root: it drops the kernel's caches and mounts kvfs")

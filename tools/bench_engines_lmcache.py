@@ -53,6 +53,7 @@ MODELS = {  # name: (layers, kv heads, head dim)
     "qwen2.5-7b": (28, 4, 128),
 }
 MODEL, CHUNK_TOKENS, REQUESTS = "llama-3.1-8b", 256, 4
+KVFS_PARAMS = {}
 RANK = 0x00010000
 
 
@@ -63,11 +64,14 @@ def add_arguments(ap):
                     help="tokens an object (LMCache chunk_size; default %(default)s)")
     ap.add_argument("--lmcache-requests", type=int, default=REQUESTS,
                     help="requests the objects are split into (default %(default)s)")
+    ap.add_argument("--lmcache-kvfs-params", default="{}", metavar="JSON",
+                    help='more adapter_params of the kvfs row, e.g. \'{"io_threads": 4}\'')
 
 
 def configure(args):
-    global MODEL, CHUNK_TOKENS, REQUESTS
+    global MODEL, CHUNK_TOKENS, REQUESTS, KVFS_PARAMS
     MODEL, CHUNK_TOKENS, REQUESTS = args.lmcache_model, args.lmcache_chunk, args.lmcache_requests
+    KVFS_PARAMS = json.loads(args.lmcache_kvfs_params)
 
 
 def make_adapter(spec):
@@ -193,4 +197,5 @@ class LMCacheKvfs(_LMCache):
     def spec(self):
         return {"type": "native_plugin", "module_path": "kvfs_engines.lmcache",
                 "class_name": "KvfsL2Connector",
-                "adapter_params": {"kvfs_mount": self.bench.mount, "kvfs_model": self.name}}
+                "adapter_params": dict(KVFS_PARAMS, kvfs_mount=self.bench.mount,
+                                       kvfs_model=self.name)}
