@@ -26,11 +26,17 @@ call, and "others s": CPU seconds the rest of the machine used meanwhile
 (on a shared machine, the noise); then per engine the ratio kvfs / the engine's own backend, per run
 (same run, same disk) and their median.
 
-Adding a row (say vLLM's fs tier and its kvfs spec): a module
-tools/bench_engines_vllm.py with classes decorated @backend, subclasses
-of Backend, and its name in ENGINE_MODULES; optional module functions
-add_arguments(parser) and configure(args) take its own options. Environment: KVFS (the kvfs
-binary), KVFS_LIB (libkvfs.so); run as root in the engines venv.
+Engines: one module each, tools/bench_engines_<engine>.py (sglang, vllm,
+lmcache), with classes decorated @backend (subclasses of Backend; a row's
+name starts with its engine's) and optional module functions
+add_arguments(parser) and configure(args) for its own options; a new
+engine goes in ENGINE_MODULES. The engines live in two virtual
+environments (SGLang's pins another torch than vLLM's and LMCache's), so
+a run loads the engines of its interpreter: $KVFS_BENCH_ENGINES (which
+bench_engines.sh sets per venv), else every module that imports;
+--engines narrows them. Rows of --backends whose engine is not loaded are
+left to the other venv's run. Environment: KVFS (the kvfs binary),
+KVFS_LIB (libkvfs.so); run as root in an engines venv.
 """
 import argparse
 import importlib
@@ -51,7 +57,8 @@ os.environ.setdefault("KVFS_LIB", os.path.join(ROOT, "build", "client", "libkvfs
 # The engine modules import this one as bench_engines: one registry.
 sys.modules.setdefault("bench_engines", sys.modules[__name__])
 
-ENGINE_MODULES = ["bench_engines_sglang"]
+ENGINE_MODULES = {"sglang": "bench_engines_sglang", "vllm": "bench_engines_vllm",
+                  "lmcache": "bench_engines_lmcache"}
 BACKENDS = {}       # name -> Backend subclass, in registration order
 
 
@@ -240,6 +247,53 @@ def fs_type(path):
     return kind
 
 
+LOADED = []
+
+
+def other_engines_options(extra):
+    """What is left of extra once the options of engines not loaded here
+    (--<engine>-..., each with its value) are dropped: bench_engines.sh
+    passes the same options to every venv's run."""
+    rest, skip = [], False
+    for a in extra:
+        if skip and not a.startswith("--"):
+            skip = False
+            continue
+        eng = a[2:].split("-")[0] if a.startswith("--") else None
+        skip = eng in ENGINE_MODULES and eng not in LOADED
+        if not skip:
+            rest.append(a)
+        elif "=" in a:
+            skip = False
+    return rest
+
+
+def load_engines(ap, wanted):
+    """Import the engines' modules: those named (an error if one does not
+    import), else every one that imports in this interpreter."""
+    here = [n for n in os.environ.get("KVFS_BENCH_ENGINES", "").split(",") if n]
+    names = [n for n in wanted.split(",") if n]
+    bad = [n for n in names + here if n not in ENGINE_MODULES]
+    if bad:
+        ap.error("unknown engines %s (%s)" % (", ".join(bad), ", ".join(ENGINE_MODULES)))
+    if here:                    # this venv's engines, narrowed by --engines
+        names = [n for n in here if n in names] if names else here
+        if not names:
+            return []
+    mods = []
+    for eng in names or list(ENGINE_MODULES):
+        try:
+            mods.append(importlib.import_module(ENGINE_MODULES[eng]))
+        except ImportError as e:
+            if names:
+                ap.error("engine %s does not import here (%s): %s" % (eng, sys.prefix, e))
+            continue
+        LOADED.append(eng)
+    if not mods:
+        ap.error("no engine imports in %s: run it in an engines venv" % sys.prefix)
+    return mods
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="/var/tmp", help="where the stores go (one disk)")
@@ -250,11 +304,17 @@ def main():
     ap.add_argument("--perf", default="", metavar="DIR",
                     help="perf record the daemon during each kvfs restore, into DIR")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
-    mods = [importlib.import_module(m) for m in ENGINE_MODULES]
+    ap.add_argument("--engines", default="", help="engines to load, comma-separated "
+                    "(default: $KVFS_BENCH_ENGINES, else those that import here)")
+    pre, _ = ap.parse_known_args()
+    mods = load_engines(ap, pre.engines)
     for m in mods:                  # an engine's own options (geometry)
         if hasattr(m, "add_arguments"):
             m.add_arguments(ap)
-    args = ap.parse_args()
+    args, extra = ap.parse_known_args()
+    rest = other_engines_options(extra)
+    if rest:
+        ap.error("unrecognized arguments: %s" % " ".join(rest))
     for m in mods:
         if hasattr(m, "configure"):
             m.configure(args)
@@ -263,9 +323,16 @@ def main():
             print("%-22s %s" % (name, cls.__doc__.strip().splitlines()[0]))
         return 0
     names = [n for n in args.backends.split(",") if n] or list(BACKENDS)
+    # another venv's rows: its own run measures them
+    names = [n for n in names if n in BACKENDS or n.split("-")[0] not in ENGINE_MODULES
+             or n.split("-")[0] in LOADED]
     unknown = [n for n in names if n not in BACKENDS]
     if unknown:
         ap.error("unknown backends %s (--list shows them)" % ", ".join(unknown))
+    if not names:
+        print("bench_engines: no rows asked for among this venv's engines (%s)"
+              % (", ".join(LOADED) or os.environ.get("KVFS_BENCH_ENGINES", "none")))
+        return 0
     if os.geteuid() != 0:
         ap.error("run as root: it drops the kernel's caches and mounts kvfs")
     bench = Bench(args)

@@ -11,9 +11,10 @@ makes the scheduler's calls on the TieringOffloadingManager, in the
 connector's order: on_new_request, prepare_store (the worker's GPU->CPU
 copy is the test writing the primary tier's rows), complete_store (which
 cascades to kvfs), on_request_finished, on_schedule_end each step; and to
-load, lookup per chunk (a kvfs HIT starts a promotion) until HIT,
-prepare_load, reading the primary rows (the worker's CPU->GPU copy),
-complete_load. Checked:
+load, the connector's prefix lookup (every chunk up to the first MISS,
+again each step while one is RETRY or HIT_PENDING: a kvfs HIT starts a
+promotion), prepare_load, reading the primary rows (the worker's CPU->GPU
+copy), complete_load. Checked:
 
   - a store, then a fresh engine's lookups and loads: bit-exact, zero copy
     (the primary tier's /dev/shm file registered), one page per chunk of
@@ -24,7 +25,11 @@ complete_load. Checked:
     successful_keys), counted as damaged, and later lookups miss it;
   - a small --capacity evicts: evicted chunks miss, every hit is bit-exact;
   - with the daemon gone every call is a miss or a failed job, counted,
-    never an exception; configuration mistakes fail at creation.
+    never an exception; configuration mistakes fail at creation;
+  - lookups are asynchronous: RETRY at first, never a call to kvfs on the
+    scheduler thread, one LOOKUP for all of a request's new chunks on the
+    tier's lookup thread, then HIT up to the first MISS; a failed load
+    makes its chunks misses (the damaged-page test would loop otherwise).
 
 Runs in the vllm engines venv (tools/engines_venv.sh vllm); exits 77 (skip)
 saying why without it or without /dev/fuse. Environment as test_kvfs.py,
@@ -46,6 +51,7 @@ from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 """)
 
 import logging  # noqa: E402
+import threading  # noqa: E402
 import unittest  # noqa: E402
 import uuid  # noqa: E402
 
@@ -139,24 +145,23 @@ class Engine:
         return taken
 
     def load(self, keys, timeout=30):
-        """A request with these chunks as its prefix: lookups until each is
-        a HIT or a MISS, then the CPU->GPU load of the hit prefix. Returns
-        each key's bytes (None from the first miss on)."""
+        """A request with these chunks as its prefix: the connector's
+        lookups until none is RETRY or HIT_PENDING, then the CPU->GPU load
+        of the hit prefix. Returns each key's bytes (None from the first
+        miss on); self.lookup_steps is the steps the lookups took."""
         req = self.request()
-        hits = []
         end = time.monotonic() + timeout
-        for k in keys:
-            while True:
-                r = self.mgr.lookup(k, req)
-                if r in (LookupResult.HIT, LookupResult.MISS):
-                    break
-                if time.monotonic() > end:
-                    raise AssertionError("lookup still %s after %d s" % (r, timeout))
-                self.step()
-                time.sleep(0.002)
-            if r is LookupResult.MISS:
+        self.lookup_steps = 0
+        while True:
+            n = self.prefix_lookup(keys, req)
+            if n is not None:
                 break
-            hits.append(k)
+            if time.monotonic() > end:
+                raise AssertionError("lookups still deferred after %d s" % timeout)
+            self.step()
+            self.lookup_steps += 1
+            time.sleep(0.002)
+        hits = keys[:n]
         got = [None] * len(keys)
         if hits:
             spec = self.mgr.prepare_load(hits, req)
@@ -167,9 +172,44 @@ class Engine:
         self.settle()
         return got
 
+    def prefix_lookup(self, keys, req):
+        """One pass of the scheduler's _maximal_prefix_lookup: every key up
+        to the first MISS (a RETRY does not stop the scan, so every new
+        chunk is asked about in the same step); the hit prefix's length,
+        or None when a lookup was deferred."""
+        hits, defer = 0, False
+        for k in keys:
+            r = self.mgr.lookup(k, req)
+            if r is LookupResult.MISS:
+                break
+            if r is LookupResult.RETRY:
+                defer = True
+                continue
+            defer |= r is LookupResult.HIT_PENDING
+            hits += 1
+        return None if defer else hits
+
     def close(self):
         del self.rows           # vLLM unmaps the primary tier only once unused
         self.mgr.shutdown()
+
+
+def tier_lookups(tier, keys, timeout=30):
+    """Lookups on the tier alone, as one request: RETRY until the tier's
+    lookup thread answered (each step's on_schedule_end posts them)."""
+    req = ReqContext(req_id="tier-%s" % uuid.uuid4().hex[:8])
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            res = [tier.lookup(k, req) for k in keys]
+            if LookupResult.RETRY not in res:
+                return res
+            if time.monotonic() > end:
+                raise AssertionError("tier lookups still RETRY after %d s" % timeout)
+            tier.on_schedule_end(ScheduleEndContext(new_req_ids=(), preempted_req_ids=()))
+            time.sleep(0.002)
+    finally:
+        tier.on_request_finished(req)
 
 
 def chain_keys(n, seed=0):
@@ -251,7 +291,7 @@ class VLLMTierTest(engines_env.MountedCase):
             self.assertTrue(res[1].success and res[2].success, res)
             for i, k in enumerate(self.keys):
                 self.assertTrue(np.array_equal(rows[10 + i], self.data[k]))
-            self.assertEqual(tier.lookup(more[2], ReqContext("r")), LookupResult.HIT)
+            self.assertEqual(tier_lookups(tier, more[2:]), [LookupResult.HIT])
             self.assertEqual(tier.stats()["staged_pages"], 11)
         finally:
             tier.shutdown()
@@ -281,8 +321,8 @@ class VLLMTierTest(engines_env.MountedCase):
             self.assertGreaterEqual(s["load_misses"], 1)
             # The damaged page is gone: the tier answers MISS from now on,
             # and a recomputed chunk is stored again.
-            self.assertEqual(e.tier.lookup(self.keys[3], ReqContext("r")), LookupResult.MISS)
-            self.assertEqual(e.tier.lookup(self.keys[4], ReqContext("r")), LookupResult.HIT)
+            self.assertEqual(tier_lookups(e.tier, self.keys[3:5]),
+                             [LookupResult.MISS, LookupResult.HIT])
         finally:
             e.close()
         e = Engine(self.m.mnt)
@@ -298,7 +338,7 @@ class VLLMTierTest(engines_env.MountedCase):
         self.m.daemon.kill()            # the daemon dies under a live tier
         self.m.daemon.wait()
         try:
-            self.assertEqual(e.tier.lookup(self.keys[0], ReqContext("r")), LookupResult.MISS)
+            self.assertEqual(tier_lookups(e.tier, self.keys[:1]), [LookupResult.MISS])
             self.assertEqual(e.load(self.keys), [None] * 8)
             e.store(self.keys[:4], self.data)
             s = e.tier.stats()
@@ -322,6 +362,51 @@ class VLLMTierTest(engines_env.MountedCase):
             Engine(self.m.tmp, kvfs_model="plain-dir")
 
 
+    def test_7_async_lookup(self):
+        """No lookup calls kvfs on the scheduler thread: a request's new
+        chunks are RETRY, the step's end posts them to the tier's lookup
+        thread, which makes one LOOKUP of all of them (vLLM's
+        AsyncLookupManager protocol); then HITs up to the first MISS."""
+        e = Engine(self.m.mnt)
+        calls = []
+        real = e.tier.store.lookup
+
+        def spy(names):
+            calls.append((threading.current_thread() is threading.main_thread(), len(names)))
+            return real(names)
+
+        e.tier.store.lookup = spy
+        keys = self.keys + chain_keys(2, seed=9)        # 8 stored, then 2 never stored
+        try:
+            req = e.request()
+            self.assertEqual([e.mgr.lookup(k, req) for k in keys], [LookupResult.RETRY] * 10)
+            self.assertEqual(calls, [], "a lookup asked kvfs before the step ended")
+            e.step()
+            end = time.monotonic() + 10
+            while not calls and time.monotonic() < end:
+                time.sleep(0.005)
+            steps, n = 1, None
+            while n is None and steps < 1000:
+                n = e.prefix_lookup(keys, req)
+                if n is None:
+                    e.step()
+                    steps += 1
+                    time.sleep(0.002)
+            self.assertEqual(calls, [(False, 10)], "not one LOOKUP off the scheduler thread")
+            self.assertEqual(n, 8)
+            spec = e.mgr.prepare_load(keys[:8], req)
+            for k, c in zip(keys, spec.chunk_ids):
+                self.assertTrue(np.array_equal(e.rows[int(c)], self.data[k]))
+            e.mgr.complete_load(keys[:8], req)
+            e.mgr.on_request_finished(req)
+            e.settle()
+            s = e.tier.stats()
+            self.assertEqual((s["lookup_calls"], s["lookups"], s["lookup_hits"]), (1, 10, 8))
+            self.assertEqual(s["loaded_pages"], 8)
+        finally:
+            e.close()
+
+
 class CapacityTest(unittest.TestCase):
     """A store of 1 MiB holds about 30 of these 32 KiB pages: storing 60
     evicts the oldest, which then miss."""
@@ -335,7 +420,7 @@ class CapacityTest(unittest.TestCase):
                 e.store(keys[a:a + 6], data)
             e.close()
             e = Engine(m.mnt)               # a fresh primary tier: kvfs only
-            hits = [e.tier.lookup(k, ReqContext("r")) is LookupResult.HIT for k in keys]
+            hits = [r is LookupResult.HIT for r in tier_lookups(e.tier, keys)]
             self.assertIn(False, hits, "nothing was evicted from a 1 MiB store")
             self.assertIn(True, hits)
             tail = [k for k, h in zip(keys, hits) if h][-4:]

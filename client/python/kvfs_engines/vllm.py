@@ -17,6 +17,17 @@ kvfs, after a chunk reached the primary tier), submit_load (promotion: kvfs
 -> primary, after a lookup HIT), get_finished_jobs, on_schedule_end,
 on_request_finished, drain_jobs (cache reset) and shutdown.
 
+Lookups never wait for kvfs on the scheduler thread. They use vLLM's own
+asynchronous lookup protocol (AsyncLookupManager, as its fs tier does): a
+chunk not yet asked about is RETRY; on_schedule_end posts the step's new
+chunks to the tier's lookup thread, which makes one LOOKUP call per
+request for all of them; a later step's lookup returns the HIT or MISS.
+vLLM's scheduler scans every chunk of a request on RETRY (it stops only at
+a MISS), so a prompt of N stored chunks costs one LOOKUP of N names and
+one extra step, not N round trips to the daemon on the scheduler thread.
+A load that fails marks its failed chunks a MISS in that cache, so the
+scheduler does not promote them again.
+
 Layout in kvfs. One chunk of the primary tier (one row of its memoryview:
 every layer, every worker's slot, ``blocks_per_chunk`` blocks) is one kvfs
 page, named after its OffloadKey (block hash hex + ``_g`` + KV-cache group),
@@ -57,6 +68,7 @@ from kvfs_engines._common import (Counters, PageStore, RateLog, Workers, dir_nam
 
 from vllm.v1.kv_offload.base import (Locality, LookupResult, Medium,
                                      RequestOffloadingContext)
+from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
 __all__ = ["KvfsTier", "key_name", "model_dir_name"]
@@ -91,6 +103,18 @@ def model_dir_name(config, page_bytes):
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     return dir_name([config.model.name or "model", dtype_tag(config.model.dtype), shard,
                      layout, "p%d" % tokens, digest])
+
+
+class _Lookups(AsyncLookupManager):
+    """vLLM's lookup cache and thread; batch_lookup runs on that thread
+    with one request's new chunks of one step."""
+
+    def __init__(self, tier):
+        self._tier = tier
+        super().__init__(tier_type=tier.tier_type)
+
+    def batch_lookup(self, keys, req_context):
+        return self._tier._batch_lookup(keys)
 
 
 class KvfsTier(SecondaryTierManager):
@@ -139,9 +163,11 @@ class KvfsTier(SecondaryTierManager):
         self._log = RateLog(logger)
         self._bad = set()          # damaged pages that could not be removed
         self._finished = collections.deque()
+        self._load_keys = {}       # job id -> keys of a load (scheduler thread only)
         self._pending = 0
         self._idle = threading.Condition()
         self._io = Workers(int(io_threads), self._run_job, "kvfs-vllm-io")
+        self._lookups = _Lookups(self)
         logger.info("kvfs: vLLM tier in %s: pages of %d bytes (%d chunks), %s",
                     self.model_dir, self.page_bytes, self.num_chunks,
                     "primary tier file registered (zero copy)" if self._file_off is not None
@@ -183,27 +209,45 @@ class KvfsTier(SecondaryTierManager):
         return RequestOffloadingContext()
 
     def lookup(self, key, req_context):
-        """HIT if the chunk's page is stored (one LOOKUP), else MISS."""
+        """HIT or MISS once the lookup thread answered, RETRY until then
+        (never a call to kvfs on the scheduler thread)."""
         try:
-            name = key_name(key)
-            if name in self._bad:
-                self._counts.add(lookups=1)
-                return LookupResult.MISS
-            st, _ = self.store.lookup([name])
-            hit = int(st[0]) == 0
-            self._counts.add(lookups=1, lookup_hits=int(hit))
-            if not hit and int(st[0]) != -errno.ENOENT:
-                self._log("lookup-status", logging.WARNING, "lookup in %s: %s (a miss)",
-                          self.model_dir, os.strerror(-int(st[0])))
-            return LookupResult.HIT if hit else LookupResult.MISS
+            r = self._lookups.lookup(key, req_context)
         except Exception as e:
             self._failed("lookup", e)
             return LookupResult.MISS
+        if r is None:
+            return LookupResult.RETRY
+        return LookupResult.HIT if r else LookupResult.MISS
+
+    def _batch_lookup(self, keys):
+        """One LOOKUP for a request's chunks (on the lookup thread): a list
+        of bools; a failure is all misses, counted."""
+        try:
+            names = [key_name(k) for k in keys]
+            st, _ = self.store.lookup(names)
+            hits = [int(s) == 0 and nm not in self._bad for nm, s in zip(names, st)]
+            self._counts.add(lookup_calls=1, lookups=len(keys), lookup_hits=sum(hits))
+            odd = set(int(s) for s in st if int(s) not in (0, -errno.ENOENT))
+            if odd:
+                self._log("lookup-status", logging.WARNING, "lookup in %s: %s (misses)",
+                          self.model_dir, sorted(os.strerror(-s) for s in odd))
+            return hits
+        except Exception as e:
+            self._failed("lookup", e)
+            return [False] * len(keys)
+
+    def on_schedule_end(self, context):
+        self._lookups.flush()
+
+    def on_request_finished(self, req_context):
+        self._lookups.cleanup(req_context.req_id)
 
     def submit_store(self, job_metadata):
         self._submit("store", job_metadata)
 
     def submit_load(self, job_metadata):
+        self._load_keys[job_metadata.job_id] = list(job_metadata.keys)
         self._submit("load", job_metadata)
 
     def _submit(self, op, job):
@@ -212,7 +256,15 @@ class KvfsTier(SecondaryTierManager):
         self._io.put((op, job))
 
     def get_finished_jobs(self):
-        return drain(self._finished)
+        done = drain(self._finished)
+        for r in done:
+            keys = self._load_keys.pop(r.job_id, None)
+            if keys is not None and not r.success:
+                # A cached HIT would have the scheduler promote these again
+                # and again (vLLM #49176): they are misses from now on.
+                ok = set(r.successful_keys or ())
+                self._lookups.mark_miss([k for k in keys if k not in ok])
+        return done
 
     def has_pending_work(self):
         return self._pending > 0
@@ -223,11 +275,13 @@ class KvfsTier(SecondaryTierManager):
                 self._idle.wait(1.0)
 
     def shutdown(self):
+        self._lookups.shutdown()
         self._io.stop()
         self.store.close()
 
     def stats(self):
-        """Counters since start: lookups, lookup_hits, store_jobs,
+        """Counters since start: lookup_calls (LOOKUPs made), lookups
+        (chunks they answered), lookup_hits, store_jobs,
         stored_pages, existing_pages, store_failed, load_jobs,
         loaded_pages, load_misses, load_damaged, staged_pages, and
         errors_<op> for calls that failed as a whole."""
