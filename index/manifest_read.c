@@ -325,6 +325,10 @@ static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 			"refcount FROM extents ORDER BY id", row_extent);
 	if (rc)
 		return rc;
+	if (v && v->sizes_checked)
+		return load_table(&l, "SELECT ino, layer_ino, name, extent_id, size, mode, "
+				  "uid, gid, ctime_ns, mtime_ns, atime_ns, NULL, ident FROM "
+				  "pages ORDER BY ino", row_page);
 	return load_table(&l, "SELECT p.ino, p.layer_ino, p.name, p.extent_id, "
 			  "p.size, p.mode, p.uid, p.gid, p.ctime_ns, p.mtime_ns, "
 			  "p.atime_ns, e.length, p.ident FROM pages AS p LEFT JOIN extents AS e "
@@ -636,14 +640,32 @@ static int check_fn(struct kv_manifest *m, void *a)
 	return check_overlaps(m, c);
 }
 
-int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen)
+/* Only the values: read_meta and load_rows of check_fn, with the page
+ * sizes left to the caller (the visitor below has no callbacks). */
+static int check_rows_fn(struct kv_manifest *m, void *a)
+{
+	static const struct kv_manifest_visitor v = { .sizes_checked = true };
+	struct check_args *c = a;
+	struct kv_store_meta *meta = malloc(sizeof(*meta));
+	int rc;
+
+	if (!meta)
+		return -ENOMEM;
+	rc = read_meta(m, meta, c->msg, c->len);
+	free(meta);
+	return rc ? rc : load_rows(m, &v, NULL, c->msg, c->len);
+}
+
+/* fn in one snapshot; KV_ERR_CORRUPT logged, any other failure into msg. */
+static int run_check(struct kv_manifest *m, int (*fn)(struct kv_manifest *m, void *a),
+		     char *msg, size_t msglen)
 {
 	struct check_args c = { .msg = msg, .len = msglen };
 	int rc;
 
 	if (msg && msglen)
 		msg[0] = '\0';
-	rc = with_snapshot(m, check_fn, &c);
+	rc = with_snapshot(m, fn, &c);
 	if (rc == KV_ERR_CORRUPT)
 		kv_log(KV_LOG_WARN, "manifest %s: check: %s", m->path, msg ? msg : "damaged");
 	else if (rc < 0 && msg && msglen)
@@ -651,3 +673,12 @@ int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen)
 	return rc;
 }
 
+int kv_manifest_check_rows(struct kv_manifest *m, char *msg, size_t msglen)
+{
+	return run_check(m, check_rows_fn, msg, msglen);
+}
+
+int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen)
+{
+	return run_check(m, check_fn, msg, msglen);
+}

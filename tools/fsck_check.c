@@ -63,9 +63,9 @@ static int add_page(void *arg, const struct kv_check_page *r)
 	p->extent_id = r->extent_id;
 	p->size = r->size;
 	p->ident_ok = r->ident_ok;
-	p->path = strdup(r->path);
-	if (!p->path)
-		return -ENOMEM;
+	if (!r->layer_ok)
+		problem(f, false, "manifest: table pages, row %" PRIu64 ": refers to a layers "
+			"row that does not exist (foreign key)", r->ino);
 	f->npg++;
 	progress_add(f->pr, 1);
 	return 0;
@@ -84,6 +84,20 @@ int read_rows(struct fsck *f)
 	if (rc < 0)
 		fprintf(stderr, "kvfs fsck: cannot read the manifest rows: %s\n", kv_strerror(rc));
 	return rc;
+}
+
+/* Rows carry no names (a million strdups); a page named in a line gets its
+ * path from the manifest then, before any repair deletes its row. */
+const char *fsck_page_path(struct fsck *f, struct page *p)
+{
+	char path[3 * (KV_NAME_MAX + 1) + 8];
+
+	if (p->path)
+		return p->path;
+	if (kv_manifest_page_path(f->m, p->ino, path, sizeof(path)) < 0)
+		return "?/?/?";
+	p->path = strdup(path);
+	return p->path ? p->path : "?/?/?";
 }
 
 static struct ext *find_extent(struct fsck *f, uint64_t id)
@@ -274,14 +288,15 @@ static void check_extent_place(struct fsck *f, struct ext *e)
 
 	if (!f->stripe_ok[stripe])
 		return;   /* reported once for the stripe; never delete a whole disk */
-	seg_path(f, stripe, num, path, sizeof(path));
 	s = find_seg(f, stripe, num);
-	if (s < 0) {
-		extent_bad(f, e, "segment file %s is missing", path);
+	if (s >= 0)
+		e->seg = s;
+	if (s >= 0 && end <= f->seg[s].size)
 		return;
-	}
-	e->seg = s;
-	if (end > f->seg[s].size)
+	seg_path(f, stripe, num, path, sizeof(path));   /* for the line only */
+	if (s < 0)
+		extent_bad(f, e, "segment file %s is missing", path);
+	else
 		extent_bad(f, e, "truncated segment: the extent ends at %" PRIu64 " but %s is "
 			   "%" PRIu64 " bytes", end, path, f->seg[s].size);
 }
@@ -366,13 +381,13 @@ void check_page_refs(struct fsck *f)
 			/* Its checksum would pass: the bytes are some page's. */
 			problem(f, true, "page %s (ino %" PRIu64 "): its identity check fails "
 				"(name, layer, extent or size changed outside kvfs): its bytes "
-				"may be another page's", p->path, p->ino);
+				"may be another page's", fsck_page_path(f, p), p->ino);
 			p->lost = true;
 			p->why = "its row's identity check fails";
 		}
 		if (!p->e) {
 			problem(f, true, "page %s (ino %" PRIu64 "): dangling row: extent %" PRIu64
-				" does not exist", p->path, p->ino, p->extent_id);
+				" does not exist", fsck_page_path(f, p), p->ino, p->extent_id);
 			p->lost = true;
 			p->why = "its extent row does not exist";
 			continue;
@@ -380,8 +395,8 @@ void check_page_refs(struct fsck *f)
 		p->e->pages++;
 		if (p->size != p->e->r.length) {
 			problem(f, true, "page %s (ino %" PRIu64 "): size %" PRId64 " differs from "
-				"extent %" PRIu64 " length %" PRId64, p->path, p->ino, p->size,
-				p->extent_id, p->e->r.length);
+				"extent %" PRIu64 " length %" PRId64, fsck_page_path(f, p), p->ino,
+				p->size, p->extent_id, p->e->r.length);
 			p->lost = true;
 			p->why = "its size differs from its extent's length";
 		}
