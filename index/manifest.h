@@ -279,8 +279,11 @@ int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen);
 /* The part of kv_manifest_check that `kvfs fsck` does not do itself: meta
  * and every row's values as kv_manifest_load judges them, but for a page's
- * size against its extent's length. One sequential scan per table. */
-int kv_manifest_check_rows(struct kv_manifest *m, char *msg, size_t msglen);
+ * size against its extent's length, which is v's to check (v may be NULL;
+ * its sizes_checked is implied). One sequential scan per table, handing
+ * each row to v as kv_manifest_load does. */
+int kv_manifest_check_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
+			   void *arg, char *msg, size_t msglen);
 
 /*
  * Offline checking for `kvfs fsck` (check.c). Unlike kv_manifest_load these

@@ -61,6 +61,9 @@ struct fsck {
 	size_t next, ext_cap;
 	struct page *pg;             /* by ino */
 	size_t npg, pg_cap;
+	uint64_t *layer;             /* layers' inodes, ascending (read_rows) */
+	size_t nlayer, layer_cap;
+	bool rows_ok;                /* read_rows' one pass proved every row's values */
 	struct seg *seg;             /* by (stripe, num) */
 	size_t nseg, seg_cap;
 	struct ext **byloc;          /* extents with a segment, by (seg, offset) */

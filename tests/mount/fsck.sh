@@ -223,5 +223,11 @@ fsck_expect 4 "$T/nolayer.ro" "$d"
 grep -q "table pages, row [0-9]*: refers to a layers row that does not exist" "$T/nolayer.ro" ||
 	{ cat "$T/nolayer.ro" >&2; fail "nolayer: fsck did not report the missing layer"; }
 echo "ok: nolayer"
+d=$(copy_store layergone)   # the pages' rows intact, their layer's row deleted
+sql "$d" "DELETE FROM layers WHERE name = '01'" >/dev/null
+fsck_expect 4 "$T/layergone.ro" "$d"
+[ "$(grep -c "refers to a layers row that does not exist" "$T/layergone.ro")" -eq 32 ] ||
+	{ cat "$T/layergone.ro" >&2; fail "layergone: not every page of m/01 reported"; }
+echo "ok: layergone"
 
 echo "PASS: fsck finds, repairs and reports store damage"
