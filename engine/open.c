@@ -494,8 +494,10 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	rc = kv_manifest_open(dir, &fs->man);
 	if (rc == 0)
 		rc = lock_store(fs);
-	if (rc == 0)
+	if (rc == 0) {
+		kv_manifest_prefetch(fs->man);   /* everything below walks it all */
 		rc = kv_manifest_quick_check(fs->man);
+	}
 	if (rc == 0)
 		rc = kv_manifest_recover(fs->man, NULL);
 	if (rc < 0)

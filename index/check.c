@@ -5,8 +5,8 @@
  * refuse, but fsck wants to see every problem and repair what it can. So the
  * walks here hand out raw values (possibly out of range, a hash of the wrong
  * length, a page whose layer is gone) and leave judging them to the caller;
- * only SQLite-level problems (integrity_check, foreign_key_check, meta
- * identity) are judged here, because they need the database handle. The
+ * only SQLite-level problems (quick_check, index against table, the layers'
+ * foreign key, meta identity) are judged here, because they need the database handle. The
  * repair helper sets a refcount to an absolute value, which the committer
  * never needs (it only moves counts by a delta that can never reach 0).
  */
@@ -71,7 +71,7 @@ static int integrity_row(sqlite3_stmt *st, void *a)
 
 	if (strcmp(s, "ok") == 0)
 		return 0;
-	reportf(c->report, c->arg, "manifest: integrity_check: %s", s);
+	reportf(c->report, c->arg, "manifest: quick_check: %s", s);
 	c->problems++;
 	return 0;
 }
@@ -146,11 +146,23 @@ int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void
 	struct db_check c = { .report = report, .arg = arg };
 	int rc;
 
-	rc = each_row(m, "PRAGMA integrity_check(" STR(INTEGRITY_MAX_LINES) ")",
+	/* quick_check and the index scans together prove what integrity_check
+	 * does, in O(N) (check_idx.c). Indexes on damaged b-tree pages are not
+	 * scanned: the damage is reported, and a scan would only stop at it. */
+	rc = each_row(m, "PRAGMA quick_check(" STR(INTEGRITY_MAX_LINES) ")",
 		      integrity_row, &c);
 	if (rc)
 		return rc;
-	rc = each_row(m, "PRAGMA foreign_key_check", fk_row, &c);
+	if (c.problems == 0) {
+		rc = mf_check_indexes(m, report, arg);
+		if (rc < 0)
+			return rc;
+		c.problems += rc;
+	}
+	/* Only the layers' foreign key here: a page's layer and extent are
+	 * checked by the page walk (kv_manifest_walk_pages), without a b-tree
+	 * seek per page. */
+	rc = each_row(m, "PRAGMA foreign_key_check(layers)", fk_row, &c);
 	if (rc)
 		return rc;
 	rc = check_versions(m, &c);
@@ -205,40 +217,114 @@ int kv_manifest_walk_extents(struct kv_manifest *m,
 			"FROM extents ORDER BY id", extent_row, &w);
 }
 
+/* A growing list of inode numbers, one per row (the first column). */
+struct inos {
+	int64_t *ino;
+	size_t n, cap;
+};
+
+static int ino_row(sqlite3_stmt *st, void *a)
+{
+	struct inos *d = a;
+
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 16;
+		int64_t *ni = realloc(d->ino, cap * sizeof(*ni));
+
+		if (!ni)
+			return -ENOMEM;
+		d->ino = ni;
+		d->cap = cap;
+	}
+	d->ino[d->n++] = sqlite3_column_int64(st, 0);
+	return 0;
+}
+
+struct page_walk {
+	struct walk w;
+	struct inos layers;          /* every layer's inode, ascending */
+};
+
+static bool has_layer(const struct page_walk *pw, int64_t ino)
+{
+	size_t lo = 0, hi = pw->layers.n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (pw->layers.ino[mid] == ino)
+			return true;
+		if (pw->layers.ino[mid] < ino)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
 static int page_row(sqlite3_stmt *st, void *a)
 {
-	struct walk *w = a;
+	struct page_walk *pw = a;
 	struct kv_check_page p;
-	char path[3 * (KV_NAME_MAX + 1) + 8];
+	int64_t layer = sqlite3_column_int64(st, 4);
 
 	memset(&p, 0, sizeof(p));
 	p.ino = sqlite3_column_int64(st, 0);
 	p.extent_id = sqlite3_column_int64(st, 1);
 	p.size = sqlite3_column_int64(st, 2);
-	p.ident_ok = sqlite3_column_int64(st, 7) ==
-		     mf_ident_page(p.ino, (uint64_t)sqlite3_column_int64(st, 6),
-				   mf_col_str(st, 3), p.extent_id, (uint64_t)p.size);
-	/* Missing parents print as "?": the path is for a human to recognise
-	 * the page, the foreign key check reports the missing row itself. */
-	snprintf(path, sizeof(path), "%s/%s/%s",
-		 sqlite3_column_type(st, 5) == SQLITE_NULL ? "?" : mf_col_str(st, 5),
-		 sqlite3_column_type(st, 4) == SQLITE_NULL ? "?" : mf_col_str(st, 4),
-		 mf_col_str(st, 3));
-	p.path = path;
-	return w->page(w->arg, &p);
+	p.ident_ok = sqlite3_column_int64(st, 5) ==
+		     mf_ident_page(p.ino, (uint64_t)layer, mf_col_str(st, 3), p.extent_id,
+				   (uint64_t)p.size);
+	p.layer_ok = sqlite3_column_type(st, 4) == SQLITE_INTEGER && has_layer(pw, layer);
+	return pw->w.page(pw->w.arg, &p);
 }
 
+/*
+ * The layers' inodes are read first (a few rows), so that the pages are one
+ * sequential scan with no join: a join costs a b-tree seek per page.
+ */
 int kv_manifest_walk_pages(struct kv_manifest *m,
 			   int (*fn)(void *arg, const struct kv_check_page *p),
 			   void *arg)
 {
-	struct walk w = { .page = fn, .arg = arg };
+	struct page_walk pw = { .w = { .page = fn, .arg = arg } };
+	int rc;
 
-	return each_row(m, "SELECT p.ino, p.extent_id, p.size, p.name, l.name, mo.name, "
-			"p.layer_ino, p.ident "
-			"FROM pages AS p LEFT JOIN layers AS l ON l.ino = p.layer_ino "
-			"LEFT JOIN models AS mo ON mo.ino = l.model_ino ORDER BY p.ino",
-			page_row, &w);
+	rc = each_row(m, "SELECT ino FROM layers ORDER BY ino", ino_row, &pw.layers);
+	if (rc == 0)
+		rc = each_row(m, "SELECT ino, extent_id, size, name, layer_ino, ident "
+			      "FROM pages ORDER BY ino", page_row, &pw);
+	free(pw.layers.ino);
+	return rc;
+}
+
+int kv_manifest_page_path(struct kv_manifest *m, uint64_t ino, char *out, size_t len)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	snprintf(out, len, "?/?/?");
+	rc = sqlite3_prepare_v2(m->db, "SELECT p.name, l.name, mo.name FROM pages AS p "
+				"LEFT JOIN layers AS l ON l.ino = p.layer_ino LEFT JOIN models "
+				"AS mo ON mo.ino = l.model_ino WHERE p.ino = ?1", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing a page's path");
+	sqlite3_bind_int64(st, 1, (int64_t)ino);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		/* Missing parents print as "?": the path is for a human to
+		 * recognise the page; the missing row is reported on its own. */
+		snprintf(out, len, "%s/%s/%s",
+			 sqlite3_column_type(st, 2) == SQLITE_NULL ? "?" : mf_col_str(st, 2),
+			 sqlite3_column_type(st, 1) == SQLITE_NULL ? "?" : mf_col_str(st, 1),
+			 mf_col_str(st, 0));
+		rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT :
+		     mf_db_fail(m->db, m->path, rc, "reading the path of page %" PRIu64, ino);
+	}
+	sqlite3_finalize(st);
+	return rc;
 }
 
 /* ---- repair ---- */
@@ -272,28 +358,6 @@ int kv_manifest_set_refcount(struct kv_manifest *m, uint64_t id, uint32_t count)
 }
 
 /* ---- inode numbers held twice ---- */
-
-struct dup_inodes {
-	int64_t *ino;
-	size_t n, cap;
-};
-
-static int dup_row(sqlite3_stmt *st, void *a)
-{
-	struct dup_inodes *d = a;
-
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 16;
-		int64_t *ni = realloc(d->ino, cap * sizeof(*ni));
-
-		if (!ni)
-			return -ENOMEM;
-		d->ino = ni;
-		d->cap = cap;
-	}
-	d->ino[d->n++] = sqlite3_column_int64(st, 0);
-	return 0;
-}
 
 /* Give the row(s) of one table holding ino a new number, its children and
  * identity checks following. */
@@ -355,14 +419,20 @@ int kv_manifest_check_inodes(struct kv_manifest *m, bool fix,
 			     kv_check_report_fn *report, void *arg)
 {
 	static const char *const tables[] = { "models", "layers", "pages" };
-	struct dup_inodes d = { 0 };
+	struct inos d = { 0 };
 	sqlite3_stmt *st;
 	int64_t next = 0;
 	int rc;
 
-	rc = each_row(m, "SELECT ino FROM (SELECT ino FROM models UNION ALL SELECT ino "
-		      "FROM layers UNION ALL SELECT ino FROM pages) GROUP BY ino HAVING "
-		      "count(*) > 1 OR ino = 1", dup_row, &d);
+	/* Each table's primary key keeps its own rows apart, so a number held
+	 * twice is held by rows of two tables: look up each model's and
+	 * layer's in the other tables (a few seeks) rather than group every
+	 * page's (a sort of them all). */
+	rc = each_row(m, "SELECT ino FROM models AS x WHERE ino = 1 OR EXISTS (SELECT 1 "
+		      "FROM layers AS y WHERE y.ino = x.ino) OR EXISTS (SELECT 1 FROM pages "
+		      "AS y WHERE y.ino = x.ino) UNION SELECT ino FROM layers AS x WHERE ino "
+		      "= 1 OR EXISTS (SELECT 1 FROM pages AS y WHERE y.ino = x.ino) UNION "
+		      "SELECT ino FROM pages WHERE ino = 1", ino_row, &d);
 	if (rc == 0 && fix && d.n) {
 		rc = mf_query_row(m->db, m->path, "SELECT max(ino) FROM (SELECT ino FROM models "
 				  "UNION ALL SELECT ino FROM layers UNION ALL SELECT ino FROM "

@@ -160,7 +160,7 @@ int kv_index_load(struct kv_index *x, struct kv_manifest *m)
 {
 	static const struct kv_manifest_visitor v = {
 		.counts = load_counts, .model = load_model, .layer = load_layer,
-		.extent = load_extent, .page = load_page,
+		.extent = load_extent, .page = load_page, .sizes_checked = true,
 	};
 	int rc;
 

@@ -131,6 +131,12 @@ int kv_manifest_create_bare(const char *store_dir, const struct kv_store_meta *m
  * gives KV_ERR_NOTSTORE; a damaged database KV_ERR_CORRUPT. -ENOENT if absent.
  */
 int kv_manifest_open(const char *store_dir, struct kv_manifest **out);
+/*
+ * Read kvfs.db, its WAL and kvfs.journal once, sequentially, into the page
+ * cache, for a caller about to walk all of them (mount, fsck). Best effort:
+ * never fails; files larger than a quarter of RAM are skipped.
+ */
+void kv_manifest_prefetch(struct kv_manifest *m);
 void kv_manifest_close(struct kv_manifest *m);
 
 /*
@@ -255,6 +261,10 @@ struct kv_manifest_visitor {
 	int (*extent)(void *arg, const struct kv_extent_rec *r);
 	int (*page)(void *arg, const struct kv_page_rec *r);
 	int (*counts)(void *arg, uint64_t nodes, uint64_t extents);
+	/* The visitor compares every page's size with its extent's length
+	 * itself (the index does, from the extents it was given): the walk
+	 * then leaves that check out, which saves a b-tree seek per page. */
+	bool sizes_checked;
 };
 int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 		     void *arg);
@@ -267,6 +277,13 @@ int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
  * error if the check could not run. Reads everything: for fsck, not mount.
  */
 int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen);
+/* The part of kv_manifest_check that `kvfs fsck` does not do itself: meta
+ * and every row's values as kv_manifest_load judges them, but for a page's
+ * size against its extent's length, which is v's to check (v may be NULL;
+ * its sizes_checked is implied). One sequential scan per table, handing
+ * each row to v as kv_manifest_load does. */
+int kv_manifest_check_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
+			   void *arg, char *msg, size_t msglen);
 
 /*
  * Offline checking for `kvfs fsck` (check.c). Unlike kv_manifest_load these
@@ -274,9 +291,12 @@ int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen);
  * range, and the caller judges and reports every problem.
  */
 typedef void kv_check_report_fn(void *arg, const char *line);
-/* PRAGMA integrity_check, foreign_key_check (except pages naming a missing
- * extent: the caller reports those as dangling rows) and the schema version
- * rows. Each problem is one report() line; returns how many, or -errno. */
+/* PRAGMA quick_check, every index against its table (what integrity_check
+ * adds to quick_check, by sequential scans), the layers' foreign key (a
+ * page's layer is the page walk's layer_ok, its extent the caller's to
+ * look up), the identity checks of models and layers, and the schema
+ * version rows. Each problem is one report() line; returns how many, or
+ * -errno. */
 int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
 
 struct kv_check_extent {
@@ -291,8 +311,7 @@ struct kv_check_page {
 	uint64_t extent_id;
 	int64_t size;
 	bool ident_ok;       /* the row's identity check matches */
-	const char *path;    /* "model/layer/name", "?" for a missing parent;
-	                      * valid during the callback only */
+	bool layer_ok;       /* its layer row exists (the foreign key) */
 };
 /* Every extent row by id, every page row by ino; fn's non-zero stops the
  * walk and is returned. */
@@ -302,6 +321,9 @@ int kv_manifest_walk_extents(struct kv_manifest *m,
 int kv_manifest_walk_pages(struct kv_manifest *m,
 			   int (*fn)(void *arg, const struct kv_check_page *p),
 			   void *arg);
+/* "model/layer/name" of page ino into out, "?" for a missing parent (for
+ * the lines naming a page; the walk carries no names). -ENOENT if no row. */
+int kv_manifest_page_path(struct kv_manifest *m, uint64_t ino, char *out, size_t len);
 /* PRAGMA quick_check: every b-tree page of the database readable and well
  * formed (not the index-to-table agreement integrity_check also proves).
  * 0, or KV_ERR_CORRUPT with a log line per problem. The mount runs it: a

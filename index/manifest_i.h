@@ -85,6 +85,10 @@ int mf_query_row(sqlite3 *db, const char *path, const char *sql,
 		 const char *param, sqlite3_stmt **out);
 /* Column text for a log line, never NULL. */
 const char *mf_col_str(sqlite3_stmt *st, int col);
+/* Every index of the schema's tables against its table, by sequential
+ * scans (check_idx.c): a report line per index that differs; returns the
+ * number of lines, or -errno. */
+int mf_check_indexes(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
 /* meta[key] as an integer in [lo, hi]; KV_ERR_CORRUPT (described in err)
  * if absent or not. */
 int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,

@@ -325,6 +325,10 @@ static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 			"refcount FROM extents ORDER BY id", row_extent);
 	if (rc)
 		return rc;
+	if (v && v->sizes_checked)
+		return load_table(&l, "SELECT ino, layer_ino, name, extent_id, size, mode, "
+				  "uid, gid, ctime_ns, mtime_ns, atime_ns, NULL, ident FROM "
+				  "pages ORDER BY ino", row_page);
 	return load_table(&l, "SELECT p.ino, p.layer_ino, p.name, p.extent_id, "
 			  "p.size, p.mode, p.uid, p.gid, p.ctime_ns, p.mtime_ns, "
 			  "p.atime_ns, e.length, p.ident FROM pages AS p LEFT JOIN extents AS e "
@@ -481,6 +485,8 @@ int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 struct check_args {
 	char *msg;
 	size_t len;
+	struct kv_manifest_visitor v;   /* check_rows_fn's */
+	void *arg;
 };
 
 static int check_integrity(struct kv_manifest *m, struct check_args *c)
@@ -636,18 +642,51 @@ static int check_fn(struct kv_manifest *m, void *a)
 	return check_overlaps(m, c);
 }
 
-int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen)
+/* Only the values: read_meta and load_rows of check_fn, handing the rows
+ * to the caller's visitor, which checks the page sizes itself. */
+static int check_rows_fn(struct kv_manifest *m, void *a)
 {
-	struct check_args c = { .msg = msg, .len = msglen };
+	struct check_args *c = a;
+	struct kv_store_meta *meta = malloc(sizeof(*meta));
 	int rc;
 
-	if (msg && msglen)
-		msg[0] = '\0';
-	rc = with_snapshot(m, check_fn, &c);
+	if (!meta)
+		return -ENOMEM;
+	rc = read_meta(m, meta, c->msg, c->len);
+	free(meta);
+	return rc ? rc : load_rows(m, &c->v, c->arg, c->msg, c->len);
+}
+
+/* fn in one snapshot; KV_ERR_CORRUPT logged, any other failure into msg. */
+static int run_check(struct kv_manifest *m, int (*fn)(struct kv_manifest *m, void *a),
+		     struct check_args *c)
+{
+	int rc;
+
+	if (c->msg && c->len)
+		c->msg[0] = '\0';
+	rc = with_snapshot(m, fn, c);
 	if (rc == KV_ERR_CORRUPT)
-		kv_log(KV_LOG_WARN, "manifest %s: check: %s", m->path, msg ? msg : "damaged");
-	else if (rc < 0 && msg && msglen)
-		snprintf(msg, msglen, "check could not run: %s", kv_strerror(rc));
+		kv_log(KV_LOG_WARN, "manifest %s: check: %s", m->path, c->msg ? c->msg : "damaged");
+	else if (rc < 0 && c->msg && c->len)
+		snprintf(c->msg, c->len, "check could not run: %s", kv_strerror(rc));
 	return rc;
 }
 
+int kv_manifest_check_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
+			   void *arg, char *msg, size_t msglen)
+{
+	struct check_args c = { .msg = msg, .len = msglen, .arg = arg };
+
+	if (v)
+		c.v = *v;
+	c.v.sizes_checked = true;
+	return run_check(m, check_rows_fn, &c);
+}
+
+int kv_manifest_check(struct kv_manifest *m, char *msg, size_t msglen)
+{
+	struct check_args c = { .msg = msg, .len = msglen };
+
+	return run_check(m, check_fn, &c);
+}

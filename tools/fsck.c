@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -126,13 +127,6 @@ void phase_end(struct fsck *f)
 {
 	progress_finish(f->pr);
 	f->pr = NULL;
-}
-
-static void report_line(void *arg, const char *line)
-{
-	struct fsck *f = arg;
-
-	problem(f, false, "%s", line);
 }
 
 static void report_fixable(void *arg, const char *line)
@@ -264,6 +258,8 @@ static int open_store(struct fsck *f)
 		return KV_ERR_NOTSTORE;
 	}
 	rc = kv_manifest_open(f->store, &f->m);
+	if (rc == 0)
+		kv_manifest_prefetch(f->m);   /* every check below walks it all */
 	if (rc == KV_ERR_NOTSTORE && kv_manifest_has_journal(f->store))
 		rc = KV_ERR_CORRUPT;   /* kvfs.db truncated or overwritten */
 	if (rc == KV_ERR_CORRUPT && kv_manifest_has_journal(f->store) && (f->repair || f->rebuild))
@@ -279,11 +275,20 @@ static int open_store(struct fsck *f)
 	return rc;
 }
 
-/* After all else (or after repair): what the daemon's load would say. */
-static void final_check(struct fsck *f, const char *when)
+/*
+ * After all else: what the daemon's load would say. After the checks, only
+ * the row values are left to prove (the checks above did the rest without
+ * a b-tree seek per row); after a repair, everything again.
+ */
+static void final_check(struct fsck *f, const char *when, bool full)
 {
 	char msg[768];
-	int rc = kv_manifest_check(f->m, msg, sizeof(msg));
+	int rc;
+
+	if (!full && f->rows_ok)
+		return;   /* read_rows' pass proved it, and nothing has changed since */
+	rc = full ? kv_manifest_check(f->m, msg, sizeof(msg)) :
+		    kv_manifest_check_rows(f->m, NULL, NULL, msg, sizeof(msg));
 
 	if (rc == KV_ERR_CORRUPT)
 		problem(f, false, "manifest %s: %s", when, msg);
@@ -291,15 +296,116 @@ static void final_check(struct fsck *f, const char *when)
 		fprintf(stderr, "kvfs fsck: the manifest check could not run: %s\n", msg);
 }
 
+/* ---- the database check, on a thread of its own ----
+ *
+ * kv_manifest_check_db (quick_check, every index against its table) reads
+ * the whole database once more; it needs nothing from the row checks, so
+ * it runs on a second connection while they do, and its lines are held
+ * until it is joined (two threads never print at once).
+ */
+struct db_job {
+	struct kv_manifest *m;       /* its own connection */
+	pthread_t th;
+	bool started;
+	char **lines;
+	size_t n, cap;
+	bool nomem;                  /* a line could not be kept */
+	int rc;
+};
+
+static void hold_line(void *arg, const char *line)
+{
+	struct db_job *j = arg;
+
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? 2 * j->cap : 16;
+		char **nl = realloc(j->lines, cap * sizeof(*nl));
+
+		if (!nl) {
+			j->nomem = true;
+			return;
+		}
+		j->lines = nl;
+		j->cap = cap;
+	}
+	if (!(j->lines[j->n] = strdup(line)))
+		j->nomem = true;
+	else
+		j->n++;
+}
+
+static void *db_thread(void *arg)
+{
+	struct db_job *j = arg;
+
+	j->rc = kv_manifest_check_db(j->m, hold_line, j);
+	return NULL;
+}
+
+/* Start the check; where a second connection cannot be had, it runs here
+ * and now on the first (same lines, no overlap). */
+static void db_check_start(struct fsck *f, struct db_job *j)
+{
+	int rc = kv_manifest_open(f->store, &j->m);
+
+	if (rc == 0 && (rc = -pthread_create(&j->th, NULL, db_thread, j)) == 0) {
+		j->started = true;
+		return;
+	}
+	if (j->m) {
+		kv_manifest_close(j->m);
+		j->m = NULL;
+	}
+	j->rc = kv_manifest_check_db(f->m, hold_line, j);
+}
+
+/* Join it and report what it found; its error, if any. */
+static int db_check_end(struct fsck *f, struct db_job *j)
+{
+	if (j->started)
+		pthread_join(j->th, NULL);
+	j->started = false;
+	for (size_t i = 0; i < j->n; i++) {
+		problem(f, false, "%s", j->lines[i]);
+		free(j->lines[i]);
+	}
+	free(j->lines);
+	j->lines = NULL;
+	j->n = 0;
+	if (j->m)
+		kv_manifest_close(j->m);
+	j->m = NULL;
+	if (j->nomem && j->rc >= 0)
+		j->rc = -ENOMEM;     /* a problem it found went unsaid */
+	return j->rc < 0 ? j->rc : 0;
+}
+
 /* ---- driver ---- */
+
+static int row_checks(struct fsck *f);
 
 static int run_checks(struct fsck *f)
 {
+	struct db_job j = { 0 };
+	int rc, rc2;
+
+	db_check_start(f, &j);
+	rc = row_checks(f);
+	rc2 = db_check_end(f, &j);
+	if (rc < 0 || rc2 < 0)
+		return rc < 0 ? rc : rc2;
+	if (f->verify && (rc = verify_data(f)) < 0)
+		return rc;
+	if (f->problems == 0)
+		final_check(f, "check", false);
+	return 0;
+}
+
+/* Everything but the database check, against the manifest's rows. */
+static int row_checks(struct fsck *f)
+{
 	int rc;
 
-	rc = kv_manifest_check_db(f->m, report_line, f);
-	if (rc < 0)
-		return rc;
 	f->meta = malloc(sizeof(*f->meta));
 	if (!f->meta)
 		return -ENOMEM;
@@ -322,13 +428,7 @@ static int run_checks(struct fsck *f)
 	phase_start(f, "fsck: segment files", f->nseg, "files");
 	rc = scan_orphans(f, false);
 	phase_end(f);
-	if (rc < 0)
-		return rc;
-	if (f->verify && (rc = verify_data(f)) < 0)
-		return rc;
-	if (f->problems == 0)
-		final_check(f, "check");
-	return 0;
+	return rc;
 }
 
 static void summary(struct fsck *f, int status)
@@ -404,7 +504,7 @@ static int fsck_run(struct fsck *f)
 			fprintf(stderr, "kvfs fsck: the journal could not be rewritten after "
 				"the repair; the next mount rewrites it\n");
 		if (f->problems == f->fixed)
-			final_check(f, "after repair");
+			final_check(f, "after repair", true);
 	}
 	return (f->fixed ? EXIT_FIXED : 0) | (f->problems > f->fixed ? EXIT_LEFT : 0);
 }
@@ -420,6 +520,7 @@ static void fsck_free(struct fsck *f)
 		if (f->seg[i].fd >= 0)
 			close(f->seg[i].fd);
 	free(f->pg);
+	free(f->layer);
 	free(f->ext);
 	free(f->seg);
 	free(f->byloc);

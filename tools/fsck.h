@@ -39,7 +39,7 @@ struct ext {
 struct page {
 	uint64_t ino, extent_id;
 	int64_t size;
-	char *path;
+	char *path;          /* "model/layer/name", read when first named */
 	struct ext *e;       /* NULL: dangling */
 	bool ident_ok;       /* its row's identity check matches */
 	bool lost;           /* repair deletes it */
@@ -61,6 +61,9 @@ struct fsck {
 	size_t next, ext_cap;
 	struct page *pg;             /* by ino */
 	size_t npg, pg_cap;
+	uint64_t *layer;             /* layers' inodes, ascending (read_rows) */
+	size_t nlayer, layer_cap;
+	bool rows_ok;                /* read_rows' one pass proved every row's values */
 	struct seg *seg;             /* by (stripe, num) */
 	size_t nseg, seg_cap;
 	struct ext **byloc;          /* extents with a segment, by (seg, offset) */
@@ -83,6 +86,8 @@ void fsck_say(struct fsck *f, const char *fmt, ...);
 
 /* fsck_check.c */
 int read_rows(struct fsck *f);
+/* p's path for a line (read from the manifest on first use). */
+const char *fsck_page_path(struct fsck *f, struct page *p);
 int scan_stripes(struct fsck *f);
 void seg_path(struct fsck *f, uint32_t stripe, uint32_t num, char *out, size_t len);
 __attribute__((format(printf, 3, 4)))

@@ -63,27 +63,118 @@ static int add_page(void *arg, const struct kv_check_page *r)
 	p->extent_id = r->extent_id;
 	p->size = r->size;
 	p->ident_ok = r->ident_ok;
-	p->path = strdup(r->path);
-	if (!p->path)
-		return -ENOMEM;
+	if (!r->layer_ok)
+		problem(f, false, "manifest: table pages, row %" PRIu64 ": refers to a layers "
+			"row that does not exist (foreign key)", r->ino);
 	f->npg++;
 	progress_add(f->pr, 1);
 	return 0;
 }
 
+/*
+ * One pass first: the rows as the mount's load judges them (every value in
+ * range, the identity checks), handed here as they come. On a sound
+ * manifest that both reads the rows and proves their values, so the final
+ * check has nothing left to do (f->rows_ok). A row that pass refuses, or a
+ * page whose layer is missing, ends it: the raw walks then read every row
+ * as it is, for the checks to judge and report one by one.
+ */
+static int fast_layer(void *arg, const struct kv_layer_rec *r)
+{
+	struct fsck *f = arg;
+
+	if (f->nlayer == f->layer_cap) {
+		size_t cap = f->layer_cap ? 2 * f->layer_cap : 64;
+		uint64_t *n = realloc(f->layer, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		f->layer = n;
+		f->layer_cap = cap;
+	}
+	f->layer[f->nlayer++] = r->ino;
+	return 0;
+}
+
+static bool has_layer(const struct fsck *f, uint64_t ino)
+{
+	size_t lo = 0, hi = f->nlayer;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->layer[mid] == ino)
+			return true;
+		if (f->layer[mid] < ino)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+static int fast_extent(void *arg, const struct kv_extent_rec *r)
+{
+	struct kv_check_extent e = {
+		.id = r->id, .stripe = r->ext.stripe, .segment = r->ext.segment,
+		.offset = (int64_t)r->ext.offset, .length = (int64_t)r->ext.length,
+		.refcount = r->refcount, .ints_ok = true, .hash_ok = true,
+	};
+
+	memcpy(e.hash, r->hash, KV_HASH_LEN);
+	return add_extent(arg, &e);
+}
+
+#define FAST_STOP 1   /* not an error: the raw walks take over */
+
+static int fast_page(void *arg, const struct kv_page_rec *r)
+{
+	struct kv_check_page p = {
+		.ino = r->ino, .extent_id = r->extent_id, .size = (int64_t)r->size,
+		.ident_ok = true, .layer_ok = true,
+	};
+
+	if (!has_layer(arg, r->layer_ino))
+		return FAST_STOP;
+	return add_page(arg, &p);
+}
+
 int read_rows(struct fsck *f)
 {
+	static const struct kv_manifest_visitor v = {
+		.layer = fast_layer, .extent = fast_extent, .page = fast_page,
+	};
+	char msg[768];
 	int rc;
 
 	/* the manifest does not say how many rows there are: no total */
 	phase_start(f, "fsck: manifest rows", 0, "rows");
-	rc = kv_manifest_walk_extents(f->m, add_extent, f);
-	if (rc == 0)
-		rc = kv_manifest_walk_pages(f->m, add_page, f);
+	rc = kv_manifest_check_rows(f->m, &v, f, msg, sizeof(msg));
+	f->rows_ok = rc == 0;
+	if (rc == KV_ERR_CORRUPT || rc == FAST_STOP) {
+		f->next = f->npg = 0;
+		rc = kv_manifest_walk_extents(f->m, add_extent, f);
+		if (rc == 0)
+			rc = kv_manifest_walk_pages(f->m, add_page, f);
+	}
 	phase_end(f);
 	if (rc < 0)
 		fprintf(stderr, "kvfs fsck: cannot read the manifest rows: %s\n", kv_strerror(rc));
 	return rc;
+}
+
+/* Rows carry no names (a million strdups); a page named in a line gets its
+ * path from the manifest then, before any repair deletes its row. */
+const char *fsck_page_path(struct fsck *f, struct page *p)
+{
+	char path[3 * (KV_NAME_MAX + 1) + 8];
+
+	if (p->path)
+		return p->path;
+	if (kv_manifest_page_path(f->m, p->ino, path, sizeof(path)) < 0)
+		return "?/?/?";
+	p->path = strdup(path);
+	return p->path ? p->path : "?/?/?";
 }
 
 static struct ext *find_extent(struct fsck *f, uint64_t id)
@@ -274,14 +365,15 @@ static void check_extent_place(struct fsck *f, struct ext *e)
 
 	if (!f->stripe_ok[stripe])
 		return;   /* reported once for the stripe; never delete a whole disk */
-	seg_path(f, stripe, num, path, sizeof(path));
 	s = find_seg(f, stripe, num);
-	if (s < 0) {
-		extent_bad(f, e, "segment file %s is missing", path);
+	if (s >= 0)
+		e->seg = s;
+	if (s >= 0 && end <= f->seg[s].size)
 		return;
-	}
-	e->seg = s;
-	if (end > f->seg[s].size)
+	seg_path(f, stripe, num, path, sizeof(path));   /* for the line only */
+	if (s < 0)
+		extent_bad(f, e, "segment file %s is missing", path);
+	else
 		extent_bad(f, e, "truncated segment: the extent ends at %" PRIu64 " but %s is "
 			   "%" PRIu64 " bytes", end, path, f->seg[s].size);
 }
@@ -366,13 +458,13 @@ void check_page_refs(struct fsck *f)
 			/* Its checksum would pass: the bytes are some page's. */
 			problem(f, true, "page %s (ino %" PRIu64 "): its identity check fails "
 				"(name, layer, extent or size changed outside kvfs): its bytes "
-				"may be another page's", p->path, p->ino);
+				"may be another page's", fsck_page_path(f, p), p->ino);
 			p->lost = true;
 			p->why = "its row's identity check fails";
 		}
 		if (!p->e) {
 			problem(f, true, "page %s (ino %" PRIu64 "): dangling row: extent %" PRIu64
-				" does not exist", p->path, p->ino, p->extent_id);
+				" does not exist", fsck_page_path(f, p), p->ino, p->extent_id);
 			p->lost = true;
 			p->why = "its extent row does not exist";
 			continue;
@@ -380,8 +472,8 @@ void check_page_refs(struct fsck *f)
 		p->e->pages++;
 		if (p->size != p->e->r.length) {
 			problem(f, true, "page %s (ino %" PRIu64 "): size %" PRId64 " differs from "
-				"extent %" PRIu64 " length %" PRId64, p->path, p->ino, p->size,
-				p->extent_id, p->e->r.length);
+				"extent %" PRIu64 " length %" PRId64, fsck_page_path(f, p), p->ino,
+				p->size, p->extent_id, p->e->r.length);
 			p->lost = true;
 			p->why = "its size differs from its extent's length";
 		}

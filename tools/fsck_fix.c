@@ -246,6 +246,8 @@ static void plan_repair(struct fsck *f)
 			p->lost = true;
 			p->why = p->e->why ? p->e->why : "its extent is damaged";
 		}
+		if (p->lost)
+			fsck_page_path(f, p);   /* now: the repair deletes its row */
 		if (p->e && !p->lost)
 			p->e->kept++;
 	}
@@ -295,7 +297,7 @@ int repair(struct fsck *f)
 		if (!f->pg[i].lost)
 			continue;
 		fsck_say(f, "repair: deleted page %s (ino %" PRIu64 "): %s",
-			 f->pg[i].path, f->pg[i].ino, f->pg[i].why);
+			 fsck_page_path(f, &f->pg[i]), f->pg[i].ino, f->pg[i].why);
 		f->lost_pages++;
 	}
 	/* Rows are durable: what they no longer name can go (rule 4). */

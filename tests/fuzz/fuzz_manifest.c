@@ -246,7 +246,7 @@ static int load_index(struct kv_manifest *m, const struct kv_store_meta *meta)
 static void run(struct fuzz_manifest_result *res)
 {
 	static const struct kv_manifest_visitor v = {
-		row_model, row_layer, row_extent, row_page, NULL,
+		row_model, row_layer, row_extent, row_page, NULL, false,
 	};
 	struct kv_store_meta *meta = malloc(sizeof(*meta));
 	struct rows rows = { 0 };

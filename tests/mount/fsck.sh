@@ -2,8 +2,11 @@
 # kvfs fsck: a clean store passes; each kind of damage, planted alone in its
 # own copy of the store, is found (exit 4, named), --repair fixes it (exit 1)
 # losing only the damaged pages, a second fsck is clean (exit 0), and the
-# store mounts with every other page bit-exact. Plus the operational and
-# usage exits: mounted store 8, missing store 8, bad arguments 16.
+# store mounts with every other page bit-exact. Damage PRAGMA quick_check
+# does not see (an index that disagrees with its table, a UNIQUE index
+# holding a key twice) and a page whose layer is gone are found too. Plus
+# the operational and usage exits: mounted store 8, missing store 8, bad
+# arguments 16.
 . "$(dirname "$0")/lib.sh"
 
 # sql DIR QUERY: run one statement on DIR/kvfs.db with foreign keys off (so
@@ -185,5 +188,46 @@ seg=$(sql "$d" "SELECT min(segment) FROM extents")
 sz=$(stat -c %s "$(printf '%s/stripe0/seg-%08d' "$d" "$seg")")
 head -c 4096 /dev/urandom | dd of="$(printf '%s/stripe0/seg-%08d' "$d" "$seg")" bs=4096 seek=$(((sz + 4095) / 4096 + 4)) conv=notrunc status=none
 repair_case orphan "$d" "orphaned space" ""
+
+# ---- damage PRAGMA quick_check does not see: an index against its table ----
+# set_index_sql DIR SQL: redefine index pages_extent without rebuilding it,
+# so its entries no longer say what the definition says.
+set_index_sql() {
+	python3 - "$1/kvfs.db" "$2" <<'PY' || fail "redefining pages_extent in $1"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("PRAGMA writable_schema = ON")
+db.execute("UPDATE sqlite_schema SET sql = ? WHERE name = 'pages_extent'", (sys.argv[2],))
+db.commit()
+PY
+}
+d=$(copy_store index)
+set_index_sql "$d" "CREATE INDEX pages_extent ON pages (size)"
+[ "$(sql "$d" "PRAGMA quick_check")" = ok ] || fail "index: quick_check should pass"
+fsck_expect 4 "$T/index.ro" "$d"
+grep -q "index pages_extent does not match table pages" "$T/index.ro" ||
+	{ cat "$T/index.ro" >&2; fail "index: fsck did not report the index"; }
+echo "ok: index"
+d=$(copy_store unique)   # the shared extents are keys held twice
+set_index_sql "$d" "CREATE UNIQUE INDEX pages_extent ON pages (extent_id)"
+fsck_expect 4 "$T/unique.ro" "$d"
+grep -q "UNIQUE index pages_extent of table pages holds" "$T/unique.ro" ||
+	{ cat "$T/unique.ro" >&2; fail "unique: fsck did not report the duplicate keys"; }
+grep -q "does not match" "$T/unique.ro" && { cat "$T/unique.ro" >&2; fail "unique: entries match"; }
+echo "ok: unique"
+
+# ---- a page whose layer row does not exist (foreign key) ----
+d=$(copy_store nolayer)
+sql "$d" "UPDATE pages SET layer_ino = 999999 WHERE ino = (SELECT min(ino) FROM pages)" >/dev/null
+fsck_expect 4 "$T/nolayer.ro" "$d"
+grep -q "table pages, row [0-9]*: refers to a layers row that does not exist" "$T/nolayer.ro" ||
+	{ cat "$T/nolayer.ro" >&2; fail "nolayer: fsck did not report the missing layer"; }
+echo "ok: nolayer"
+d=$(copy_store layergone)   # the pages' rows intact, their layer's row deleted
+sql "$d" "DELETE FROM layers WHERE name = '01'" >/dev/null
+fsck_expect 4 "$T/layergone.ro" "$d"
+[ "$(grep -c "refers to a layers row that does not exist" "$T/layergone.ro")" -eq 32 ] ||
+	{ cat "$T/layergone.ro" >&2; fail "layergone: not every page of m/01 reported"; }
+echo "ok: layergone"
 
 echo "PASS: fsck finds, repairs and reports store damage"
