@@ -457,6 +457,10 @@ int stripe_open(struct kv_store *s, unsigned idx, const char *path,
 	st->dev = sb.st_dev;
 	st->ino = sb.st_ino;
 	st->in_memory = store_dir_in_memory(st->dirfd);
+	st->heads = store_write_heads(st->dirfd);
+	if (st->heads > 1)
+		kv_log(KV_LOG_INFO, "%s: writes to one file go one at a time here: "
+		       "%u segments are written at once", path, st->heads);
 	if (st->in_memory)
 		kv_log(KV_LOG_INFO, "%s: in memory (tmpfs): pages are copied out of "
 		       "mapped segments and hashed in the same pass", path);

@@ -74,7 +74,9 @@
  * (first fit) and then above its bump pointer; when none has room the next
  * segment number is created and becomes the tail. Packing low segments first
  * lets high ones drain and be unlinked. A segment left with no live extents
- * is unlinked, except the tail, which is truncated to zero and reused.
+ * is unlinked, except the tail, which is truncated to zero and reused. Where
+ * a file takes one write at a time (tmpfs, ramfs), allocations take the
+ * lowest few segments with room in turn instead (heads.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -292,6 +294,20 @@ static int stripe_alloc(struct kv_store *s, struct stripe *st, uint64_t fp,
 	uint64_t off, had;
 	int rc;
 
+	if (st->heads > 1) {
+		rc = heads_pick(s, st, fp, &seg);
+		if (rc)
+			return rc;
+		if (seg->largest_free >= fp) {
+			had = rangevec_take(&seg->freel, fp, &off);
+			if (had == seg->largest_free)
+				seg->largest_free = rangevec_largest(&seg->freel);
+		} else {
+			off = seg->bump;
+			prealloc_moved(s, seg, seg->bump + fp, seg->prealloc_end);
+		}
+		goto found;
+	}
 	for (size_t i = 0; i < st->nsegs; i++) {
 		seg = st->segs[i];
 		if (seg->largest_free >= fp) {

@@ -90,6 +90,9 @@ struct stripe {
 	atomic_uint fail_run;   /* writes failed in a row */
 	_Atomic uint64_t write_errors;  /* failed writes and fdatasyncs */
 	bool in_memory;         /* tmpfs or ramfs: reads copy from a mapping */
+	/* heads.c: segments written at once (1: lowest with room first) */
+	unsigned heads;
+	unsigned head_next;     /* the candidate the next allocation takes */
 	/* headroom.c: on the manifest's filesystem, so it keeps headroom */
 	atomic_bool keeps_headroom;
 	/* prealloc.c */
@@ -192,6 +195,13 @@ int segment_create(struct kv_store *s, struct stripe *st,
 struct segment *segment_find(const struct stripe *st, uint32_t num);
 int segment_unlink(struct stripe *st, struct segment *seg);
 void segment_unref(struct segment *seg);
+/* heads.c */
+#define KV_WRITE_HEADS_MAX 16
+unsigned store_write_heads(int dirfd);
+/* The segment an allocation of fp bytes takes on a stripe with heads > 1:
+ * one with room, or a new one (segment_create's error if none). */
+int heads_pick(struct kv_store *s, struct stripe *st, uint64_t fp,
+	       struct segment **out);
 /* memread.c */
 bool store_dir_in_memory(int dirfd);
 void segment_unmap(struct segment *seg);

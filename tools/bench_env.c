@@ -91,13 +91,36 @@ static int open_log(const struct bench *b)
 	return fd < 0 ? -errno : fd;
 }
 
-/* `kvfs mkfs STORE`, as a user would run it. */
+#define BENCH_STRIPES_MAX 16
+
+/* `kvfs mkfs STORE`, as a user would run it. KVFS_BENCH_STRIPES=N gives
+ * the store N stripe directories inside STORE (one file system): how much
+ * writing N segment files at once gains over one, whose writes the
+ * kernel serialises on its inode lock. */
 int run_mkfs(struct bench *b)
 {
-	char *argv[] = { "kvfs", "mkfs", b->store, NULL };
-	int fd = open_log(b), st;
+	char *argv[4 + 2 * BENCH_STRIPES_MAX] = { "kvfs", "mkfs", b->store };
+	char dirs[BENCH_STRIPES_MAX][PATH_MAX];
+	const char *env = getenv("KVFS_BENCH_STRIPES");
+	int fd, st, argc = 3;
+	long n = env ? strtol(env, NULL, 10) : 0;
 	pid_t pid;
 
+	if (n < 0 || n > BENCH_STRIPES_MAX) {
+		bench_err("KVFS_BENCH_STRIPES=%s: give 1 to %d", env, BENCH_STRIPES_MAX);
+		return -EINVAL;
+	}
+	for (long i = 0; n > 1 && i < n; i++) {
+		if ((size_t)snprintf(dirs[i], sizeof(dirs[i]), "%s/stripe%ld", b->store, i) >=
+		    sizeof(dirs[i])) {
+			bench_err("%s: path too long for its stripe directories", b->store);
+			return -ENAMETOOLONG;
+		}
+		argv[argc++] = "--stripe";
+		argv[argc++] = dirs[i];
+	}
+	argv[argc] = NULL;
+	fd = open_log(b);
 	if (fd < 0)
 		return fd;
 	pid = spawn("/proc/self/exe", argv, fd, false);

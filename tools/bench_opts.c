@@ -81,7 +81,9 @@ const char bench_usage[] =
 	"                 stderr even when it is not a terminal\n"
 	"  -q, --quiet    never show it (default: shown when stderr is a terminal)\n"
 	"Environment: KVFS_BENCH_DAEMON=PATH runs PATH (another build's kvfs) as\n"
-	"the daemon, to compare two builds in one run window.\n";
+	"the daemon, to compare two builds in one run window. KVFS_BENCH_STRIPES=N\n"
+	"makes the store with N stripe directories inside the workspace (one file\n"
+	"system): N segment files written at once instead of one.\n";
 
 static int parse_sizes(struct bench_opts *o, const char *arg)
 {
