@@ -34,6 +34,7 @@
 #include "store_i.h"
 
 #define HEADS_MEMORY 4   /* on tmpfs and ramfs */
+#define HEADS_RETRY_NS 1000000000ull  /* after a segment could not be made */
 
 unsigned store_write_heads(int dirfd)
 {
@@ -69,11 +70,14 @@ int heads_pick(struct kv_store *s, struct stripe *st, uint64_t fp,
 	for (size_t i = 0; i < st->nsegs && n < st->heads; i++)
 		if (has_room(s, st->segs[i], fp))
 			cand[n++] = st->segs[i];
-	if (n < st->heads) {
+	if (n < st->heads && (n == 0 || now_ns() >= st->heads_retry)) {
 		rc = segment_create(s, st, out);
-		if (rc == 0 || n == 0)
+		if (rc == 0 || n == 0 || stripe_error_is_device(rc))
 			return rc;
-		/* No new file (the directory is full, say): the heads there are. */
+		/* No new file, for a reason of the directory's own (out of
+		 * inodes or descriptors): the heads there are will do, and
+		 * making one is not tried (nor logged) again for a second. */
+		st->heads_retry = now_ns() + HEADS_RETRY_NS;
 	}
 	*out = cand[st->head_next++ % n];
 	return 0;

@@ -93,6 +93,7 @@ struct stripe {
 	/* heads.c: segments written at once (1: lowest with room first) */
 	unsigned heads;
 	unsigned head_next;     /* the candidate the next allocation takes */
+	uint64_t heads_retry;   /* CLOCK_MONOTONIC ns: no new head before */
 	/* headroom.c: on the manifest's filesystem, so it keeps headroom */
 	atomic_bool keeps_headroom;
 	/* prealloc.c */

@@ -103,10 +103,11 @@ int run_mkfs(struct bench *b)
 	char dirs[BENCH_STRIPES_MAX][PATH_MAX];
 	const char *env = getenv("KVFS_BENCH_STRIPES");
 	int fd, st, argc = 3;
-	long n = env ? strtol(env, NULL, 10) : 0;
+	char *end = NULL;
+	long n = env && *env ? strtol(env, &end, 10) : 1;
 	pid_t pid;
 
-	if (n < 0 || n > BENCH_STRIPES_MAX) {
+	if ((end && (end == env || *end)) || n < 1 || n > BENCH_STRIPES_MAX) {
 		bench_err("KVFS_BENCH_STRIPES=%s: give 1 to %d", env, BENCH_STRIPES_MAX);
 		return -EINVAL;
 	}

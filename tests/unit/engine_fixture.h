@@ -42,6 +42,9 @@ static inline int efix_setup_cap(void **state, uint64_t capacity)
 
 	if (!f)
 		return -1;
+	/* Placement as on a disk (one segment filled at a time), whatever
+	 * file system /var/tmp is: some tests count segments. */
+	setenv("KVFS_WRITE_HEADS", "1", 1);
 	strcpy(f->dir, "/var/tmp/kvfs-test-engine-XXXXXX");
 	if (!mkdtemp(f->dir)) {
 		free(f);

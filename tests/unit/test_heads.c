@@ -5,6 +5,7 @@
  * lowest segment. Frees are reused, and a store written with heads opens again
  * with every extent where the manifest says it is.
  */
+#include <sys/resource.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
 
@@ -33,13 +34,17 @@ static bool root_in(bool memory)
 		if (fs_is_memory(disk[i]))
 			continue;
 		snprintf(root, sizeof(root), "%s/kvfs-test-heads-XXXXXX", disk[i]);
-		return mkdtemp(root) != NULL;
+		if (mkdtemp(root))
+			return true;
 	}
+	root[0] = '\0';
 	return false;
 }
 
 static void need_root(bool memory)
 {
+	/* The defaults under test, whatever the caller's shell exported. */
+	unsetenv("KVFS_WRITE_HEADS");
 	if (!root_in(memory)) {
 		print_message("no %s directory here\n", memory ? "tmpfs" : "disk");
 		skip();
@@ -146,7 +151,7 @@ static void env_sets_the_number(void **state)
 
 /* Segments that fill up make room for new heads; a freed range is taken
  * again once four segments have room; and after a reopen with every live
- * extent marked, each reads back and the free ones are reclaimed. */
+ * extent marked, each reads back and the store allocates again. */
 static void full_heads_are_replaced_and_frees_reused(void **state)
 {
 	struct kv_extent e[32], again;
@@ -190,6 +195,48 @@ static void full_heads_are_replaced_and_frees_reused(void **state)
 	kv_store_close(s);
 }
 
+static unsigned count_lines(const char *what)
+{
+	unsigned n = 0;
+
+	for (const char *p = log_buf; (p = strstr(p, what)); p++)
+		n++;
+	return n;
+}
+
+/* A new head that cannot be made (no file descriptors left) leaves the
+ * allocation to the heads there are, said once, and is not tried again
+ * at every allocation. */
+static void no_new_head_falls_back_once(void **state)
+{
+	struct kv_extent e[6];
+	struct rlimit saved, low;
+	struct kv_store *s;
+	struct tstore t;
+	int probe;
+
+	need_root(true);
+	tstore_init(&t, "nofd", 1, 4 * MIB);
+	s = tstore_open(&t);
+	write_one(s, 65536, 1, &e[0]);       /* segment 0: the only head */
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	assert_true(probe >= 0);
+	close(probe);                         /* the lowest free descriptor */
+	low = saved;
+	low.rlim_cur = (rlim_t)probe;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	capture_start();
+	for (unsigned i = 1; i < 6; i++)
+		assert_int_equal(kv_extent_alloc(s, 65536, &e[i]), 0);
+	capture_stop();
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	for (unsigned i = 1; i < 6; i++)
+		assert_int_equal(e[i].segment, 0);
+	assert_int_equal(count_lines("cannot open segment"), 1);
+	kv_store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -198,6 +245,7 @@ int main(void)
 		cmocka_unit_test_teardown(buffered_disk_store_keeps_one_head, rm_root),
 		cmocka_unit_test_teardown(env_sets_the_number, rm_root),
 		cmocka_unit_test_teardown(full_heads_are_replaced_and_frees_reused, rm_root),
+		cmocka_unit_test_teardown(no_new_head_falls_back_once, rm_root),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
