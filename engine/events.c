@@ -10,7 +10,7 @@
  * committer's thread, after ns_lock is dropped). So every record names a
  * change a crash cannot take back, records come in namespace order, and the
  * manifest's meta event_seq, set in that same transaction, lets the next
- * mount continue the numbering (docs/decisions.md).
+ * mount continue the numbering (docs/decisions/operations.md).
  *
  * The ring keeps the last events_ring records. Each open of the file is a
  * reader with its own cursor (kvfs_events_reader_new); a reader whose

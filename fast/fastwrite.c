@@ -18,8 +18,8 @@
  *   4. with KVFS_WRITE_DURABLE, waits until the committer has made all of
  *      them durable (data fdatasync'ed, rows committed).
  *
- * Why copy instead of writing straight from the region (docs/decisions.md):
- * a page is visible before it is durable and is served from daemon-owned
+ * Why copy instead of writing straight from the region
+ * (docs/decisions/data-path.md): a page is visible before it is durable and is served from daemon-owned
  * RAM meanwhile; the engine may reuse its region as soon as the ioctl
  * returns; and a checksum taken over memory the engine can still change
  * could describe bytes that never reach the disk.

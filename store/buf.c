@@ -24,9 +24,10 @@
  * flood cycles that many bytes of buffers, and with only 32 MiB kept warm
  * most of them came back cold (MADV_DONTNEED'd, or unmapped), so each
  * reuse paid a page fault and a page of zeroing per 4 KiB again, the cost
- * the pool exists to avoid (measured: benchmarks.md, issue 19). A fresh mmap costs a
- * page fault and a page of zeroing per 4 KiB on first touch (17% of a
- * write's time at 1 MiB per page in issue 21): a reused buffer costs none.
+ * the pool exists to avoid (measured: benchmarks/writes.md, issue 19).
+ * A fresh mmap costs a page fault and a page of zeroing per 4 KiB on
+ * first touch (17% of a write's time at 1 MiB per page in issue 21): a
+ * reused buffer costs none.
  *
  * One mutex protects everything here; nothing is done under it but list
  * operations (mmap of a new slab aside).

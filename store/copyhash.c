@@ -5,7 +5,7 @@
  * on tmpfs), reading a page was the kernel's copy and then a second pass to
  * hash it: 1.9 GB/s per core here against 3.7 GB/s for the copy alone. In
  * one pass the hashing hides behind the memory traffic of the copy: 4.9
- * GB/s (docs/benchmarks.md).
+ * GB/s (docs/benchmarks/engines.md).
  *
  * The loop is XXH3's long-input loop (xxhash.h, XXH3_hashLong_128b) with a
  * store added; its constants and final merge come from xxhash.h itself

@@ -6,10 +6,10 @@
  * Why: tmpfs and ramfs take a file's inode lock exclusively for every
  * write; a stripe there whose allocations all land in one segment file
  * writes one payload at a time, however many threads and io_uring workers
- * there are. Measured on a
- * 16-core machine with a store on tmpfs (docs/benchmarks.md, "Write heads"):
- * 1 MiB fast-path writes reached 0.45 of raw with one segment being
- * written, and 0.90-0.98 with four. An O_DIRECT write into allocated space
+ * there are. Measured on a 16-core machine with a store on tmpfs
+ * (docs/benchmarks/metadata.md, "Write heads"): 1 MiB fast-path writes
+ * reached 0.48-0.55 of raw with one segment being written, and 1.40-1.68
+ * with four. An O_DIRECT write into allocated space
  * on a disk file system takes the lock shared, so device stripes keep one
  * head and pack low segments first (store.c, "Placement"). Buffered
  * writes to a disk (-o no_direct) are serialised too, but each head adds

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Engine restore benchmark (tools/bench_engines.py, docs/benchmarks.md):
+# Engine restore benchmark (tools/bench_engines.py,
+# docs/benchmarks/engines.md):
 # each engine's kvfs backend against its own file backend, cold, on each
 # directory given (default: /var/tmp, an ext4 disk here, and /dev/shm).
 #

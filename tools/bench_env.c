@@ -167,7 +167,7 @@ int start_daemon_wait(struct bench *b, double timeout_s, double poll_s)
 		return fd;
 	/* KVFS_BENCH_DAEMON: another build's kvfs serves the mount, so two
 	 * daemons are compared by one bench, on the same files, in one run
-	 * window (docs/benchmarks.md). */
+	 * window (docs/benchmarks/metadata.md). */
 	const char *exe = getenv("KVFS_BENCH_DAEMON");
 
 	b->daemon = spawn(exe && *exe ? exe : "/proc/self/exe", argv, fd, true);

@@ -5,7 +5,7 @@
  * load a mount does (every row validated, identity checks included), the
  * hashing part of those checks alone, a journal rewrite (compaction), and a
  * rebuild of kvfs.db from the journal. Results go to stdout, one line each;
- * docs/benchmarks.md records them. Not installed.
+ * docs/benchmarks/metadata.md records them. Not installed.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -7,7 +7,7 @@ LMCache (0.5) loads it by module path, with no change to LMCache:
         "module_path": "kvfs_engines.lmcache", "class_name": "KvfsL2Connector",
         "adapter_params": {"kvfs_mount": "/mnt/kvfs", "dtype": "bf16"}}'
 
-(docs/engine.md, "LMCache"). LMCache's factory constructs
+(docs/engine-backends.md, "LMCache"). LMCache's factory constructs
 ``KvfsL2Connector(**adapter_params)`` and wraps it in its
 NativeConnectorL2Adapter, which calls ``submit_batch_set`` (store),
 ``submit_batch_exists`` (lookup), ``submit_batch_get`` (load) and

@@ -8,7 +8,7 @@ SGLang loads it with
         "module_path": "kvfs_engines.sglang", "class_name": "KvfsHiCacheStorage",
         "interface_v1": 1, "allocator": "shm", "kvfs_mount": "/mnt/kvfs"}'
 
-(docs/engine.md, "SGLang"). SGLang constructs the class as
+(docs/engine-backends.md, "SGLang"). SGLang constructs the class as
 ``KvfsHiCacheStorage(storage_config, kwargs)``, then calls
 ``register_mem_pool_host(host_pool)``, and from then on its prefetch and
 backup threads call ``batch_exists``, ``batch_get_v1`` and ``batch_set_v1``.

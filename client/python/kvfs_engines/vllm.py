@@ -8,14 +8,14 @@ vLLM (0.33) loads it by module path, with no change to vLLM:
         "secondary_tiers": [{"type": "KvfsTier", "module_path": "kvfs_engines.vllm",
                              "kvfs_mount": "/mnt/kvfs"}]}}'
 
-(docs/engine.md, "vLLM"). TieringOffloadingSpec builds the CPU primary tier
-(a SharedOffloadRegion: one /dev/shm file mapped by the scheduler and every
-worker) and then ``KvfsTier(offloading_spec=..., primary_kv_view=...,
-tier_type="KvfsTier", **the rest of the tier's dict)``. From then on the
-scheduler calls lookup (per chunk), submit_store (cascade: primary ->
-kvfs, after a chunk reached the primary tier), submit_load (promotion: kvfs
--> primary, after a lookup HIT), get_finished_jobs, on_schedule_end,
-on_request_finished, drain_jobs (cache reset) and shutdown.
+(docs/engine-backends.md, "vLLM"). TieringOffloadingSpec builds the CPU
+primary tier (a SharedOffloadRegion: one /dev/shm file mapped by the
+scheduler and every worker) and then ``KvfsTier(offloading_spec=...,
+primary_kv_view=..., tier_type="KvfsTier", **the rest of the tier's dict)``.
+From then on the scheduler calls lookup (per chunk), submit_store (cascade:
+primary -> kvfs, after a chunk reached the primary tier), submit_load
+(promotion: kvfs -> primary, after a lookup HIT), get_finished_jobs,
+on_schedule_end, on_request_finished, drain_jobs (cache reset) and shutdown.
 
 Lookups never wait for kvfs on the scheduler thread. They use vLLM's own
 asynchronous lookup protocol (AsyncLookupManager, as its fs tier does): a
