@@ -9,9 +9,9 @@
  * there are. Measured on a 16-core machine with a store on tmpfs
  * (docs/benchmarks/metadata.md, "Write heads"): 1 MiB fast-path writes
  * reached 0.48-0.55 of raw with one segment being written, and 1.40-1.68
- * with four. An O_DIRECT write into allocated space
- * on a disk file system takes the lock shared, so device stripes keep one
- * head and pack low segments first (store.c, "Placement"). Buffered
+ * with four. An O_DIRECT write into allocated space on a disk file system
+ * takes the lock shared, so device stripes keep one head and pack low
+ * segments first (store.c, "Placement"). Buffered
  * writes to a disk (-o no_direct) are serialised too, but each head adds
  * an fdatasync (a journal commit) to every commit batch there, which was
  * not measured: such stripes keep one head.
@@ -55,11 +55,6 @@ unsigned store_write_heads(int dirfd)
 	return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC ? HEADS_MEMORY : 1;
 }
 
-static bool has_room(const struct kv_store *s, const struct segment *seg, uint64_t fp)
-{
-	return seg->largest_free >= fp || s->segment_size - seg->bump >= fp;
-}
-
 int heads_pick(struct kv_store *s, struct stripe *st, uint64_t fp,
 	       struct segment **out)
 {
@@ -68,7 +63,7 @@ int heads_pick(struct kv_store *s, struct stripe *st, uint64_t fp,
 	int rc;
 
 	for (size_t i = 0; i < st->nsegs && n < st->heads; i++)
-		if (has_room(s, st->segs[i], fp))
+		if (segment_has_room(s, st->segs[i], fp))
 			cand[n++] = st->segs[i];
 	if (n < st->heads && (n == 0 || now_ns() >= st->heads_retry)) {
 		rc = segment_create(s, st, out);

@@ -287,51 +287,50 @@ static void log_enospc(struct kv_store *s, const char *why, uint64_t fp)
 		       "extent: %s (%" PRIu64 " bytes used)", fp, why, s->used);
 }
 
+bool segment_has_room(const struct kv_store *s, const struct segment *seg,
+		      uint64_t fp)
+{
+	return seg->largest_free >= fp || s->segment_size - seg->bump >= fp;
+}
+
+/* Take fp bytes from seg, which has room: first fit from its free list,
+ * else above its bump pointer (a new segment's bump is 0). */
+static uint64_t segment_take(struct kv_store *s, struct segment *seg, uint64_t fp)
+{
+	uint64_t off, had;
+
+	if (seg->largest_free >= fp) {
+		had = rangevec_take(&seg->freel, fp, &off);
+		if (had == seg->largest_free)
+			seg->largest_free = rangevec_largest(&seg->freel);
+		return off;
+	}
+	off = seg->bump;
+	prealloc_moved(s, seg, seg->bump + fp, seg->prealloc_end);
+	return off;
+}
+
 static int stripe_alloc(struct kv_store *s, struct stripe *st, uint64_t fp,
 			struct kv_extent *e)
 {
-	struct segment *seg;
-	uint64_t off, had;
+	struct segment *seg = NULL;
 	int rc;
 
 	if (st->heads > 1) {
 		rc = heads_pick(s, st, fp, &seg);
 		if (rc)
 			return rc;
-		if (seg->largest_free >= fp) {
-			had = rangevec_take(&seg->freel, fp, &off);
-			if (had == seg->largest_free)
-				seg->largest_free = rangevec_largest(&seg->freel);
-		} else {
-			off = seg->bump;
-			prealloc_moved(s, seg, seg->bump + fp, seg->prealloc_end);
-		}
-		goto found;
+	} else {
+		for (size_t i = 0; i < st->nsegs && !seg; i++)
+			if (segment_has_room(s, st->segs[i], fp))
+				seg = st->segs[i];
+		if (!seg && (rc = segment_create(s, st, &seg)))
+			return rc;
 	}
-	for (size_t i = 0; i < st->nsegs; i++) {
-		seg = st->segs[i];
-		if (seg->largest_free >= fp) {
-			had = rangevec_take(&seg->freel, fp, &off);
-			if (had == seg->largest_free)
-				seg->largest_free = rangevec_largest(&seg->freel);
-			goto found;
-		}
-		if (s->segment_size - seg->bump >= fp) {
-			off = seg->bump;
-			prealloc_moved(s, seg, seg->bump + fp, seg->prealloc_end);
-			goto found;
-		}
-	}
-	rc = segment_create(s, st, &seg);
-	if (rc)
-		return rc;
-	off = 0;
-	prealloc_moved(s, seg, fp, 0);
-found:
+	e->offset = segment_take(s, seg, fp);
 	seg->live++;
 	e->stripe = seg->stripe;
 	e->segment = seg->num;
-	e->offset = off;
 	return 0;
 }
 

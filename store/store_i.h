@@ -196,6 +196,9 @@ int segment_create(struct kv_store *s, struct stripe *st,
 struct segment *segment_find(const struct stripe *st, uint32_t num);
 int segment_unlink(struct stripe *st, struct segment *seg);
 void segment_unref(struct segment *seg);
+/* store.c: can seg hold fp more bytes (free list or above its bump)? */
+bool segment_has_room(const struct kv_store *s, const struct segment *seg,
+		      uint64_t fp);
 /* heads.c */
 #define KV_WRITE_HEADS_MAX 16
 unsigned store_write_heads(int dirfd);
