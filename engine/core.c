@@ -133,7 +133,14 @@ void kvfs_manifest_damaged(struct kvfs *fs, int err)
 int kvfs_changes_refused(struct kvfs *fs)
 {
 	int64_t now, last;
+	int rc = kvfs_load_wait(fs);
 
+	if (rc == -EAGAIN)
+		return rc;
+	if (rc < 0 && !atomic_load(&fs->manifest_err)) {
+		/* Not damage (that is logged below): the load stopped. */
+		return rc == -ECANCELED ? -ESHUTDOWN : -EIO;
+	}
 	if (!atomic_load_explicit(&fs->manifest_err, memory_order_relaxed))
 		return 0;
 	now = kvfs_now_ns();

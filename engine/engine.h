@@ -31,6 +31,8 @@ struct kvfs_opts {
 	bool degraded;            /* mount without stripes that cannot be opened
 	                           * (their pages give EIO); else refuse */
 	unsigned events_ring;     /* KV event records MOUNT/.kvfs/events keeps */
+	bool background_load;     /* answer at once: load the pages in the
+	                           * background; changes wait for it (a mount) */
 	bool offline;             /* a tool, not a mount: no RAM tier, no loader
 	                           * thread, no evictor thread (the tool evicts
 	                           * itself if it wants: kvfs_gc) */

@@ -16,6 +16,10 @@
  *                  request.
  *   commit.lock    the committer's queue and the synced batch the syncer
  *                  hands it (taken inside ns_lock when queuing).
+ *   index loader   (index/load.c) one reader of the background load's
+ *                  manifest connection: the walk, or a layer a lookup
+ *                  wants first; taken inside kv_index_lookup/readdir
+ *                  before the rwlock, which it takes per chunk of rows.
  *   index rwlock   inside kv_index_*; lookups take only this.
  *   fh.lock        (fuse/ops_file.c) a reader's lazily loaded payload.
  *   cap.lock       (engine/capacity.c) the evictor's state and LRU victims.
@@ -32,6 +36,9 @@
  *   read pipeline  (fast/fastread.c) a READ's producer/verifier handoff
  *   regions lock   (fast/region.c) the region table; logging happens after it
  *   notifier lock  (fuse/notifier.c) its FIFO of names; they are sent outside it
+ *   load.lock      (engine/loading.c) whether the background load is done;
+ *                  changes wait on its condition variable holding nothing
+ *                  else (kvfs_changes_refused runs before any lock)
  *   log limiter    (store/log.c) KV_LOG_LIMITED's windows
  *   store and index locks below (store/, index/): taken only inside their
  *                  own calls
@@ -52,7 +59,10 @@
  * else happens. The committer also calls the events_ready hook, which
  * answers reads parked on MOUNT/.kvfs/events and sends their poll
  * notifications: neither waits in the kernel (unlike the notifier's
- * invalidations), so it never waits for a FUSE worker.
+ * invalidations), so it never waits for a FUSE worker. A change waiting
+ * for the background load holds no lock, and the loader's thread waits for
+ * nothing but the manifest and the index's locks; at most 8 changes wait
+ * at once (the next gets EAGAIN), so FUSE workers stay free for reads.
  */
 #ifndef KVFS_I_H
 #define KVFS_I_H
@@ -230,6 +240,24 @@ struct kvfs_room {
 	bool no_reserve;              /* the filesystem cannot preallocate one */
 };
 
+/* Loading the index in the background (engine/loading.c). */
+struct kvfs_load {
+	struct kv_manifest *man;          /* the loader's own connection */
+	struct kv_index_loader *loader;
+	pthread_t thread;
+	bool inited, running;
+	_Atomic bool loading;             /* changes wait while set */
+	_Atomic bool stop;                /* closing: give up the walk */
+	pthread_mutex_t lock;             /* err, waiters; cv */
+	pthread_cond_t cv;                /* loading ended */
+	int err;                          /* 0, or why changes are refused */
+	unsigned waiters;
+	int (*ready)(struct kvfs *fs);    /* kvfs_load_start's callbacks */
+	void (*damaged)(struct kvfs *fs, int err);
+	double t0;                        /* when it began (CLOCK_MONOTONIC s) */
+	_Atomic uint64_t ms;              /* how long it took, once done */
+};
+
 struct kvfs {
 	char *store_dir;
 	struct kvfs_store_lock lock;  /* STORE and STORE/kvfs.lock, flock'ed while open */
@@ -260,6 +288,7 @@ struct kvfs {
 	struct kvfs_exec *exec;        /* runs fast-path calls (fast/executor.c); NULL offline */
 	struct kvfs_room room;         /* the manifest's headroom (engine/headroom.c) */
 	struct kvfs_events *events;    /* the KV event ring (engine/events.c) */
+	struct kvfs_load load;         /* background index load (engine/loading.c) */
 	struct kvfs_pending *pending;  /* dedup: extents being written (ns_lock) */
 	_Atomic(const struct kvfs_hooks *) hooks;  /* the front end's (may be NULL) */
 
@@ -741,6 +770,26 @@ int64_t kvfs_now_ns(void);
  */
 void kvfs_manifest_damaged(struct kvfs *fs, int err);
 int kvfs_changes_refused(struct kvfs *fs);
+
+/* engine/loading.c: the index loaded in the background (opts.background_load).
+ * start: after the committer and evictor exist; once every row is in,
+ * ready() runs on the loader's thread before changes are let through, and
+ * damaged() is told of a damaged manifest (callbacks: loading.c sits below
+ * the files that start it and those it reports to); stop: first thing at close
+ * (waiters get an error); free: after the index is freed. wait: 0 at once
+ * without a background load or once it is done; else waits for it (or
+ * -EAGAIN when too many wait already) and gives its result. kvfs_loading:
+ * the walk is still going (stats). */
+int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
+		    void (*damaged)(struct kvfs *fs, int err));
+void kvfs_load_stop(struct kvfs *fs);
+void kvfs_load_free(struct kvfs *fs);
+int kvfs_load_wait(struct kvfs *fs);
+bool kvfs_loading(struct kvfs *fs);
+uint64_t kvfs_load_ms(struct kvfs *fs);   /* so far, or in all; 0 without */
+/* engine/open.c: rebuild the allocator from the index's extents and give
+ * back what no row names (reclaim); once per open, with the index whole. */
+int kvfs_recover_space(struct kvfs *fs);
 
 /* engine/fault.c: user.kvfs.fault on the root (-o fault_injection only).
  * set: arm the store's or the manifest's fault seam from a spec (-EPERM

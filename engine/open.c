@@ -325,7 +325,7 @@ static int mark_extent(void *arg, const struct kv_extent_rec *r)
 	return kv_store_mark_used(arg, &r->ext);
 }
 
-static int recover_space(struct kvfs *fs)
+int kvfs_recover_space(struct kvfs *fs)
 {
 	struct kv_reclaim_stats rs = { 0 };
 	bool walked;
@@ -460,6 +460,7 @@ static void fs_free(struct kvfs *fs)
 	}
 	if (fs->idx)
 		kv_index_free(fs->idx);
+	kvfs_load_free(fs);     /* its connection, after the index's loader */
 	if (fs->store)
 		kv_store_close(fs->store);
 	if (fs->man)
@@ -480,6 +481,7 @@ static void fs_free(struct kvfs *fs)
 int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 {
 	struct kvfs *fs;
+	bool background;
 	int rc;
 
 	rc = fs_alloc(dir, o, &fs);
@@ -494,7 +496,10 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	rc = kv_manifest_open(dir, &fs->man);
 	if (rc == 0)
 		rc = lock_store(fs);
-	if (rc == 0) {
+	/* In the background, the loader's thread reads the manifest through
+	 * and checks it (engine/loading.c) before any change is accepted. */
+	background = fs->opts.background_load && !fs->opts.offline;
+	if (rc == 0 && !background) {
 		kv_manifest_prefetch(fs->man);   /* everything below walks it all */
 		rc = kv_manifest_quick_check(fs->man);
 	}
@@ -531,12 +536,14 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	rc = kv_index_new(&fs->idx);
 	if (rc < 0)
 		goto fail;
-	rc = kv_index_load(fs->idx, fs->man);
-	if (rc < 0)
-		goto fail;
-	rc = recover_space(fs);
-	if (rc == 0)
-		rc = kvfs_room_start(fs);
+	if (!background) {
+		rc = kv_index_load(fs->idx, fs->man);
+		if (rc == 0)
+			rc = kvfs_recover_space(fs);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = kvfs_room_start(fs);
 	if (rc < 0)
 		goto fail;
 	rc = start_events(fs);
@@ -546,6 +553,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 		rc = kvfs_cap_start(fs);
 	if (rc == 0 && !fs->opts.offline)
 		rc = kvfs_prefetch_start(fs);
+	if (rc == 0 && background)
+		rc = kvfs_load_start(fs, kvfs_recover_space, kvfs_manifest_damaged);
 	if (rc < 0)
 		goto fail;
 	*out = fs;
@@ -561,6 +570,7 @@ fail:
 	else if (rc == KV_ERR_CORRUPT)
 		kv_log(KV_LOG_ERR, "run `kvfs fsck %s` to see what is damaged, and "
 		       "`kvfs fsck --repair %s` to drop what cannot be trusted", dir, dir);
+	kvfs_load_stop(fs);
 	kvfs_cap_stop(fs);
 	kvfs_commit_stop(fs);
 	fs_free(fs);
@@ -573,6 +583,7 @@ uint64_t kvfs_close(struct kvfs *fs)
 
 	if (!fs)
 		return 0;
+	kvfs_load_stop(fs);     /* changes waiting for it give up */
 	kvfs_cap_stop(fs);      /* the evictor queues deletes: stop it first */
 	kvfs_commit_stop(fs);
 	lost = atomic_load(&fs->lost_changes);

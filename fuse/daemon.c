@@ -126,6 +126,9 @@ static void mount_usage(FILE *f)
 		"                     evicting least recently used pages\n"
 		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
 		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
+		"  -o eager_load      load the whole index (and check the manifest)\n"
+		"                     before the mount answers; by default it answers\n"
+		"                     at once, and changes wait for the background load\n"
 		"  -o degraded        mount even if a stripe's directory or marker is\n"
 		"                     missing: its pages give EIO, nothing is written,\n"
 		"                     reclaimed or deleted there (docs/operators.md)\n"
@@ -178,6 +181,10 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	}
 	if (!strcmp(opt, "fault_injection")) {
 		c->opts.fault_injection = true;
+		return 1;
+	}
+	if (!strcmp(opt, "eager_load")) {
+		c->opts.background_load = false;
 		return 1;
 	}
 	if (!strcmp(opt, "degraded")) {
@@ -269,6 +276,7 @@ static int parse_args(struct mount_cfg *c, int argc, char **argv)
 
 	memset(c, 0, sizeof(*c));
 	kvfs_opts_default(&c->opts);
+	c->opts.background_load = true;   /* -o eager_load: not */
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-f")) {
 			c->foreground = true;

@@ -103,6 +103,8 @@ static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_SSD_ENOSPC, c.enospc);
 	set_u(m, MV_MODELS, is.models);
 	set_u(m, MV_LAYERS, is.layers);
+	set_u(m, MV_INDEX_LOADING, kvfs_loading(fs));
+	set_u(m, MV_INDEX_LOAD_MS, kvfs_load_ms(fs));
 }
 
 #define ST(f) atomic_load_explicit(&fs->st.f, memory_order_relaxed)
@@ -315,6 +317,10 @@ static const struct mdef defs[] = {
 	  "Extent writes and fdatasyncs that failed with a device error (EIO, EROFS, ...)" },
 	{ MV_MODELS, "namespace", "models", "kvfs_models", NULL, G, "Model directories" },
 	{ MV_LAYERS, "namespace", "layers", "kvfs_layers", NULL, G, "Layer directories" },
+	{ MV_INDEX_LOADING, "namespace", "loading", "kvfs_index_loading", NULL, G,
+	  "1 while the mount still loads its index in the background (changes wait)" },
+	{ MV_INDEX_LOAD_MS, "namespace", "load_ms", "kvfs_index_load_milliseconds", NULL, G,
+	  "How long loading the index took (so far, while loading)" },
 	{ MV_READ_FUSE_DISK, "reads", "fuse_bytes_disk", "kvfs_read_bytes_total",
 	  "path=\"fuse\",tier=\"ssd\"", C,
 	  "Payload bytes read (fuse: by source tier; fast: fast-path READ, any source)" },

@@ -63,6 +63,11 @@ static struct node *ino_find(const struct kv_index *x, uint64_t ino)
 	return NULL;
 }
 
+struct node *idx_node(const struct kv_index *x, uint64_t ino)
+{
+	return ino_find(x, ino);
+}
+
 static struct node *name_find(const struct kv_index *x, uint64_t parent,
 			      const char *name, size_t len, uint32_t h)
 {
@@ -391,6 +396,7 @@ void kv_index_free(struct kv_index *x)
 
 	if (!x)
 		return;
+	idx_loader_free(x->loader);
 	for (i = 0; i <= x->by_ino.mask; i++)
 		if (x->by_ino.slot[i])
 			node_free(x->by_ino.slot[i]);
@@ -461,6 +467,9 @@ int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
 
 	if (len > KV_NAME_MAX)
 		return -ENAMETOOLONG;
+	if ((rc = idx_layer_ready(x, parent)) < 0)
+		return rc;
+	rc = -ENOENT;
 	h = name_hash(parent, name, len);
 	pthread_rwlock_rdlock(&x->lock);
 	n = name_find(x, parent, name, len, h);
@@ -719,6 +728,8 @@ int kv_index_readdir(struct kv_index *x, uint64_t dir, struct kv_dirent **out,
 
 	*out = NULL;
 	*n = 0;
+	if ((rc = idx_layer_ready(x, dir)) < 0)
+		return rc;
 	pthread_rwlock_rdlock(&x->lock);
 	d = ino_find(x, dir);
 	if (!d)

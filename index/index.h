@@ -210,4 +210,31 @@ int kv_index_page_walk(struct kv_index *x,
  */
 int kv_index_load(struct kv_index *x, struct kv_manifest *m);
 
+/*
+ * Loading in the background, for a mount that answers at once.
+ * kv_index_load_begin fills an empty index with the models and layers (and
+ * numbers new inodes and extent ids above every row); the pages and extents
+ * follow through kv_index_load_step, a chunk of rows per call, while the
+ * index serves. A lookup or listing in a layer whose pages are not all in
+ * yet loads that layer first, so every answer is the one a whole index
+ * gives. The loader reads m (a connection of its own, which it holds in one
+ * read snapshot) until kv_index_load_end; the caller closes m after that.
+ *
+ * Until kv_index_load_step has returned 0, the caller must change nothing
+ * in the index but atimes: the refcount check at the end counts the pages
+ * the walk found. A page reached by inode alone (kv_index_get) is found
+ * once its layer is loaded; inodes come from lookups and listings, which
+ * load it.
+ */
+struct kv_index_loader;
+int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
+			struct kv_index_loader **out);
+/* One chunk: 1 while rows remain, 0 once every row is in and every
+ * refcount agrees, KV_ERR_CORRUPT (logged, naming the row) or -errno. */
+int kv_index_load_step(struct kv_index_loader *l);
+/* Stop reading m (end its snapshot). Any time after kv_index_load_step
+ * returned 0; before that only when nothing else calls into the index
+ * (layers not loaded then give -EIO). The index frees the loader. */
+void kv_index_load_end(struct kv_index_loader *l);
+
 #endif

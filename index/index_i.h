@@ -27,6 +27,7 @@ struct dir_data {
 	uint64_t nchildren;
 	struct kv_geometry *geo;     /* models only (separate: pages must stay small) */
 	uint32_t layer;              /* layers only */
+	bool unloaded;               /* layers: pages still only in the manifest (load.c) */
 };
 
 /*
@@ -64,6 +65,8 @@ struct xent {
 	bool durable;                 /* its row is committed: dedup may share it */
 };
 
+struct kv_index_loader;
+
 struct kv_index {
 	pthread_rwlock_t lock;
 	struct htab by_ino;           /* struct node *, all nodes */
@@ -74,6 +77,10 @@ struct kv_index {
 	uint64_t next_ino;            /* above every inode added or handed out */
 	uint64_t next_ext;            /* above every extent id put or handed out */
 	struct kv_index_stats st;
+	/* Loading in the background (load.c): set before anyone else uses the
+	 * index; layers_unloaded only falls, and at 0 the loader is never read. */
+	struct kv_index_loader *loader;
+	_Atomic uint64_t layers_unloaded;
 };
 
 
@@ -83,6 +90,14 @@ struct xent *idx_xent_find(const struct kv_index *x, uint64_t id);
 /* Insert or update an extent record. */
 int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 			struct xent **out);   /* out (may be NULL): its entry */
+/* The node of ino, or NULL (read lock at least). */
+struct node *idx_node(const struct kv_index *x, uint64_t ino);
+/* Make layer ino's pages present before a call that needs them all (a
+ * lookup or listing in it); 0 at once if they are, or if ino is no layer.
+ * Call without the lock. load.c. */
+int idx_layer_ready(struct kv_index *x, uint64_t ino);
+/* Free a loader kv_index_load_end did not (the index is being freed). */
+void idx_loader_free(struct kv_index_loader *l);
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 

@@ -4,6 +4,7 @@
  * extent's refcount must equal the pages naming it (KV_ERR_CORRUPT if not).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,4 +179,327 @@ int kv_index_load(struct kv_index *x, struct kv_manifest *m)
 out:
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
+}
+
+/* ---- loading in the background ---- */
+
+/*
+ * Rows are taken in chunks under the write lock: a lookup waits at most one
+ * chunk (a few ms) behind the loader. One mutex lets one reader at a time
+ * use the loader's connection: the background, or a call that needs a
+ * layer now. Loading a layer never takes a row twice: a page whose inode is
+ * present was loaded already (by that layer's own load, or by the
+ * background walk, which goes in inode order).
+ */
+#define LOAD_CHUNK 2048u
+
+enum load_phase { PHASE_COUNTS, PHASE_EXTENTS, PHASE_PAGES, PHASE_DONE };
+
+struct kv_index_loader {
+	struct kv_index *x;
+	struct kv_manifest *m;
+	pthread_mutex_t mu;               /* use of m; phase and scan */
+	pthread_cond_t cv;                /* nobody wants a layer any more */
+	atomic_uint wanted;               /* callers waiting for a layer */
+	enum load_phase phase;
+	struct kv_manifest_scan *scan;    /* the background's walk */
+	struct kv_manifest_scan *by_id;   /* one extent, for a layer wanted early */
+	uint64_t nodes, extents;          /* rows counted (PHASE_COUNTS) */
+	bool ended;                       /* kv_index_load_end ran */
+};
+
+void idx_loader_free(struct kv_index_loader *l)
+{
+	if (!l)
+		return;
+	kv_manifest_scan_close(l->scan);
+	kv_manifest_scan_close(l->by_id);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}
+
+static int lazy_model(void *arg, const struct kv_model_rec *r)
+{
+	return load_model(((struct kv_index_loader *)arg)->x, r);
+}
+
+/* A layer's pages stay in the manifest until someone needs them. */
+static int lazy_layer_rec(void *arg, const struct kv_layer_rec *r)
+{
+	struct kv_index_loader *l = arg;
+	struct node *n;
+	int rc;
+
+	rc = load_layer(l->x, r);
+	if (rc)
+		return rc;
+	n = idx_node(l->x, r->ino);
+	n->u.d.unloaded = true;
+	atomic_fetch_add_explicit(&l->x->layers_unloaded, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* An extent a layer's load already took is not put again: its count of
+ * referring pages (seen) must survive. */
+static int lazy_extent(void *arg, const struct kv_extent_rec *r)
+{
+	struct kv_index_loader *l = arg;
+
+	if (r->id != KV_EXTENT_EMPTY && idx_xent_find(l->x, r->id))
+		return 0;
+	return load_extent(l->x, r);
+}
+
+static int lazy_page(void *arg, const struct kv_page_rec *r)
+{
+	static const struct kv_manifest_visitor one = { .extent = lazy_extent };
+	struct kv_index_loader *l = arg;
+	struct node *n = idx_node(l->x, r->ino);
+
+	if (n && n->kind == KV_KIND_PAGE && n->parent->ino == r->layer_ino)
+		return 0;    /* taken by its layer's load or by the walk */
+	int rc;
+	/* A layer wanted before the background walked the extents: fetch
+	 * the page's extent row now (missing: load_page says so). */
+	if (r->extent_id != KV_EXTENT_EMPTY && l->phase <= PHASE_EXTENTS &&
+	    !idx_xent_find(l->x, r->extent_id)) {
+		rc = l->by_id ? kv_manifest_scan_rekey(l->by_id, r->extent_id)
+			      : kv_manifest_scan_open(l->m, KV_SCAN_EXTENTS, r->extent_id,
+						      &one, l, &l->by_id);
+		if (rc == 0)
+			rc = kv_manifest_scan_one(l->by_id);
+		if (rc < 0 && rc != -ENOENT)
+			return rc;
+	}
+	return load_page(l->x, r);
+}
+
+static int lazy_counts(void *arg, uint64_t nodes, uint64_t extents)
+{
+	struct kv_index_loader *l = arg;
+
+	l->nodes = nodes;
+	l->extents = extents;
+	return 0;
+}
+
+static const struct kv_manifest_visitor lazy_v = {
+	.model = lazy_model, .layer = lazy_layer_rec, .extent = lazy_extent,
+	.page = lazy_page, .counts = lazy_counts, .sizes_checked = true,
+};
+
+/* Step scan s to its end or an error, a chunk per hold of the write lock. */
+static int scan_chunks(struct kv_index_loader *l, struct kv_manifest_scan *s)
+{
+	int rc;
+
+	do {
+		pthread_rwlock_wrlock(&l->x->lock);
+		rc = kv_manifest_scan_step(s, LOAD_CHUNK);
+		pthread_rwlock_unlock(&l->x->lock);
+	} while (rc == 1);
+	return rc;
+}
+
+/* Mark a layer whole (write lock held). */
+static void layer_loaded_locked(struct kv_index *x, struct node *n)
+{
+	if (n && n->kind == KV_KIND_LAYER && n->u.d.unloaded) {
+		n->u.d.unloaded = false;
+		atomic_fetch_sub_explicit(&x->layers_unloaded, 1, memory_order_release);
+	}
+}
+
+static bool layer_unloaded(struct kv_index *x, uint64_t ino)
+{
+	struct node *n;
+	bool need;
+
+	pthread_rwlock_rdlock(&x->lock);
+	n = idx_node(x, ino);
+	need = n && n->kind == KV_KIND_LAYER && n->u.d.unloaded;
+	pthread_rwlock_unlock(&x->lock);
+	return need;
+}
+
+int idx_layer_ready(struct kv_index *x, uint64_t ino)
+{
+	struct kv_index_loader *l;
+	struct kv_manifest_scan *s;
+	int rc;
+
+	if (!atomic_load_explicit(&x->layers_unloaded, memory_order_acquire) ||
+	    !layer_unloaded(x, ino))
+		return 0;
+	l = x->loader;
+	/* Ahead of the walk: it waits while anyone wants a layer (a mutex
+	 * alone would let it take mu back chunk after chunk). */
+	atomic_fetch_add(&l->wanted, 1);
+	pthread_mutex_lock(&l->mu);
+	rc = 0;
+	if (!layer_unloaded(x, ino))
+		goto out;    /* loaded while we waited (perhaps by the walk) */
+	if (l->ended) {
+		rc = -EIO;   /* closing, or the walk failed: not whole, never will be */
+		kv_log(KV_LOG_ERR, "index: the pages of layer %" PRIu64 " cannot be "
+		       "loaded: the background load has stopped", ino);
+		goto out;
+	}
+	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &lazy_v, l, &s);
+	if (rc == 0) {
+		rc = scan_chunks(l, s);
+		kv_manifest_scan_close(s);
+	}
+	if (rc == 0) {
+		pthread_rwlock_wrlock(&x->lock);
+		layer_loaded_locked(x, idx_node(x, ino));
+		pthread_rwlock_unlock(&x->lock);
+	} else {
+		kv_log(KV_LOG_ERR, "index: cannot load the pages of layer %" PRIu64
+		       " from the manifest: %s", ino, kv_strerror(rc));
+	}
+out:
+	if (atomic_fetch_sub(&l->wanted, 1) == 1)
+		pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
+int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
+			struct kv_index_loader **out)
+{
+	struct kv_index_loader *l = calloc(1, sizeof(*l));
+	uint64_t max_ino = 0, max_ext = 0;
+	int rc;
+
+	*out = NULL;
+	if (!l)
+		return -ENOMEM;
+	l->x = x;
+	l->m = m;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	pthread_rwlock_wrlock(&x->lock);
+	if (x->by_ino.n != 1 || x->ext_by_id.n != 0 || x->loader) {
+		kv_log(KV_LOG_ERR, "index: load into an index that is not empty");
+		rc = -EINVAL;
+		goto out;
+	}
+	rc = kv_manifest_read_begin(m);
+	if (rc == 0)
+		rc = kv_manifest_load_tree(m, &lazy_v, l);
+	if (rc == 0)
+		rc = kv_manifest_max_ids(m, &max_ino, &max_ext);
+	if (rc == 0) {
+		/* Inodes and extent ids handed out now stay above every row. */
+		if (max_ino >= x->next_ino)
+			x->next_ino = max_ino + 1;
+		if (max_ext >= x->next_ext)
+			x->next_ext = max_ext + 1;
+		x->loader = l;
+	}
+out:
+	pthread_rwlock_unlock(&x->lock);
+	if (rc) {
+		kv_manifest_read_end(m);
+		idx_loader_free(l);
+		return rc;
+	}
+	*out = l;
+	return 0;
+}
+
+/* The walk is over: every layer is whole, and every refcount is checked. */
+static int load_finish(struct kv_index_loader *l)
+{
+	struct kv_index *x = l->x;
+	struct node *n;
+	size_t i;
+	int rc;
+
+	pthread_rwlock_wrlock(&x->lock);
+	for (i = 0; i <= x->by_ino.mask; i++) {
+		n = x->by_ino.slot[i];
+		if (n)
+			layer_loaded_locked(x, n);
+	}
+	rc = load_verify(x);
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
+/* The walk goes on to table t: 1 (rows to come), or why it cannot. */
+static int walk_next(struct kv_index_loader *l, enum kv_scan_table t,
+		     enum load_phase next)
+{
+	int rc = kv_manifest_scan_open(l->m, t, 0, &lazy_v, l, &l->scan);
+
+	if (rc)
+		return rc;
+	l->phase = next;
+	return 1;
+}
+
+int kv_index_load_step(struct kv_index_loader *l)
+{
+	struct kv_index *x = l->x;
+	int rc = 1;
+
+	pthread_mutex_lock(&l->mu);
+	while (atomic_load(&l->wanted))
+		pthread_cond_wait(&l->cv, &l->mu);
+	switch (l->phase) {
+	case PHASE_COUNTS:
+		/* Read the file through first, under mu: a layer wanted
+		 * meanwhile waits for it, since its rows lie all over the
+		 * file, and reading them at random from a cold disk takes
+		 * several times as long. */
+		kv_manifest_prefetch(l->m);
+		/* Counting reads an index of every table: not under the lock. */
+		rc = kv_manifest_load_counts(l->m, &lazy_v, l);
+		if (rc == 0) {
+			pthread_rwlock_wrlock(&x->lock);
+			rc = load_counts(x, l->nodes, l->extents);
+			pthread_rwlock_unlock(&x->lock);
+		}
+		if (rc == 0)
+			rc = walk_next(l, KV_SCAN_EXTENTS, PHASE_EXTENTS);
+		break;
+	case PHASE_EXTENTS:
+	case PHASE_PAGES:
+		pthread_rwlock_wrlock(&x->lock);
+		rc = kv_manifest_scan_step(l->scan, LOAD_CHUNK);
+		pthread_rwlock_unlock(&x->lock);
+		if (rc != 0)
+			break;
+		kv_manifest_scan_close(l->scan);
+		l->scan = NULL;
+		if (l->phase == PHASE_EXTENTS) {
+			rc = walk_next(l, KV_SCAN_PAGES, PHASE_PAGES);
+			break;
+		}
+		rc = load_finish(l);
+		if (rc == 0)
+			l->phase = PHASE_DONE;
+		break;
+	case PHASE_DONE:
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
+void kv_index_load_end(struct kv_index_loader *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	kv_manifest_scan_close(l->scan);
+	kv_manifest_scan_close(l->by_id);
+	l->scan = l->by_id = NULL;
+	kv_manifest_read_end(l->m);
+	l->ended = true;
+	pthread_mutex_unlock(&l->mu);
 }

@@ -270,6 +270,44 @@ int kv_manifest_load(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 		     void *arg);
 
 /*
+ * Reading in steps (manifest_scan.c), for a mount that answers before its
+ * index is whole: models and layers at once, the rest a chunk at a time in
+ * the background, and one layer's pages whenever someone needs them first.
+ * Rows are validated and handed to a visitor as kv_manifest_load does
+ * (pages as with sizes_checked). All reads of a connection between
+ * kv_manifest_read_begin and kv_manifest_read_end see one snapshot; such a
+ * connection writes nothing meanwhile (kv_manifest_begin gives -EINVAL).
+ */
+enum kv_scan_table { KV_SCAN_MODELS, KV_SCAN_LAYERS, KV_SCAN_EXTENTS, KV_SCAN_PAGES };
+struct kv_manifest_scan;
+int kv_manifest_read_begin(struct kv_manifest *m);
+void kv_manifest_read_end(struct kv_manifest *m);
+/* key: for KV_SCAN_PAGES a layer inode (0 = every page), for extents one id
+ * (0 = all); ignored otherwise. Rows come in key order (a layer's pages in
+ * inode order). */
+int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t key,
+			  const struct kv_manifest_visitor *v, void *arg,
+			  struct kv_manifest_scan **out);
+/* Hand up to max more rows to the visitor: 1 if rows remain, 0 at the end,
+ * the visitor's non-zero return, KV_ERR_CORRUPT or -errno (logged). */
+int kv_manifest_scan_step(struct kv_manifest_scan *s, unsigned max);
+void kv_manifest_scan_close(struct kv_manifest_scan *s);   /* NULL: no-op */
+/* Models, then layers, to v. */
+int kv_manifest_load_tree(struct kv_manifest *m, const struct kv_manifest_visitor *v,
+			  void *arg);
+/* A scan opened with a key, for many lookups by key with one statement:
+ * rekey starts it over for another key (-EINVAL for 0, or one opened
+ * without a key); scan_one hands that key's row to the visitor: 0,
+ * -ENOENT if it has none, or an error as scan_step. */
+int kv_manifest_scan_rekey(struct kv_manifest_scan *s, uint64_t key);
+int kv_manifest_scan_one(struct kv_manifest_scan *s);
+/* The row counts, to v->counts (counting pages reads an index: not at once). */
+int kv_manifest_load_counts(struct kv_manifest *m, const struct kv_manifest_visitor *v,
+			    void *arg);
+/* The largest inode and extent id of any row (0 if none). */
+int kv_manifest_max_ids(struct kv_manifest *m, uint64_t *ino, uint64_t *extent);
+
+/*
  * PRAGMA integrity_check, meta, every row's values (as kv_manifest_load),
  * foreign keys, pages whose extent is missing, refcounts that disagree with
  * the pages referring to the extent, and extents overlapping in a segment.

@@ -94,6 +94,25 @@ int mf_check_indexes(struct kv_manifest *m, kv_check_report_fn *report, void *ar
 int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,
 		int64_t hi, int64_t *out, char *err, size_t errlen);
 
+/* manifest_read.c: one walk's state, and each table's row validation: a
+ * row read by a statement whose columns are those kv_manifest_load selects
+ * is range-checked (KV_ERR_CORRUPT described in err) and handed to v. */
+struct mf_load {
+	struct kv_manifest *m;
+	const struct kv_manifest_visitor *v;
+	void *arg;
+	int64_t nstripes;
+	int64_t segment_size;
+	char *err;
+	size_t errlen;
+};
+int mf_load_limits(struct mf_load *l);   /* nstripes, segment_size */
+int mf_load_counts(struct mf_load *l);   /* rows to come, to v->counts */
+int mf_row_model(struct mf_load *l, sqlite3_stmt *st);
+int mf_row_layer(struct mf_load *l, sqlite3_stmt *st);
+int mf_row_extent(struct mf_load *l, sqlite3_stmt *st);
+int mf_row_page(struct mf_load *l, sqlite3_stmt *st);
+
 /* meta.c: validate meta before mkfs writes it (-EINVAL with a log line),
  * and write it with the stripes (inside mkfs's transaction). */
 int mf_meta_validate(const struct kv_store_meta *meta);

@@ -114,24 +114,14 @@ static void col_attr(struct row *r, int col, struct kv_obj_attr *a)
 	a->atime_ns = col_int(r, col + 5, INT64_MIN, INT64_MAX);
 }
 
-struct load {
-	struct kv_manifest *m;
-	const struct kv_manifest_visitor *v;
-	void *arg;
-	int64_t nstripes;
-	int64_t segment_size;
-	char *err;
-	size_t errlen;
-};
-
-static int bad_row(struct load *l, const char *table, const char *key,
+static int bad_row(struct mf_load *l, const char *table, const char *key,
 		   const struct row *r)
 {
 	return mf_corrupt(l->err, l->errlen, "table %s, %s %lld: column %s %s", table,
 		       key, sqlite3_column_int64(r->st, 0), r->bad, r->why);
 }
 
-static int row_model(struct load *l, sqlite3_stmt *st)
+int mf_row_model(struct mf_load *l, sqlite3_stmt *st)
 {
 	struct row r = { .st = st };
 	struct kv_model_rec rec;
@@ -155,7 +145,7 @@ static int row_model(struct load *l, sqlite3_stmt *st)
 	return l->v && l->v->model ? l->v->model(l->arg, &rec) : 0;
 }
 
-static int row_layer(struct load *l, sqlite3_stmt *st)
+int mf_row_layer(struct mf_load *l, sqlite3_stmt *st)
 {
 	struct row r = { .st = st };
 	struct kv_layer_rec rec;
@@ -178,7 +168,7 @@ static int row_layer(struct load *l, sqlite3_stmt *st)
 	return l->v && l->v->layer ? l->v->layer(l->arg, &rec) : 0;
 }
 
-static int row_extent(struct load *l, sqlite3_stmt *st)
+int mf_row_extent(struct mf_load *l, sqlite3_stmt *st)
 {
 	struct row r = { .st = st };
 	struct kv_extent_rec rec;
@@ -212,7 +202,7 @@ static int row_extent(struct load *l, sqlite3_stmt *st)
 	return l->v && l->v->extent ? l->v->extent(l->arg, &rec) : 0;
 }
 
-static int row_page(struct load *l, sqlite3_stmt *st)
+int mf_row_page(struct mf_load *l, sqlite3_stmt *st)
 {
 	struct row r = { .st = st };
 	struct kv_page_rec rec;
@@ -243,8 +233,8 @@ static int row_page(struct load *l, sqlite3_stmt *st)
 	return l->v && l->v->page ? l->v->page(l->arg, &rec) : 0;
 }
 
-static int load_table(struct load *l, const char *sql,
-		      int (*fn)(struct load *l, sqlite3_stmt *st))
+static int load_table(struct mf_load *l, const char *sql,
+		      int (*fn)(struct mf_load *l, sqlite3_stmt *st))
 {
 	sqlite3 *db = l->m->db;
 	sqlite3_stmt *st;
@@ -264,7 +254,7 @@ out:
 	return rc;
 }
 
-static int load_limits(struct load *l)
+int mf_load_limits(struct mf_load *l)
 {
 	struct kv_manifest *m = l->m;
 	sqlite3_stmt *st;
@@ -283,7 +273,7 @@ static int load_limits(struct load *l)
 }
 
 /* Rows to come (models, layers and pages are nodes), for visitor->counts. */
-static int load_counts(struct load *l)
+int mf_load_counts(struct mf_load *l)
 {
 	struct kv_manifest *m = l->m;
 	sqlite3_stmt *st;
@@ -305,34 +295,34 @@ static int load_counts(struct load *l)
 static int load_rows(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 		     void *arg, char *err, size_t errlen)
 {
-	struct load l = { .m = m, .v = v, .arg = arg, .err = err, .errlen = errlen };
+	struct mf_load l = { .m = m, .v = v, .arg = arg, .err = err, .errlen = errlen };
 	int rc;
 
-	rc = load_limits(&l);
+	rc = mf_load_limits(&l);
 	if (rc == 0 && v && v->counts)
-		rc = load_counts(&l);
+		rc = mf_load_counts(&l);
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT ino, name, " ATTR_COLS ", layers, kv_heads, "
-			"head_dim, page_tokens, dtype, ident FROM models ORDER BY ino", row_model);
+			"head_dim, page_tokens, dtype, ident FROM models ORDER BY ino", mf_row_model);
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT ino, model_ino, layer, name, " ATTR_COLS
-			", ident FROM layers ORDER BY ino", row_layer);
+			", ident FROM layers ORDER BY ino", mf_row_layer);
 	if (rc)
 		return rc;
 	rc = load_table(&l, "SELECT id, stripe, segment, \"offset\", length, hash, "
-			"refcount FROM extents ORDER BY id", row_extent);
+			"refcount FROM extents ORDER BY id", mf_row_extent);
 	if (rc)
 		return rc;
 	if (v && v->sizes_checked)
 		return load_table(&l, "SELECT ino, layer_ino, name, extent_id, size, mode, "
 				  "uid, gid, ctime_ns, mtime_ns, atime_ns, NULL, ident FROM "
-				  "pages ORDER BY ino", row_page);
+				  "pages ORDER BY ino", mf_row_page);
 	return load_table(&l, "SELECT p.ino, p.layer_ino, p.name, p.extent_id, "
 			  "p.size, p.mode, p.uid, p.gid, p.ctime_ns, p.mtime_ns, "
 			  "p.atime_ns, e.length, p.ident FROM pages AS p LEFT JOIN extents AS e "
-			  "ON e.id = p.extent_id ORDER BY p.ino", row_page);
+			  "ON e.id = p.extent_id ORDER BY p.ino", mf_row_page);
 }
 
 /* A relative stripe path (a stripe inside the store) is relative to the

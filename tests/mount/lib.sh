@@ -54,6 +54,16 @@ mount_kvfs() {
 	fail "mount did not appear within 10 s"
 }
 
+# Wait (up to 30 s) for the mount's background index load to end, however
+# it ended (.kvfs/stats namespace.loading back to 0).
+wait_loaded() {
+	for _ in $(seq 300); do
+		python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["loading"])' "$MNT" && return 0
+		sleep 0.1
+	done
+	fail "the index of $STORE is still loading after 30 s"
+}
+
 # ext4_image SIZE MOUNT_OPTIONS [mkfs.ext4 options]: a fresh ext4 image
 # ($IMG) on a loop device, mounted at $FS, released by the cleanup. Skips
 # (77) where loop devices, root or e2fsprogs are missing.

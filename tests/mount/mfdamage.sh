@@ -31,7 +31,8 @@ mount_kvfs
 n=$($PAGETOOL verify "$MNT/m/00" p 20 30000) && [ "$n" = 20 ] || fail "acknowledged pages after the remount"
 umount_kvfs
 
-# ---- 2. a damaged index page refuses the mount ----
+# ---- 2. a damaged index page: -o eager_load refuses the mount; by
+# default the background load finds it and every change is refused ----
 root=$(sqlite3 "$STORE/kvfs.db" "SELECT rootpage FROM sqlite_master WHERE name = 'pages_extent'")
 psize=$(sqlite3 "$STORE/kvfs.db" "PRAGMA page_size")
 [ -n "$root" ] && [ "$root" -gt 1 ] || fail "no pages_extent index"
@@ -42,10 +43,18 @@ with open(sys.argv[1], "r+b") as f:
     f.write(b"\x00\xff" * (int(sys.argv[3]) // 2))
 PY
 : >"$LOG"
-out=$(timeout 20 "$KVFS" mount "$STORE" "$MNT" -f 2>&1) && fail "a manifest with a damaged index page mounted"
+out=$(timeout 20 "$KVFS" mount "$STORE" "$MNT" -f -o eager_load 2>&1) && fail "a manifest with a damaged index page mounted"
 is_mounted "$MNT" && fail "mounted anyway"
 echo "$out" | grep -q "quick_check" || fail "the refusal does not say what is damaged: $out"
 echo "$out" | grep -q "kvfs fsck --rebuild" || fail "the refusal does not name the way out: $out"
+: >"$LOG"
+mount_kvfs
+wait_loaded
+expect_errno EIO "os.mkdir('$MNT/m/01')"
+expect_errno EIO "open('$MNT/m/00/after', 'wb').write(b'y')"
+grep -q "malformed\|quick_check" "$LOG" || fail "the log does not say what is damaged"
+grep -q "kvfs fsck --rebuild" "$LOG" || fail "the log does not name the way out"
+umount_kvfs
 rc=0; "$KVFS" fsck --rebuild "$STORE" >"$T/fsck.out" 2>&1 || rc=$?
 [ $rc -eq 1 ] || { cat "$T/fsck.out"; fail "fsck --rebuild exited $rc"; }
 mount_kvfs

@@ -25,7 +25,7 @@ PY
 # The mount must be refused: the daemon exits non-zero and nothing mounts.
 # 1 if it mounted instead (the cleanup trap unmounts it).
 mount_refused() {
-	"$KVFS" mount "$STORE" "$MNT" -f 2>>"$LOG" &
+	"$KVFS" mount "$STORE" "$MNT" -f "$@" 2>>"$LOG" &
 	DPID=$!
 	for _ in $(seq 100); do
 		is_mounted "$MNT" && return 1
@@ -42,6 +42,9 @@ mount_refused() {
 }
 
 # ---- 1. a row renamed outside kvfs is refused, never served ----
+# -o eager_load checks every row before the mount answers: it refuses the
+# mount. By default the mount answers first, and the layer holding the row
+# is never served: its lookups and listing fail (EIO), as every change does.
 mkfs
 mount_kvfs
 mkdir -p "$MNT/m/00"
@@ -52,11 +55,20 @@ umount_kvfs
 sqlite3 "$STORE/kvfs.db" "UPDATE pages SET name = 'alpha999' WHERE name = 'alpha111'" ||
 	fail "editing the row"
 : >"$LOG"
-if ! mount_refused; then
+if ! mount_refused -o eager_load; then
 	cmp -s "$MNT/m/00/alpha999" "$T/a" && fail "alpha999 served alpha111's bytes"
-	fail "a store with a renamed row mounted"
+	fail "a store with a renamed row mounted with -o eager_load"
 fi
 grep -q "column ident does not match the row" "$LOG" || fail "no log line naming the identity check"
+: >"$LOG"
+mount_kvfs
+expect_errno EIO "os.stat('$MNT/m/00/alpha999')"
+expect_errno EIO "os.listdir('$MNT/m/00')"
+wait_loaded
+expect_errno EIO "os.mkdir('$MNT/m/01')"
+grep -q "column ident does not match the row" "$LOG" || fail "no log line naming the identity check (background load)"
+grep -q "refusing every change" "$LOG" || fail "no log line saying changes are refused"
+umount_kvfs
 rc=0; "$KVFS" fsck "$STORE" >"$T/fsck.out" 2>&1 || rc=$?
 [ $rc -eq 4 ] || { cat "$T/fsck.out"; fail "fsck of the renamed row exited $rc, not 4"; }
 grep -q "m/00/alpha999 (ino [0-9]*): its identity check fails" "$T/fsck.out" ||

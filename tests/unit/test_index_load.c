@@ -2,7 +2,9 @@
  * Unit tests for loading the index from a manifest (index/load.c): a
  * round trip of every kind of row, and damaged manifests (a page naming a
  * missing extent, refcounts that disagree, a page without its layer)
- * refused with a clear error.
+ * refused with a clear error; and the same in the background
+ * (kv_index_load_begin/step): a layer wanted before the walk reaches it,
+ * or after the walk took part of it, is whole and has every page once.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,6 +187,197 @@ static void test_load_missing_layer(void **state)
 	store_done(&s);
 }
 
+/* ---- loading in the background ---- */
+
+/* A second connection, as the daemon's loader has. */
+static struct kv_index_loader *lazy_begin(struct kv_index *x, struct store *s,
+					  struct kv_manifest **lm)
+{
+	struct kv_index_loader *l;
+
+	assert_int_equal(kv_manifest_open(s->dir, lm), 0);
+	assert_int_equal(kv_index_load_begin(x, *lm, &l), 0);
+	return l;
+}
+
+static void lazy_done(struct kv_index_loader *l, struct kv_manifest *lm)
+{
+	kv_index_load_end(l);
+	kv_manifest_close(lm);
+}
+
+static int lazy_run(struct kv_index_loader *l)
+{
+	int rc, steps = 0;
+
+	while ((rc = kv_index_load_step(l)) == 1)
+		assert_true(++steps < 100000);
+	return rc;
+}
+
+static void test_lazy_roundtrip(void **state)
+{
+	struct kv_index *x = *state, *eager;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_node_info n, e;
+	struct kv_extent_rec r;
+	struct kv_dirent *d;
+	struct store s;
+	size_t nd;
+	uint8_t h[KV_HASH_LEN];
+
+	store_make(&s);
+	store_fill(&s);
+	l = lazy_begin(x, &s, &lm);
+	/* Models and layers at once; no page yet, and new numbers are above
+	 * every row already. */
+	kv_index_stats(x, &st);
+	assert_int_equal(st.models, 1);
+	assert_int_equal(st.layers, 1);
+	assert_int_equal(st.pages, 0);
+	assert_true(kv_index_next_ino(x) > 12);
+	assert_true(kv_index_next_extent_id(x) > 2);
+	/* A lookup in the layer loads it first. */
+	assert_int_equal(kv_index_lookup(x, 3, "p12", &n), 0);
+	assert_int_equal(n.ino, 12);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+	assert_int_equal(n.ext.segment, 1);
+	assert_int_equal(n.ext.offset, 4096);
+	hash_of(2, h);
+	assert_memory_equal(n.hash, h, KV_HASH_LEN);
+	assert_int_equal(kv_index_lookup(x, 3, "nope", &n), -ENOENT);
+	assert_int_equal(kv_index_readdir(x, 3, &d, &nd), 0);
+	assert_int_equal(nd, 3);
+	assert_string_equal(d[0].name, "p10");
+	assert_string_equal(d[2].name, "p12");
+	kv_dirents_free(d, nd);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 3);
+	/* The walk then takes nothing twice: the refcounts agree. */
+	assert_int_equal(lazy_run(l), 0);
+	assert_int_equal(kv_index_load_step(l), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 3);
+	assert_int_equal(st.extents, 2);
+	assert_int_equal(kv_index_extent_get(x, 1, &r), 0);
+	assert_int_equal(r.refcount, 2);
+	lazy_done(l, lm);
+	/* The same index as a load at once gives. */
+	assert_int_equal(kv_index_new(&eager), 0);
+	assert_int_equal(kv_index_load(eager, s.m), 0);
+	for (uint64_t ino = 2; ino <= 12; ino++) {
+		int a = kv_index_get(x, ino, &n), b = kv_index_get(eager, ino, &e);
+
+		assert_int_equal(a, b);
+		if (a)
+			continue;
+		assert_string_equal(n.name, e.name);
+		assert_int_equal(n.parent, e.parent);
+		assert_int_equal(n.nchildren, e.nchildren);
+		assert_int_equal(n.extent_id, e.extent_id);
+		assert_memory_equal(&n.ext, &e.ext, sizeof(n.ext));
+	}
+	kv_index_free(eager);
+	store_done(&s);
+}
+
+/* Layer 3 gets `count` empty pages "e0".. (inodes 100..), made in SQL. */
+static void store_many(struct store *s, unsigned count)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql), "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL "
+		 "SELECT i + 1 FROM c WHERE i + 1 < %u) INSERT INTO pages SELECT "
+		 "100 + i, 3, 'e' || i, 0, 0, 292, 0, 0, 0, 0, 0, "
+		 "kvfs_ident_page(100 + i, 3, 'e' || i, 0, 0) FROM c;", count);
+	store_sql(s, sql);
+}
+
+static void test_lazy_layer_mid_walk(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	struct kv_dirent *d;
+	struct store s;
+	size_t nd, i;
+
+	store_make(&s);
+	store_fill(&s);
+	store_many(&s, 5000);
+	l = lazy_begin(x, &s, &lm);
+	/* counts, the extents, and one chunk of pages: part of layer 3 */
+	for (i = 0; i < 3; i++)
+		assert_int_equal(kv_index_load_step(l), 1);
+	kv_index_stats(x, &st);
+	assert_true(st.pages > 0 && st.pages < 5003);
+	/* Wanted now: the rest of the layer, each page once, in order. */
+	assert_int_equal(kv_index_lookup(x, 3, "e4999", &n), 0);
+	assert_int_equal(n.ino, 5099);
+	assert_int_equal(kv_index_readdir(x, 3, &d, &nd), 0);
+	assert_int_equal(nd, 5003);
+	assert_string_equal(d[0].name, "p10");
+	for (i = 3; i < nd; i++)
+		assert_int_equal(d[i].ino, 100 + i - 3);
+	kv_dirents_free(d, nd);
+	assert_int_equal(lazy_run(l), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 5003);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+/* The usual rows with sql applied, a loader begun on them. */
+static struct kv_index_loader *damaged_begin(struct kv_index *x, struct store *s,
+					     const char *sql, struct kv_manifest **lm)
+{
+	store_make(s);
+	store_fill(s);
+	store_sql(s, sql);
+	return lazy_begin(x, s, lm);
+}
+
+static void test_lazy_refcount_mismatch(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_node_info n;
+	struct store s;
+
+	l = damaged_begin(x, &s, "UPDATE extents SET refcount = 3 WHERE id = 1;", &lm);
+	/* Served until the walk can tell, then refused at its end. */
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), 0);
+	assert_int_equal(lazy_run(l), KV_ERR_CORRUPT);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+static void test_lazy_missing_extent(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_node_info n;
+	struct store s;
+
+	l = damaged_begin(x, &s, "INSERT INTO pages VALUES (13, 3, 'lost', 99, 32768, "
+			  "292, 0, 0, 0, 0, 0, kvfs_ident_page(13, 3, 'lost', 99, 32768));",
+			  &lm);
+	/* The layer cannot be made whole: its lookups fail, every time. */
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), KV_ERR_CORRUPT);
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), KV_ERR_CORRUPT);
+	assert_int_equal(lazy_run(l), KV_ERR_CORRUPT);
+	lazy_done(l, lm);
+	/* After the end, a layer not loaded gives EIO, never a wrong ENOENT. */
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), -EIO);
+	store_done(&s);
+}
+
 
 int main(void)
 {
@@ -193,6 +386,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_load_missing_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_refcount_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_missing_layer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_layer_mid_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_refcount_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_missing_extent, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,213 @@
+/*
+ * A mount that answers at once: the index is loaded in the background.
+ *
+ * kvfs_open (with opts.background_load) loads the models and layers, and
+ * numbers new inodes and extent ids above every row; this thread then loads
+ * the extents and pages, chunk by chunk, on a manifest connection of its
+ * own. Meanwhile reads are served: a lookup or listing in a layer not yet
+ * loaded loads that layer first (index/load.c), so nothing a whole index
+ * would find is missed.
+ *
+ * Changes wait. The allocator is rebuilt from every extent, and the
+ * refcount check counts every page, only once the walk is over; a change
+ * before that could overwrite a live extent or break the count. Every
+ * change passes kvfs_changes_refused, which waits here. At most
+ * LOAD_WAITERS_MAX callers wait at once, so FUSE workers stay free for
+ * reads; the next gets EAGAIN.
+ *
+ * A manifest that proves damaged on the way (a bad row, a refcount that
+ * disagrees, PRAGMA quick_check) refuses every change, as a damage the
+ * committer finds does; what was read so far is still served (every read
+ * is checked against the page's checksum).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kvfs_i.h"
+
+#define LOAD_WAITERS_MAX 8
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Test hook: seconds to wait before walking, so tests see a mount whose
+ * pages are not loaded yet. */
+static unsigned test_pause_ms(void)
+{
+	const char *v = getenv("KVFS_TEST_LOAD_PAUSE_MS");
+	unsigned long ms = v ? strtoul(v, NULL, 10) : 0;
+
+	return ms > 600000 ? 600000 : (unsigned)ms;
+}
+
+static bool stopping(struct kvfs *fs)
+{
+	return atomic_load_explicit(&fs->load.stop, memory_order_relaxed);
+}
+
+static void pause_ms(struct kvfs *fs, unsigned ms)
+{
+	while (ms && !stopping(fs)) {
+		unsigned step = ms > 50 ? 50 : ms;
+		struct timespec ts = { 0, (long)step * 1000000 };
+
+		nanosleep(&ts, NULL);
+		ms -= step;
+	}
+}
+
+static void finish(struct kvfs *fs, int rc)
+{
+	atomic_store(&fs->load.ms, (uint64_t)((mono_s() - fs->load.t0) * 1000));
+	pthread_mutex_lock(&fs->load.lock);
+	fs->load.err = rc;
+	atomic_store(&fs->load.loading, false);
+	pthread_cond_broadcast(&fs->load.cv);
+	pthread_mutex_unlock(&fs->load.lock);
+}
+
+static void *load_main(void *arg)
+{
+	struct kvfs *fs = arg;
+	int rc;
+
+	pthread_setname_np(pthread_self(), "kvfs-load");
+	pause_ms(fs, test_pause_ms());
+	while ((rc = kv_index_load_step(fs->load.loader)) == 1)
+		if (stopping(fs)) {
+			rc = -ECANCELED;
+			break;
+		}
+	if (rc == 0) {
+		/* Its snapshot would keep the WAL from being checkpointed. */
+		kv_index_load_end(fs->load.loader);
+		if (!stopping(fs))
+			rc = kv_manifest_quick_check(fs->load.man);
+	}
+	if (rc == 0 && !stopping(fs))
+		rc = fs->load.ready(fs);
+	if (rc == -ECANCELED || stopping(fs)) {
+		finish(fs, -ECANCELED);
+		return NULL;
+	}
+	if (rc == 0) {
+		struct kv_index_stats st;
+
+		kv_index_stats(fs->idx, &st);
+		kv_log(KV_LOG_INFO, "index of %s loaded in the background: %" PRIu64
+		       " pages, %" PRIu64 " extents in %.1f s; changes are accepted now",
+		       fs->store_dir, st.pages, st.extents, mono_s() - fs->load.t0);
+	} else {
+		kv_log(KV_LOG_ERR, "cannot finish loading the index of %s: %s; it serves "
+		       "what was loaded, and refuses every change (EIO)", fs->store_dir,
+		       kv_strerror(rc));
+		if (rc == KV_ERR_CORRUPT)
+			fs->load.damaged(fs, rc);
+	}
+	finish(fs, rc);
+	return NULL;
+}
+
+int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
+		    void (*damaged)(struct kvfs *fs, int err))
+{
+	int rc;
+
+	fs->load.ready = ready;
+	fs->load.damaged = damaged;
+	pthread_mutex_init(&fs->load.lock, NULL);
+	pthread_cond_init(&fs->load.cv, NULL);
+	fs->load.inited = true;
+	fs->load.t0 = mono_s();
+	rc = kv_manifest_open(fs->store_dir, &fs->load.man);
+	if (rc == 0)
+		rc = kv_index_load_begin(fs->idx, fs->load.man, &fs->load.loader);
+	if (rc < 0)
+		return rc;
+	atomic_store(&fs->load.loading, true);
+	rc = -pthread_create(&fs->load.thread, NULL, load_main, fs);
+	if (rc < 0) {
+		atomic_store(&fs->load.loading, false);
+		return rc;
+	}
+	fs->load.running = true;
+	return 0;
+}
+
+void kvfs_load_stop(struct kvfs *fs)
+{
+	if (!fs->load.inited)
+		return;
+	atomic_store(&fs->load.stop, true);
+	if (fs->load.running) {
+		pthread_join(fs->load.thread, NULL);
+		fs->load.running = false;
+	}
+	/* The walk may have been cut short: no layer is loaded from now on. */
+	kv_index_load_end(fs->load.loader);
+	pthread_mutex_lock(&fs->load.lock);
+	atomic_store(&fs->load.loading, false);
+	if (!fs->load.err)
+		fs->load.err = -ECANCELED;
+	pthread_cond_broadcast(&fs->load.cv);
+	pthread_mutex_unlock(&fs->load.lock);
+}
+
+void kvfs_load_free(struct kvfs *fs)
+{
+	if (!fs->load.inited)
+		return;
+	kv_manifest_close(fs->load.man);
+	fs->load.man = NULL;
+	pthread_mutex_destroy(&fs->load.lock);
+	pthread_cond_destroy(&fs->load.cv);
+	fs->load.inited = false;
+}
+
+int kvfs_load_wait(struct kvfs *fs)
+{
+	int rc;
+
+	if (!atomic_load_explicit(&fs->load.loading, memory_order_acquire))
+		return fs->load.inited ? fs->load.err : 0;
+	pthread_mutex_lock(&fs->load.lock);
+	if (atomic_load(&fs->load.loading) && fs->load.waiters >= LOAD_WAITERS_MAX) {
+		pthread_mutex_unlock(&fs->load.lock);
+		static struct kv_log_limit limit;
+
+		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "a change to %s is refused for now "
+			       "(EAGAIN): %d others already wait for its index to "
+			       "finish loading", fs->store_dir, LOAD_WAITERS_MAX);
+		return -EAGAIN;
+	}
+	fs->load.waiters++;
+	while (atomic_load(&fs->load.loading))
+		pthread_cond_wait(&fs->load.cv, &fs->load.lock);
+	fs->load.waiters--;
+	rc = fs->load.err;
+	pthread_mutex_unlock(&fs->load.lock);
+	return rc;
+}
+
+bool kvfs_loading(struct kvfs *fs)
+{
+	return atomic_load_explicit(&fs->load.loading, memory_order_relaxed);
+}
+
+uint64_t kvfs_load_ms(struct kvfs *fs)
+{
+	if (!fs->load.inited)
+		return 0;
+	if (kvfs_loading(fs))
+		return (uint64_t)((mono_s() - fs->load.t0) * 1000);
+	return atomic_load(&fs->load.ms);
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A mount answers before its index is loaded (the background load,
+# engine/loading.c): layers not loaded yet are listed, looked up and read
+# whole; a change waits for the load and then succeeds. A manifest that the
+# background load finds damaged keeps serving reads and refuses changes
+# (EIO), where -o eager_load refuses the mount. KVFS_TEST_LOAD_PAUSE_MS
+# holds the walk back, so the test sees a mount that is not loaded yet.
+. "$(dirname "$0")/lib.sh"
+
+loading() {
+	python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["loading"])' "$MNT"
+}
+
+mkfs --segment-size 4M
+mount_kvfs
+mkdir -p "$MNT/m/00" "$MNT/m/01"
+$PAGETOOL write "$MNT/m/00" p 300 0 || fail "writing varied-size pages"
+$PAGETOOL write "$MNT/m/01" q 200 65536 || fail "writing 64 KiB pages"
+[ "$(loading)" = 0 ] || fail "a fresh store is still loading"
+umount_kvfs
+
+# (1) Before the load: everything reads as from a whole index.
+KVFS_TEST_LOAD_PAUSE_MS=8000 mount_kvfs
+[ "$(loading)" = 1 ] || fail "the load was not held back: this test would prove nothing"
+[ "$(ls "$MNT/m" | tr '\n' ' ')" = "00 01 " ] || fail "layers: $(ls "$MNT/m")"
+[ "$(ls "$MNT/m/01" | wc -l)" = 200 ] || fail "listing of a layer not loaded: $(ls "$MNT/m/01" | wc -l) names"
+[ "$($PAGETOOL verify "$MNT/m/00" p 300 0)" = 300 ] || fail "pages of a layer not loaded"
+[ "$($PAGETOOL verify "$MNT/m/01" q 200 65536)" = 200 ] || fail "64 KiB pages before the load"
+[ -e "$MNT/m/00/nope" ] && fail "a name that is in no row exists"
+[ "$(loading)" = 1 ] || fail "reads waited for the load (or it ended early): the rest proves nothing"
+# A change waits for the whole index, then succeeds.
+head -c 5000 /dev/urandom > "$T/new"
+cp "$T/new" "$MNT/m/00/new" || fail "a write while loading"
+[ "$(loading)" = 0 ] || fail "a write was accepted before the load ended"
+cmp "$T/new" "$MNT/m/00/new" || fail "the page written while loading"
+rm "$MNT/m/01/q000007" || fail "unlink after the load"
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["load_ms"]; sys.exit(0 if v >= 8000 else 1)' "$MNT" ||
+	fail "load_ms does not count the held-back load"
+grep -q "loaded in the background: 500 pages" "$LOG" || fail "no log line for the load: $(grep -i load "$LOG")"
+no_errors_in_log
+umount_kvfs
+"$KVFS" fsck "$STORE" >/dev/null || fail "fsck after a mount that loaded in the background"
+
+# (2) A refcount that disagrees with the pages: found by the background
+# load, after the mount answered.
+python3 - "$STORE/kvfs.db" <<'PY' || fail "damaging the manifest"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE extents SET refcount = refcount + 1 WHERE id = (SELECT max(id) FROM extents)")
+db.commit()
+PY
+mount_kvfs
+wait_loaded
+[ "$($PAGETOOL verify "$MNT/m/00" p 300 0)" = 300 ] || fail "reads of a damaged store"
+expect_errno EIO "os.open('$MNT/m/00/after', os.O_CREAT | os.O_WRONLY, 0o644)"
+expect_errno EIO "os.unlink('$MNT/m/00/p000001')"
+grep -q "refcount" "$LOG" || fail "the log does not say what is damaged"
+grep -q "refusing every change" "$LOG" || fail "the log does not say changes are refused"
+umount_kvfs
+# -o eager_load checks before it answers: the mount is refused.
+rc=0; "$KVFS" mount "$STORE" "$MNT" -f -o eager_load 2>>"$LOG" || rc=$?
+[ $rc -ne 0 ] || fail "-o eager_load mounted a damaged manifest"
+is_mounted "$MNT" && fail "mounted after all"
+echo "PASS: lazy load"
