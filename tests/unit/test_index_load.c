@@ -4,7 +4,8 @@
  * missing extent, refcounts that disagree, a page without its layer)
  * refused with a clear error; and the same in the background
  * (kv_index_load_begin/step): a layer wanted before the walk reaches it,
- * or after the walk took part of it, is whole and has every page once.
+ * or after the walk took part of it, is whole and has every page once,
+ * also with threads looking up and listing while the walk runs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -295,6 +296,88 @@ static void store_many(struct store *s, unsigned count)
 	store_sql(s, sql);
 }
 
+/* Layers 4..(3 + n) "11".. of model 2, each with `count` empty pages
+ * "e0".. (inodes from 100000 * layer). */
+static void store_layers(struct store *s, unsigned n, unsigned count)
+{
+	char sql[1024];
+
+	for (unsigned i = 1; i <= n; i++) {
+		snprintf(sql, sizeof(sql), "INSERT INTO layers VALUES (%u, 2, %u, '%u', 488, "
+			 "0, 0, 0, 0, 0, kvfs_ident_layer(%u, 2, %u, '%u'));"
+			 "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c "
+			 "WHERE i + 1 < %u) INSERT INTO pages SELECT %u + i, %u, 'e' || i, "
+			 "0, 0, 292, 0, 0, 0, 0, 0, kvfs_ident_page(%u + i, %u, 'e' || i, 0, 0) "
+			 "FROM c;", 3 + i, 10 + i, 10 + i, 3 + i, 10 + i, 10 + i, count,
+			 100000 * (3 + i), 3 + i, 100000 * (3 + i), 3 + i);
+		store_sql(s, sql);
+	}
+}
+
+struct prober {
+	pthread_t th;
+	struct kv_index *x;
+	unsigned seed, nlayers, count;
+	atomic_int *bad;
+};
+
+/* Look up names all over the layers, and list them, while the walk runs. */
+static void *probe(void *arg)
+{
+	struct prober *p = arg;
+	struct kv_node_info n;
+	struct kv_dirent *d;
+	char name[32];
+	size_t nd;
+
+	for (int k = 0; k < 400; k++) {
+		unsigned layer = 4 + rand_r(&p->seed) % p->nlayers;
+		unsigned i = rand_r(&p->seed) % p->count;
+
+		snprintf(name, sizeof(name), "e%u", i);
+		if (kv_index_lookup(p->x, layer, name, &n) != 0 ||
+		    n.ino != 100000ull * layer + i)
+			atomic_fetch_add(p->bad, 1);
+		if (k % 50 == 0) {
+			if (kv_index_readdir(p->x, layer, &d, &nd) != 0 || nd != p->count)
+				atomic_fetch_add(p->bad, 1);
+			else
+				kv_dirents_free(d, nd);
+		}
+	}
+	return NULL;
+}
+
+static void test_lazy_concurrent(void **state)
+{
+	struct kv_index *x = *state;
+	struct prober pr[4];
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct store s;
+	atomic_int bad = 0;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 6, 3000);
+	l = lazy_begin(x, &s, &lm);
+	for (unsigned t = 0; t < 4; t++) {
+		pr[t] = (struct prober){ .x = x, .seed = t + 1, .nlayers = 6, .count = 3000,
+					 .bad = &bad };
+		assert_int_equal(pthread_create(&pr[t].th, NULL, probe, &pr[t]), 0);
+	}
+	assert_int_equal(lazy_run(l), 0);
+	for (unsigned t = 0; t < 4; t++)
+		pthread_join(pr[t].th, NULL);
+	assert_int_equal(atomic_load(&bad), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 3 + 6 * 3000);
+	assert_int_equal(st.layers, 7);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
 static void test_lazy_layer_mid_walk(void **state)
 {
 	struct kv_index *x = *state;
@@ -388,6 +471,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_load_missing_layer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_roundtrip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_layer_mid_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_concurrent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_refcount_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_missing_extent, setup, teardown),
 	};
