@@ -347,12 +347,12 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 
 	if (a->abi != KVFS_ABI_VERSION)
 		return -EPROTO;
-	if ((rc = kvfs_changes_refused(fs)) < 0)
-		return rc;   /* eviction changes the namespace: not while loading */
 	if ((a->flags & ~mode) || a->reserved[0] || a->reserved[1] ||
 	    (mode != KVFS_GC_OLDER && mode != KVFS_GC_TARGET) ||
 	    (mode == KVFS_GC_OLDER && a->older_than_ns <= 0))
 		return -EINVAL;
+	if ((rc = kvfs_changes_refused(fs)) < 0)
+		return rc;   /* eviction changes the namespace: not while loading */
 	usage_now(fs, &a->used_before);
 	rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
 			mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &pages);

@@ -130,13 +130,11 @@ void kvfs_manifest_damaged(struct kvfs *fs, int err)
 		       fs->store_dir, kv_strerror(err), fs->store_dir);
 }
 
-int kvfs_changes_refused(struct kvfs *fs)
+int kvfs_changes_damaged(struct kvfs *fs)
 {
 	int64_t now, last;
-	int rc = kvfs_load_wait(fs);
+	int rc = kvfs_load_result(fs);
 
-	if (rc == -EAGAIN)
-		return rc;
 	if (rc < 0 && !atomic_load(&fs->manifest_err)) {
 		/* Not damage (that is logged below): the load stopped. */
 		return rc == -ECANCELED ? -ESHUTDOWN : -EIO;
@@ -150,4 +148,25 @@ int kvfs_changes_refused(struct kvfs *fs)
 		kv_log(KV_LOG_ERR, "refusing a change to %s: its manifest is damaged "
 		       "(see above)", fs->store_dir);
 	return -EIO;
+}
+
+int kvfs_changes_refused(struct kvfs *fs)
+{
+	static struct kv_log_limit limit;
+
+	if (kvfs_loading(fs)) {
+		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "a change to %s is refused for now "
+			       "(EAGAIN): its index is still loading (%.1f s so far); "
+			       "retry once .kvfs/stats says namespace.loading 0",
+			       fs->store_dir, (double)kvfs_load_ms(fs) / 1000);
+		return -EAGAIN;
+	}
+	return kvfs_changes_damaged(fs);
+}
+
+int kvfs_changes_wait(struct kvfs *fs)
+{
+	int rc = kvfs_load_wait(fs);
+
+	return rc == -EAGAIN || rc == -ESHUTDOWN ? rc : kvfs_changes_damaged(fs);
 }

@@ -250,7 +250,7 @@ struct kvfs_load {
 	_Atomic bool stop;                /* closing: give up the walk */
 	pthread_mutex_t lock;             /* err, waiters; cv */
 	pthread_cond_t cv;                /* loading ended */
-	int err;                          /* 0, or why changes are refused */
+	_Atomic int err;                  /* 0, or why changes are refused */
 	unsigned waiters;
 	int (*ready)(struct kvfs *fs);    /* kvfs_load_start's callbacks */
 	void (*damaged)(struct kvfs *fs, int err);
@@ -765,11 +765,21 @@ int64_t kvfs_now_ns(void);
  * Once the committer has found the manifest damaged (KV_ERR_CORRUPT), no
  * change can become durable: every namespace change and write is refused
  * with EIO (logged at most once a minute) rather than acknowledged and then
- * lost. kvfs_manifest_damaged records it; kvfs_changes_refused is 0 or
- * -EIO.
+ * lost. kvfs_manifest_damaged records it.
+ *
+ * While the index loads in the background (engine/loading.c) a change must
+ * wait. kvfs_changes_refused does not: it gives EAGAIN at once, since the
+ * FUSE requests that call it hold a directory lock in the kernel, and a
+ * waiting one would block every first lookup in that directory.
+ * kvfs_changes_wait waits (fast-path writes, on kvfs's own threads; EAGAIN
+ * when 8 wait already, ESHUTDOWN at unmount). kvfs_changes_damaged is
+ * the damage check alone, for what is safe during the load (mkdir: models
+ * and layers are whole from the start). Each is 0 or a -errno.
  */
 void kvfs_manifest_damaged(struct kvfs *fs, int err);
 int kvfs_changes_refused(struct kvfs *fs);
+int kvfs_changes_wait(struct kvfs *fs);
+int kvfs_changes_damaged(struct kvfs *fs);
 
 /* engine/loading.c: the index loaded in the background (opts.background_load).
  * start: after the committer and evictor exist; once every row is in,
@@ -786,6 +796,11 @@ void kvfs_load_stop(struct kvfs *fs);
 void kvfs_load_free(struct kvfs *fs);
 int kvfs_load_wait(struct kvfs *fs);
 bool kvfs_loading(struct kvfs *fs);
+/* 0 while loading, without one, or after one that succeeded; its error once
+ * it failed or was stopped. */
+int kvfs_load_result(struct kvfs *fs);
+/* Unmounting: waiters give up now (ESHUTDOWN), the walk at its next step. */
+void kvfs_load_cancel(struct kvfs *fs);
 uint64_t kvfs_load_ms(struct kvfs *fs);   /* so far, or in all; 0 without */
 /* engine/open.c: rebuild the allocator from the index's extents and give
  * back what no row names (reclaim); once per open, with the index whole. */

@@ -10,10 +10,11 @@
  *
  * Changes wait. The allocator is rebuilt from every extent, and the
  * refcount check counts every page, only once the walk is over; a change
- * before that could overwrite a live extent or break the count. Every
- * change passes kvfs_changes_refused, which waits here. At most
- * LOAD_WAITERS_MAX callers wait at once, so FUSE workers stay free for
- * reads; the next gets EAGAIN.
+ * before that could overwrite a live extent or break the count. FUSE
+ * changes get EAGAIN meanwhile (kvfs_changes_refused: the kernel holds a
+ * directory lock around them); fast-path writes wait here
+ * (kvfs_changes_wait), at most LOAD_WAITERS_MAX at once, the next gets
+ * EAGAIN; mkdir goes ahead (models and layers are whole from the start).
  *
  * A manifest that proves damaged on the way (a bad row, a refcount that
  * disagrees, PRAGMA quick_check) refuses every change, as a damage the
@@ -69,7 +70,7 @@ static void finish(struct kvfs *fs, int rc)
 {
 	atomic_store(&fs->load.ms, (uint64_t)((mono_s() - fs->load.t0) * 1000));
 	pthread_mutex_lock(&fs->load.lock);
-	fs->load.err = rc;
+	atomic_store(&fs->load.err, rc);
 	atomic_store(&fs->load.loading, false);
 	pthread_cond_broadcast(&fs->load.cv);
 	pthread_mutex_unlock(&fs->load.lock);
@@ -87,12 +88,11 @@ static void *load_main(void *arg)
 			rc = -ECANCELED;
 			break;
 		}
-	if (rc == 0) {
-		/* Its snapshot would keep the WAL from being checkpointed. */
-		kv_index_load_end(fs->load.loader);
-		if (!stopping(fs))
-			rc = kv_manifest_quick_check(fs->load.man);
-	}
+	/* Its snapshot would keep the WAL from being checkpointed. After a
+	 * failure, layers the walk did not reach give EIO from now on. */
+	kv_index_load_end(fs->load.loader);
+	if (rc == 0 && !stopping(fs))
+		rc = kv_manifest_quick_check(fs->load.man);
 	if (rc == 0 && !stopping(fs))
 		rc = fs->load.ready(fs);
 	if (rc == -ECANCELED || stopping(fs)) {
@@ -143,11 +143,21 @@ int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
 	return 0;
 }
 
+void kvfs_load_cancel(struct kvfs *fs)
+{
+	if (!fs->load.inited)
+		return;
+	pthread_mutex_lock(&fs->load.lock);
+	atomic_store(&fs->load.stop, true);
+	pthread_cond_broadcast(&fs->load.cv);
+	pthread_mutex_unlock(&fs->load.lock);
+}
+
 void kvfs_load_stop(struct kvfs *fs)
 {
 	if (!fs->load.inited)
 		return;
-	atomic_store(&fs->load.stop, true);
+	kvfs_load_cancel(fs);
 	if (fs->load.running) {
 		pthread_join(fs->load.thread, NULL);
 		fs->load.running = false;
@@ -155,9 +165,10 @@ void kvfs_load_stop(struct kvfs *fs)
 	/* The walk may have been cut short: no layer is loaded from now on. */
 	kv_index_load_end(fs->load.loader);
 	pthread_mutex_lock(&fs->load.lock);
-	atomic_store(&fs->load.loading, false);
-	if (!fs->load.err)
-		fs->load.err = -ECANCELED;
+	if (atomic_load(&fs->load.loading)) {
+		atomic_store(&fs->load.err, -ECANCELED);
+		atomic_store(&fs->load.loading, false);
+	}
 	pthread_cond_broadcast(&fs->load.cv);
 	pthread_mutex_unlock(&fs->load.lock);
 }
@@ -178,24 +189,31 @@ int kvfs_load_wait(struct kvfs *fs)
 	int rc;
 
 	if (!atomic_load_explicit(&fs->load.loading, memory_order_acquire))
-		return fs->load.inited ? fs->load.err : 0;
+		return kvfs_load_result(fs);
 	pthread_mutex_lock(&fs->load.lock);
 	if (atomic_load(&fs->load.loading) && fs->load.waiters >= LOAD_WAITERS_MAX) {
-		pthread_mutex_unlock(&fs->load.lock);
 		static struct kv_log_limit limit;
 
+		pthread_mutex_unlock(&fs->load.lock);
 		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "a change to %s is refused for now "
 			       "(EAGAIN): %d others already wait for its index to "
 			       "finish loading", fs->store_dir, LOAD_WAITERS_MAX);
 		return -EAGAIN;
 	}
 	fs->load.waiters++;
-	while (atomic_load(&fs->load.loading))
+	while (atomic_load(&fs->load.loading) && !stopping(fs))
 		pthread_cond_wait(&fs->load.cv, &fs->load.lock);
 	fs->load.waiters--;
-	rc = fs->load.err;
+	rc = stopping(fs) ? -ESHUTDOWN : atomic_load(&fs->load.err);
 	pthread_mutex_unlock(&fs->load.lock);
 	return rc;
+}
+
+int kvfs_load_result(struct kvfs *fs)
+{
+	if (!fs->load.inited || atomic_load(&fs->load.loading))
+		return 0;
+	return atomic_load(&fs->load.err);
 }
 
 bool kvfs_loading(struct kvfs *fs)

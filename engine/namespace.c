@@ -188,8 +188,10 @@ int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t m
 {
 	int rc = kvfs_check_name(name);
 
+	/* Even while the index loads: models and layers are whole from the
+	 * start, and a new one has no pages the walk could meet. */
 	if (rc == 0)
-		rc = kvfs_changes_refused(fs);
+		rc = kvfs_changes_damaged(fs);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);

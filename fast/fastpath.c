@@ -179,7 +179,9 @@ static int32_t resolve_name(struct fp_resolver *rv, const struct kvfs_page_desc 
 		return rc;
 	if (!(*le)->search)
 		return -EACCES;
-	return kv_index_lookup(rv->b->fs->idx, (*le)->ino, name, n);
+	rc = kv_index_lookup(rv->b->fs->idx, (*le)->ino, name, n);
+	/* A layer that cannot be loaded gives KV_ERR_*: callers get errnos. */
+	return rc < 0 ? -kv_errno(rc) : rc;
 }
 
 static int32_t resolve_handle(struct fp_resolver *rv, uint64_t handle,

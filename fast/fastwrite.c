@@ -467,7 +467,7 @@ int kvfs_fast_write(struct kvfs *fs, const struct kvfs_fast_req *req, uint64_t m
 
 	w.replace = a->flags & KVFS_WRITE_REPLACE;
 	w.durable = a->flags & KVFS_WRITE_DURABLE;
-	rc = kvfs_changes_refused(fs);
+	rc = kvfs_changes_wait(fs);   /* on kvfs's own thread: it may wait for the load */
 	if (rc < 0)
 		return rc;
 	rc = fp_batch_begin(&w.b, fs, req, a, KVFS_BATCH_WRITE);

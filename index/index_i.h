@@ -28,6 +28,7 @@ struct dir_data {
 	struct kv_geometry *geo;     /* models only (separate: pages must stay small) */
 	uint32_t layer;              /* layers only */
 	bool unloaded;               /* layers: pages still only in the manifest (load.c) */
+	int load_err;                /* layers: why loading its pages failed (load.c) */
 };
 
 /*

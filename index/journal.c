@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -309,4 +310,18 @@ void mf_journal_batch_done(struct mf_journal *j, uint64_t seq)
 	j->seq = seq;
 	j->end = j->pending_end;
 	mf_journal_discard(j);
+}
+
+int mfj_record_place(struct kv_manifest *m, uint64_t last, uint64_t batches)
+{
+	sqlite3_stmt *st = m->st[ST_SET_JOURNAL_AT];
+	char v[48];
+	int rc;
+
+	snprintf(v, sizeof(v), "%" PRIu64 " %" PRIu64, last, batches);
+	sqlite3_bind_text(st, 1, v, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc,
+						  "recording where the journal's last batch is");
 }

@@ -33,5 +33,14 @@ int mfj_write_frame(int fd, const char *path, uint64_t *off, uint32_t kind,
 
 /* meta.journal_seq: the last journaled batch the manifest committed. */
 uint64_t mfj_manifest_seq(struct kv_manifest *m);
+/*
+ * meta.journal_at: where in the journal file the frame of batch
+ * journal_seq starts (or, right after a rewrite, the snapshot's end
+ * frame), and where its batches begin, "LAST BATCHES". Recorded in the
+ * committing transaction (or after a rewrite), so that recovery at mount
+ * can check that frame and read what follows it, instead of every frame of
+ * the file. 0 or -errno (logged).
+ */
+int mfj_record_place(struct kv_manifest *m, uint64_t last, uint64_t batches);
 
 #endif

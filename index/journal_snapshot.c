@@ -180,6 +180,9 @@ int kv_manifest_journal_rewrite(struct kv_manifest *m)
 	s.fd = -1;
 	m->j.end = m->j.snapshot_end = s.off;
 	m->j.seq = s.seq;
+	/* Mounts read from the snapshot's end frame on (best effort: without
+	 * the record they read the whole new journal once). */
+	mfj_record_place(m, s.off - MFJ_HEAD - sizeof(count), s.off);
 	kv_log(KV_LOG_DEBUG, "journal %s: rewritten as a snapshot of %" PRIu64 " rows "
 	       "(%" PRIu64 " bytes)", m->j.path, s.records, s.off);
 out:

@@ -121,8 +121,9 @@ static int load_page(void *arg, const struct kv_page_rec *r)
 	return 0;
 }
 
-/* Every extent's refcount must equal the pages found referring to it. */
-static int load_verify(struct kv_index *x)
+/* Every extent's refcount must equal the pages found referring to it.
+ * reset (write lock held): zero the counts for the index's later use. */
+static int load_verify(struct kv_index *x, bool reset)
 {
 	struct xent *e;
 	size_t i;
@@ -137,7 +138,8 @@ static int load_verify(struct kv_index *x)
 			       " but %" PRIu32 " pages refer to it", e->id, e->refcount, e->seen);
 			rc = KV_ERR_CORRUPT;
 		}
-		e->seen = 0;
+		if (reset)
+			e->seen = 0;
 	}
 	return rc;
 }
@@ -175,7 +177,7 @@ int kv_index_load(struct kv_index *x, struct kv_manifest *m)
 	 * half-loaded index, and each row costs no lock round trip. */
 	rc = kv_manifest_load(m, &v, x);
 	if (rc == 0)
-		rc = load_verify(x);
+		rc = load_verify(x, true);
 out:
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
@@ -311,55 +313,80 @@ static void layer_loaded_locked(struct kv_index *x, struct node *n)
 	}
 }
 
-static bool layer_unloaded(struct kv_index *x, uint64_t ino)
+static int load_prepare(struct kv_index_loader *l);
+
+/* Layer ino's pages, read lock taken here: 0 if they are all in (or ino
+ * is no layer), 1 if they must be loaded, or the error their last load
+ * gave (not tried again: a lookup in a damaged layer must not rescan it,
+ * nor hold the walk back, every time). */
+static int layer_state(struct kv_index *x, uint64_t ino)
 {
 	struct node *n;
-	bool need;
+	int rc = 0;
 
 	pthread_rwlock_rdlock(&x->lock);
 	n = idx_node(x, ino);
-	need = n && n->kind == KV_KIND_LAYER && n->u.d.unloaded;
+	if (n && n->kind == KV_KIND_LAYER && n->u.d.unloaded)
+		rc = n->u.d.load_err ? n->u.d.load_err : 1;
 	pthread_rwlock_unlock(&x->lock);
-	return need;
+	return rc;
 }
 
-int idx_layer_ready(struct kv_index *x, uint64_t ino)
+static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 {
-	struct kv_index_loader *l;
+	static struct kv_log_limit limit;
+	struct kv_index *x = l->x;
 	struct kv_manifest_scan *s;
+	struct node *n;
 	int rc;
 
-	if (!atomic_load_explicit(&x->layers_unloaded, memory_order_acquire) ||
-	    !layer_unloaded(x, ino))
-		return 0;
-	l = x->loader;
-	/* Ahead of the walk: it waits while anyone wants a layer (a mutex
-	 * alone would let it take mu back chunk after chunk). */
-	atomic_fetch_add(&l->wanted, 1);
-	pthread_mutex_lock(&l->mu);
-	rc = 0;
-	if (!layer_unloaded(x, ino))
-		goto out;    /* loaded while we waited (perhaps by the walk) */
-	if (l->ended) {
-		rc = -EIO;   /* closing, or the walk failed: not whole, never will be */
-		kv_log(KV_LOG_ERR, "index: the pages of layer %" PRIu64 " cannot be "
-		       "loaded: the background load has stopped", ino);
-		goto out;
-	}
+	if (l->phase == PHASE_COUNTS && (rc = load_prepare(l)) < 0)
+		return rc;
 	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &lazy_v, l, &s);
 	if (rc == 0) {
 		rc = scan_chunks(l, s);
 		kv_manifest_scan_close(s);
 	}
-	if (rc == 0) {
-		pthread_rwlock_wrlock(&x->lock);
-		layer_loaded_locked(x, idx_node(x, ino));
-		pthread_rwlock_unlock(&x->lock);
-	} else {
-		kv_log(KV_LOG_ERR, "index: cannot load the pages of layer %" PRIu64
-		       " from the manifest: %s", ino, kv_strerror(rc));
+	pthread_rwlock_wrlock(&x->lock);
+	n = idx_node(x, ino);
+	if (rc == 0)
+		layer_loaded_locked(x, n);
+	else if (n)
+		n->u.d.load_err = rc;
+	pthread_rwlock_unlock(&x->lock);
+	if (rc)
+		KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: cannot load the pages of layer %"
+			       PRIu64 " from the manifest: %s; its lookups and listing "
+			       "fail (EIO)", ino, kv_strerror(rc));
+	return rc;
+}
+
+int idx_layer_ready(struct kv_index *x, uint64_t ino)
+{
+	struct kv_index_loader *l;
+	int rc;
+
+	if (!atomic_load_explicit(&x->layers_unloaded, memory_order_acquire))
+		return 0;
+	if ((rc = layer_state(x, ino)) <= 0)
+		return rc;
+	l = x->loader;
+	/* Ahead of the walk: it waits while anyone wants a layer (a mutex
+	 * alone would let it take mu back chunk after chunk). */
+	atomic_fetch_add(&l->wanted, 1);
+	pthread_mutex_lock(&l->mu);
+	rc = layer_state(x, ino);     /* loaded (or failed) while we waited? */
+	if (rc == 1 && l->ended) {
+		static struct kv_log_limit limit;
+
+		/* closing, or the walk failed before this layer: its pages
+		 * cannot be known any more */
+		rc = -EIO;
+		KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: the pages of layer %" PRIu64
+			       " cannot be loaded: the background load has stopped", ino);
+	} else if (rc == 1) {
+		rc = layer_load_now(l, ino);
 	}
-out:
 	if (atomic_fetch_sub(&l->wanted, 1) == 1)
 		pthread_cond_broadcast(&l->cv);
 	pthread_mutex_unlock(&l->mu);
@@ -414,17 +441,20 @@ out:
 static int load_finish(struct kv_index_loader *l)
 {
 	struct kv_index *x = l->x;
-	struct node *n;
-	size_t i;
+	struct node *model, *layer;
 	int rc;
 
+	/* Through the tree: a pass over every node would hold the write
+	 * lock, and every lookup, for a while at 10^8 pages. */
 	pthread_rwlock_wrlock(&x->lock);
-	for (i = 0; i <= x->by_ino.mask; i++) {
-		n = x->by_ino.slot[i];
-		if (n)
-			layer_loaded_locked(x, n);
-	}
-	rc = load_verify(x);
+	for (model = x->root->u.d.first; model; model = model->next)
+		for (layer = model->u.d.first; layer; layer = layer->next)
+			layer_loaded_locked(x, layer);
+	pthread_rwlock_unlock(&x->lock);
+	/* Nothing changes the counts now (changes wait for the end, and no
+	 * layer is loaded any more): lookups may go on meanwhile. */
+	pthread_rwlock_rdlock(&x->lock);
+	rc = load_verify(x, false);
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }
@@ -441,6 +471,28 @@ static int walk_next(struct kv_index_loader *l, enum kv_scan_table t,
 	return 1;
 }
 
+/*
+ * The first step, whoever takes mu first (the walk, or a layer wanted
+ * before it started): read the file through, since a layer's rows lie all
+ * over it and reading them at random from a cold disk takes several times
+ * as long; size the tables; start the walk. 1, or why it cannot start.
+ */
+static int load_prepare(struct kv_index_loader *l)
+{
+	struct kv_index *x = l->x;
+	int rc;
+
+	kv_manifest_prefetch(l->m);
+	/* Counting reads an index of every table: not under the lock. */
+	rc = kv_manifest_load_counts(l->m, &lazy_v, l);
+	if (rc == 0) {
+		pthread_rwlock_wrlock(&x->lock);
+		rc = load_counts(x, l->nodes, l->extents);
+		pthread_rwlock_unlock(&x->lock);
+	}
+	return rc ? rc : walk_next(l, KV_SCAN_EXTENTS, PHASE_EXTENTS);
+}
+
 int kv_index_load_step(struct kv_index_loader *l)
 {
 	struct kv_index *x = l->x;
@@ -451,20 +503,7 @@ int kv_index_load_step(struct kv_index_loader *l)
 		pthread_cond_wait(&l->cv, &l->mu);
 	switch (l->phase) {
 	case PHASE_COUNTS:
-		/* Read the file through first, under mu: a layer wanted
-		 * meanwhile waits for it, since its rows lie all over the
-		 * file, and reading them at random from a cold disk takes
-		 * several times as long. */
-		kv_manifest_prefetch(l->m);
-		/* Counting reads an index of every table: not under the lock. */
-		rc = kv_manifest_load_counts(l->m, &lazy_v, l);
-		if (rc == 0) {
-			pthread_rwlock_wrlock(&x->lock);
-			rc = load_counts(x, l->nodes, l->extents);
-			pthread_rwlock_unlock(&x->lock);
-		}
-		if (rc == 0)
-			rc = walk_next(l, KV_SCAN_EXTENTS, PHASE_EXTENTS);
+		rc = load_prepare(l);
 		break;
 	case PHASE_EXTENTS:
 	case PHASE_PAGES:

@@ -151,6 +151,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_TOUCH_PAGE] = "UPDATE pages SET atime_ns = ?2 WHERE ino = ?1 AND atime_ns < ?2",
 	[ST_SET_JOURNAL_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_seq', ?1)",
 	[ST_SET_EVENT_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('event_seq', ?1)",
+	[ST_SET_JOURNAL_AT] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_at', ?1)",
 };
 
 /* ---- errors ---- */

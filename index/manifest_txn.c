@@ -17,6 +17,7 @@
 #include <sqlite3.h>
 
 #include "kvname.h"
+#include "journal_i.h"
 #include "manifest_i.h"
 
 __attribute__((format(printf, 2, 3)))
@@ -153,6 +154,9 @@ int kv_manifest_commit(struct kv_manifest *m)
 	if (rc == 0 && seq) {
 		sqlite3_bind_int64(m->st[ST_SET_JOURNAL_SEQ], 1, (int64_t)seq);
 		rc = run(m, ST_SET_JOURNAL_SEQ, false, "recording journal batch %" PRIu64, seq);
+		/* Its frame starts at the journal's end before this batch. */
+		if (rc == 0)
+			rc = mfj_record_place(m, m->j.end, m->j.snapshot_end);
 	}
 	if (rc == 0)
 		rc = run(m, ST_COMMIT, false, "committing");

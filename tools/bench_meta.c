@@ -357,7 +357,7 @@ static int unmount_cold(struct meta *m)
 }
 
 /* MOUNT/.kvfs/stats says the index is still loading in the background:
- * 1, 0, or -errno. */
+ * 1, 0 (also from a daemon without background loads), or -errno. */
 static int index_loading(struct meta *m)
 {
 	char path[PATH_MAX + 32], buf[16384], *p;
@@ -375,7 +375,7 @@ static int index_loading(struct meta *m)
 	buf[n] = '\0';
 	p = strstr(buf, "\"loading\":");
 	if (!p)
-		return -ENOENT;
+		return 0;    /* a daemon that loads before it answers (KVFS_BENCH_DAEMON) */
 	p += strlen("\"loading\":");
 	while (*p == ' ')
 		p++;
@@ -578,11 +578,11 @@ static void report(const struct meta *m)
 	       (double)m->created.rss / mb, (double)m->created.hwm / mb,
 	       per_page(m, &m->created), (double)m->mounted.rss / mb,
 	       (double)m->mounted.hwm / mb, per_page(m, &m->mounted));
-	printf("  mount    %9.3f s until it answers, %.3f s until the first LOOKUP;\n"
-	       "           %.2f s per 10M pages   (target <= 1 s per 10M pages)\n"
-	       "           %.3f s until the index is loaded in the background (changes\n"
-	       "           accepted; %.1f s per 10M pages)\n",
-	       m->mount_s, m->first_lookup_s, per10m, m->loaded_s,
+	printf("  mount    %9.3f s until it answers (it reads models and layers only),\n"
+	       "           %.3f s until the first LOOKUP, %.3f s until the whole index is\n"
+	       "           loaded in the background (changes accepted): %.1f s per 10M pages\n"
+	       "           (target <= 1 s per 10M pages, or answer at once and load in the\n"
+	       "           background)\n", m->mount_s, m->first_lookup_s, m->loaded_s,
 	       m->loaded_s * 1e7 / (double)m->pages);
 	printf("  ls       %9.3f s for %lu entries of one layer%s   (target <= 1 s for "
 	       "100,000)\n", m->ls_s, m->ls_entries, m->b->cold ? ", cold" : "");

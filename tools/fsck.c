@@ -199,10 +199,15 @@ static int roll_forward(struct fsck *f)
 {
 	struct kv_recover_stats st;
 	uint64_t behind = 0;
+	bool damaged = false;
 	int rc;
 
+	rc = kv_manifest_journal_behind(f->m, &behind, &damaged);
+	if (rc == 0 && damaged && !f->repair)
+		problem(f, true, "journal: %s is damaged before its last committed batch: "
+			"it could not rebuild the manifest; --repair writes it anew from "
+			"the manifest", KV_JOURNAL_FILE);
 	if (!f->repair) {
-		rc = kv_manifest_journal_behind(f->m, &behind);
 		if (rc == 0 && behind > 1)
 			problem(f, true, "manifest: %" PRIu64 " committed batches are in %s but "
 				"not in %s (kvfs.db-wal lost?); --repair or the next mount "
@@ -210,6 +215,15 @@ static int roll_forward(struct fsck *f)
 		return 0;
 	}
 	rc = kv_manifest_recover(f->m, &st);
+	if (rc == 0 && damaged && !st.rewritten) {
+		problem(f, true, "journal: %s was damaged before its last committed batch",
+			KV_JOURNAL_FILE);
+		rc = kv_manifest_journal_rewrite(f->m);
+		if (rc < 0)
+			return rc;
+		fprintf(f->out, "repair: wrote the journal anew from the manifest\n");
+		f->pre_fixed++;
+	}
 	if (rc < 0) {
 		fprintf(stderr, "kvfs fsck: applying %s/%s to the manifest failed: %s\n",
 			f->shown, KV_JOURNAL_FILE, kv_strerror(rc));

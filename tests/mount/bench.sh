@@ -72,13 +72,15 @@ m = meta[0]
 assert (m["pages"], m["layers"], m["blocks"]) == (4000, 4, 1000), m
 for k in ("create_s", "create_pages_per_s", "rss_before_bytes", "rss_created_bytes",
           "hwm_created_bytes", "rss_mounted_bytes", "hwm_mounted_bytes", "mount_s",
-          "first_lookup_s", "mount_s_per_10m_pages", "ls_s", "lookup_s",
+          "first_lookup_s", "mount_s_per_10m_pages", "loaded_s", "loaded_s_per_10m_pages",
+          "ls_s", "lookup_s",
           "lookup_keys_per_s", "lookup_call_p50_ms", "lookup_call_p99_ms", "fsck_s",
           "fsck_pages_per_s"):
     assert isinstance(m[k], (int, float)) and m[k] > 0, (k, m)
 for k in ("ram_bytes_per_page", "mounted_ram_bytes_per_page"):
     assert isinstance(m[k], (int, float)), (k, m)
 assert m["first_lookup_s"] >= m["mount_s"], m
+assert m["loaded_s"] >= m["first_lookup_s"], m
 assert m["ls_entries"] == 1000 and m["lookup_keys"] == 4000, m
 assert m["lookup_calls"] == 4 and m["lookup_batch"] == 1024, m
 assert m["fsck_pages"] == 4000, m

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A mount answers before its index is loaded (the background load,
 # engine/loading.c): layers not loaded yet are listed, looked up and read
-# whole; a change waits for the load and then succeeds. A manifest that the
+# whole; a change through FUSE gets EAGAIN at once, mkdir goes ahead, and
+# a fast-path write waits for the load and then succeeds. A manifest that the
 # background load finds damaged keeps serving reads and refuses changes
 # (EIO), where -o eager_load refuses the mount. KVFS_TEST_LOAD_PAUSE_MS
 # holds the walk back, so the test sees a mount that is not loaded yet.
@@ -28,11 +29,37 @@ KVFS_TEST_LOAD_PAUSE_MS=8000 mount_kvfs
 [ "$($PAGETOOL verify "$MNT/m/01" q 200 65536)" = 200 ] || fail "64 KiB pages before the load"
 [ -e "$MNT/m/00/nope" ] && fail "a name that is in no row exists"
 [ "$(loading)" = 1 ] || fail "reads waited for the load (or it ended early): the rest proves nothing"
-# A change waits for the whole index, then succeeds.
-head -c 5000 /dev/urandom > "$T/new"
-cp "$T/new" "$MNT/m/00/new" || fail "a write while loading"
-[ "$(loading)" = 0 ] || fail "a write was accepted before the load ended"
-cmp "$T/new" "$MNT/m/00/new" || fail "the page written while loading"
+# A change through FUSE is refused at once (it would hold the directory's
+# lock in the kernel while it waited); mkdir goes ahead.
+expect_errno EAGAIN "os.open('$MNT/m/00/new', os.O_CREAT | os.O_WRONLY, 0o644)"
+expect_errno EAGAIN "os.unlink('$MNT/m/00/p000001')"
+mkdir "$MNT/m/02" || fail "mkdir while loading"
+[ "$(loading)" = 1 ] || fail "a refused change waited for the load (or it ended early)"
+# A fast-path write waits for the whole index, then succeeds.
+python3 - "$MNT" "$(dirname "$0")" "$T/fast" <<'PY' > "$T/fastout" || fail "a fast-path write while loading: $(cat "$T/fastout")"
+import json, mmap, os, sys
+sys.path.insert(0, sys.argv[2])
+import kvfsabi as abi
+mnt = sys.argv[1]
+dfd = os.open(os.path.join(mnt, 'm'), os.O_RDONLY | os.O_DIRECTORY)
+fd = abi.memfd(1 << 20)
+mem = mmap.mmap(fd, 1 << 20)
+rid, _ = abi.register(dfd, fd)
+data = os.urandom(5000)
+mem[65536:65536 + len(data)] = data
+open(sys.argv[3], 'wb').write(data)
+d = abi.Desc(layer=0, name=b'new', dst_off=65536, dst_len=len(data))
+abi.place(mem, [d], 0, 32768)
+res = abi.batch(dfd, abi.WRITE, rid, 0, 1)
+abi.collect(mem, [d], 0)
+assert res['done'] == 1 and d.status == 0, (res, d.status)
+print(json.load(open(mnt + '/.kvfs/stats'))['namespace']['loading'])
+PY
+[ "$(cat "$T/fastout")" = 0 ] || fail "a fast-path write returned before the load ended"
+cmp "$T/fast" "$MNT/m/00/new" || fail "the page written while loading"
+head -c 5000 /dev/urandom > "$T/new2"
+cp "$T/new2" "$MNT/m/02/new2" || fail "a write after the load"
+cmp "$T/new2" "$MNT/m/02/new2" || fail "the page written after the load"
 rm "$MNT/m/01/q000007" || fail "unlink after the load"
 python3 -c 'import json, sys; v = json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["load_ms"]; sys.exit(0 if v >= 8000 else 1)' "$MNT" ||
 	fail "load_ms does not count the held-back load"

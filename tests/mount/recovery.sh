@@ -150,4 +150,29 @@ mount_kvfs
 grep -q "torn or damaged; dropped" "$LOG" || fail "the torn tail was not reported"
 n=$($PAGETOOL verify "$MNT/w/00" s 50 30000) && [ "$n" = 50 ] || fail "pages after a torn journal"
 umount_kvfs
+
+# ---- 6. damage before the journal's last batch ----
+# A mount reads the journal from its last committed batch on (meta
+# journal_at), so it neither reads nor notices damage in the snapshot; fsck
+# reads it whole, says so, and --repair writes the journal anew.
+python3 - "$STORE/kvfs.journal" <<'PY' || fail "damaging the journal"
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    hlen = struct.unpack_from('<Q', f.read(32), 16)[0]
+    off = 32 + hlen + 32 + 4          # into the first frame after the header
+    f.seek(off)
+    b = f.read(1)
+    f.seek(off)
+    f.write(bytes([b[0] ^ 0x5a]))
+PY
+: >"$LOG"
+mount_kvfs
+n=$($PAGETOOL verify "$MNT/w/00" s 50 30000) && [ "$n" = 50 ] || fail "pages with a damaged journal snapshot"
+umount_kvfs
+rc=0; "$KVFS" fsck "$STORE" >"$T/fsck.out" 2>&1 || rc=$?
+[ $rc -eq 4 ] || { cat "$T/fsck.out"; fail "fsck of a damaged journal exited $rc, not 4"; }
+grep -q "journal: kvfs.journal is damaged" "$T/fsck.out" || { cat "$T/fsck.out"; fail "fsck did not name the journal"; }
+rc=0; "$KVFS" fsck --repair "$STORE" >"$T/fsck.out" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$T/fsck.out"; fail "fsck --repair of the journal exited $rc, not 1"; }
+"$KVFS" fsck "$STORE" >"$T/fsck.out" 2>&1 || { cat "$T/fsck.out"; fail "fsck after the journal was written anew"; }
 echo PASS
