@@ -14,7 +14,6 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +24,7 @@
 #include <sqlite3.h>
 
 #include "index_fixture.h"
+#include "manifest_fixture.h"
 
 
 /* ---- load from a manifest ---- */
@@ -35,35 +35,17 @@ struct store {
 	struct kv_manifest *m;
 };
 
-static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *f)
-{
-	(void)sb;
-	(void)type;
-	(void)f;
-	return remove(p);
-}
-
 static void store_make(struct store *s)
 {
-	struct kv_store_meta *meta = calloc(1, sizeof(*meta));
-
-	assert_non_null(meta);
 	strcpy(s->dir, "/tmp/kvfs-test-index-XXXXXX");
-	assert_non_null(mkdtemp(s->dir));
-	snprintf(s->db, sizeof(s->db), "%s/%s", s->dir, KV_MANIFEST_FILE);
-	strcpy(meta->uuid, "0123abcd-89ab-4def-8123-456789abcdef");
-	meta->segment_size = 1ull << 30;
-	meta->nstripes = 1;
-	strcpy(meta->stripes[0], "/srv/ssd0");
-	assert_int_equal(kv_manifest_create(s->dir, meta), 0);
-	free(meta);
+	mfx_create(s->dir, s->db, sizeof(s->db));
 	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
 }
 
 static void store_done(struct store *s)
 {
 	kv_manifest_close(s->m);
-	nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	mfx_remove(s->dir);
 }
 
 static void store_sql(struct store *s, const char *sql)

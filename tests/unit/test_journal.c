@@ -12,7 +12,6 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <sqlite3.h>
 
 #include "manifest.h"
+#include "manifest_fixture.h"
 
 struct store {
 	char dir[64];
@@ -35,35 +35,17 @@ static void quiet(enum kv_log_level lvl, const char *line)
 	(void)line;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *f)
-{
-	(void)sb;
-	(void)type;
-	(void)f;
-	return remove(p);
-}
-
 static void store_make(struct store *s)
 {
-	struct kv_store_meta *meta = calloc(1, sizeof(*meta));
-
-	assert_non_null(meta);
 	kv_log_set_sink(quiet);
 	strcpy(s->dir, "/tmp/kvfs-test-journal-XXXXXX");
-	assert_non_null(mkdtemp(s->dir));
-	snprintf(s->db, sizeof(s->db), "%s/%s", s->dir, KV_MANIFEST_FILE);
+	mfx_create(s->dir, s->db, sizeof(s->db));
 	snprintf(s->journal, sizeof(s->journal), "%s/%s", s->dir, KV_JOURNAL_FILE);
-	strcpy(meta->uuid, "0123abcd-89ab-4def-8123-456789abcdef");
-	meta->segment_size = 1ull << 30;
-	meta->nstripes = 1;
-	strcpy(meta->stripes[0], "/srv/ssd0");
-	assert_int_equal(kv_manifest_create(s->dir, meta), 0);
-	free(meta);
 }
 
 static void store_done(struct store *s)
 {
-	nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	mfx_remove(s->dir);
 	kv_log_set_sink(NULL);
 }
 
@@ -88,6 +70,18 @@ static void add_models(struct kv_manifest *m, unsigned from, unsigned n)
 		assert_int_equal(kv_manifest_put_model(m, &r), 0);
 		assert_int_equal(kv_manifest_commit(m), 0);
 	}
+}
+
+/* A new store whose manifest committed models m0..m(n-1), closed. */
+static void store_with_models(struct store *s, unsigned n)
+{
+	struct kv_recover_stats st;
+	struct kv_manifest *m;
+
+	store_make(s);
+	m = reopen(s, &st);
+	add_models(m, 0, n);
+	kv_manifest_close(m);
 }
 
 static void sql(struct store *s, const char *q, char *out, size_t len)
@@ -129,10 +123,7 @@ static void test_short_read(void **state)
 	struct store s;
 
 	(void)state;
-	store_make(&s);
-	m = reopen(&s, &st);
-	add_models(m, 0, 5);
-	kv_manifest_close(m);
+	store_with_models(&s, 5);
 	/* The snapshot's frames are not read: damage there goes unseen. */
 	damage_snapshot(&s);
 	m = reopen(&s, &st);
@@ -161,10 +152,7 @@ static void test_short_replay(void **state)
 	struct store s;
 
 	(void)state;
-	store_make(&s);
-	m = reopen(&s, &st);
-	add_models(m, 0, 3);
-	kv_manifest_close(m);
+	store_with_models(&s, 3);
 	sql(&s, "SELECT value FROM meta WHERE key = 'journal_at'", at, sizeof(at));
 	sql(&s, "SELECT value FROM meta WHERE key = 'journal_seq'", seq, sizeof(seq));
 	m = reopen(&s, &st);
@@ -199,10 +187,7 @@ static void test_record_elsewhere(void **state)
 	struct store s;
 
 	(void)state;
-	store_make(&s);
-	m = reopen(&s, &st);
-	add_models(m, 0, 3);
-	kv_manifest_close(m);
+	store_with_models(&s, 3);
 	/* A record pointing anywhere but a frame of batch journal_seq (a
 	 * copied journal, a hand edit) is not trusted: the file is read. */
 	sql(&s, "UPDATE meta SET value = '40 40' WHERE key = 'journal_at'", NULL, 0);
