@@ -40,8 +40,8 @@ static double mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Test hook: seconds to wait before walking, so tests see a mount whose
- * pages are not loaded yet. */
+/* Test hook: milliseconds to wait before walking, so tests see a mount
+ * whose pages are not loaded yet. */
 static unsigned test_pause_ms(void)
 {
 	const char *v = getenv("KVFS_TEST_LOAD_PAUSE_MS");

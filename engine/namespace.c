@@ -104,7 +104,11 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change *c,
 		    struct kv_node_info *out)
 {
-	int rc = kvfs_changes_refused(fs);
+	/* Modes, owners and times even while the index loads (touch, chmod,
+	 * cp -a): they change no extent, and the node is loaded (the kernel
+	 * found it by a lookup). A size is a write: not until then. */
+	int rc = c->valid & KVFS_ATTR_SIZE ? kvfs_changes_refused(fs)
+					   : kvfs_changes_damaged(fs);
 
 	if (rc < 0)
 		return rc;
@@ -269,7 +273,9 @@ static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geom
 
 		if (kv_index_get(fs->idx, d[i].ino, &l) < 0)
 			continue;
-		if (l.nchildren)
+		if (!kv_index_layer_whole(fs->idx, l.ino))
+			rc = -EAGAIN;   /* its pages are not counted yet (loading) */
+		else if (l.nchildren)
 			rc = -ENOTEMPTY;
 		else if (g && g->layers && l.layer >= g->layers)
 			rc = -EINVAL;
@@ -296,9 +302,11 @@ static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry 
 	}
 	rc = model_has_pages(fs, ino, g);
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "geometry of model %s not changed: %s", n.name,
-		       rc == -ENOTEMPTY ? "it already holds pages"
-					: "it has layer directories beyond the new layer count");
+		kv_log(rc == -EAGAIN ? KV_LOG_WARN : KV_LOG_ERR, "geometry of model %s "
+		       "not changed: %s", n.name, rc == -ENOTEMPTY ? "it already holds pages"
+		       : rc == -EAGAIN ? "the index is still loading its layers' pages; retry "
+		       "once .kvfs/stats says namespace.loading 0"
+		       : "it has layer directories beyond the new layer count");
 		return rc;
 	}
 	n.geo = *g;
@@ -341,7 +349,9 @@ static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
 
 int kvfs_ns_set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g)
 {
-	int rc = kvfs_changes_refused(fs);
+	/* Even while the index loads (a model just made): model_has_pages
+	 * refuses a model whose layers are not all loaded yet. */
+	int rc = kvfs_changes_damaged(fs);
 
 	if (rc < 0)
 		return rc;
@@ -353,7 +363,7 @@ int kvfs_ns_set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry
 
 int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
 {
-	int rc = kvfs_changes_refused(fs);
+	int rc = kvfs_changes_damaged(fs);   /* a mode bit: even while loading */
 
 	if (rc < 0)
 		return rc;

@@ -28,6 +28,7 @@
 #ifndef KV_INDEX_H
 #define KV_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "manifest.h"
@@ -227,6 +228,9 @@ int kv_index_load(struct kv_index *x, struct kv_manifest *m);
  * load it.
  */
 struct kv_index_loader;
+/* Whether ino's pages are all in the index: false only for a layer still
+ * waiting for the background load (its nchildren is not known yet). */
+bool kv_index_layer_whole(struct kv_index *x, uint64_t ino);
 int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 			struct kv_index_loader **out);
 /* One chunk: 1 while rows remain, 0 once every row is in and every

@@ -626,21 +626,25 @@ out:
 }
 
 int kv_manifest_journal_behind(struct kv_manifest *m, uint64_t *batches,
-			       bool *damaged)
+			       const char **damaged)
 {
 	struct jfile f = { 0 };
 	uint64_t mseq = mfj_manifest_seq(m);
 	int rc = parse(m->j.path, &f);
 
 	*batches = 0;
-	*damaged = false;
+	*damaged = NULL;
 	if (rc == 0 && same_store(m, &f) && f.snapshot && f.last_seq > mseq &&
 	    f.snap_seq <= mseq)
 		*batches = f.last_seq - mseq;
 	/* Read whole, it must reach the manifest's batch: else a frame
 	 * before it is damaged (recovery's short way does not read them). */
-	if (rc == 0 && (!same_store(m, &f) || !f.snapshot || f.last_seq < mseq))
-		*damaged = true;
+	if (rc == 0 && !same_store(m, &f))
+		*damaged = "its header is damaged or names another store";
+	else if (rc == 0 && !f.snapshot)
+		*damaged = "its snapshot is damaged or incomplete";
+	else if (rc == 0 && f.last_seq < mseq)
+		*damaged = "a frame before the manifest's last committed batch is damaged";
 	jfile_free(&f);
 	return rc;
 }

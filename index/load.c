@@ -361,6 +361,12 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	return rc;
 }
 
+bool kv_index_layer_whole(struct kv_index *x, uint64_t ino)
+{
+	return !atomic_load_explicit(&x->layers_unloaded, memory_order_acquire) ||
+	       layer_state(x, ino) == 0;
+}
+
 int idx_layer_ready(struct kv_index *x, uint64_t ino)
 {
 	struct kv_index_loader *l;

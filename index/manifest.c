@@ -651,7 +651,8 @@ void kv_manifest_prefetch(struct kv_manifest *m)
 		prefetch_file(wal, limit);
 		free(wal);
 	}
-	prefetch_file(m->j.path, limit);
+	/* Not the journal: recovery reads it from its last committed batch
+	 * on (journal_replay.c), and at 10M pages it is 2 GB. */
 }
 
 void kv_manifest_close(struct kv_manifest *m)

@@ -173,12 +173,12 @@ struct kv_recover_stats {
 	bool rewritten;     /* the journal was (re)written from the manifest */
 };
 int kv_manifest_recover(struct kv_manifest *m, struct kv_recover_stats *st);
-/* Batches the journal holds beyond the manifest, and whether a frame up to
- * the manifest's last batch is damaged (read whole, it would not rebuild
- * the manifest; recovery at mount reads from that batch on and does not
- * see it). Read-only; for fsck. */
+/* Batches the journal holds beyond the manifest, and in *damaged (NULL if
+ * none) what is wrong with it read whole: then it could not rebuild the
+ * manifest (recovery at mount reads from the last committed batch on and
+ * does not see it). Read-only; for fsck. */
 int kv_manifest_journal_behind(struct kv_manifest *m, uint64_t *batches,
-			       bool *damaged);
+			       const char **damaged);
 /* Rewrite the journal as a snapshot of the manifest (after an offline
  * repair changed rows, or to compact it). Outside a transaction. */
 int kv_manifest_journal_rewrite(struct kv_manifest *m);

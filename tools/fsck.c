@@ -199,14 +199,14 @@ static int roll_forward(struct fsck *f)
 {
 	struct kv_recover_stats st;
 	uint64_t behind = 0;
-	bool damaged = false;
+	const char *damaged = NULL;
 	int rc;
 
 	rc = kv_manifest_journal_behind(f->m, &behind, &damaged);
 	if (rc == 0 && damaged && !f->repair)
-		problem(f, true, "journal: %s is damaged before its last committed batch: "
-			"it could not rebuild the manifest; --repair writes it anew from "
-			"the manifest", KV_JOURNAL_FILE);
+		problem(f, true, "journal: %s is damaged (%s): it could not rebuild the "
+			"manifest; --repair writes it anew from the manifest",
+			KV_JOURNAL_FILE, damaged);
 	if (!f->repair) {
 		if (rc == 0 && behind > 1)
 			problem(f, true, "manifest: %" PRIu64 " committed batches are in %s but "
@@ -216,8 +216,7 @@ static int roll_forward(struct fsck *f)
 	}
 	rc = kv_manifest_recover(f->m, &st);
 	if (rc == 0 && damaged && !st.rewritten) {
-		problem(f, true, "journal: %s was damaged before its last committed batch",
-			KV_JOURNAL_FILE);
+		problem(f, true, "journal: %s was damaged (%s)", KV_JOURNAL_FILE, damaged);
 		rc = kv_manifest_journal_rewrite(f->m);
 		if (rc < 0)
 			return rc;

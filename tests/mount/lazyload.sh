@@ -23,6 +23,8 @@ umount_kvfs
 # (1) Before the load: everything reads as from a whole index.
 KVFS_TEST_LOAD_PAUSE_MS=8000 mount_kvfs
 [ "$(loading)" = 1 ] || fail "the load was not held back: this test would prove nothing"
+"$KVFS" stat "$MNT" | grep -q "^index *loading in the background" ||
+	fail "kvfs stat does not say the index is loading: $("$KVFS" stat "$MNT")"
 [ "$(ls "$MNT/m" | tr '\n' ' ')" = "00 01 " ] || fail "layers: $(ls "$MNT/m")"
 [ "$(ls "$MNT/m/01" | wc -l)" = 200 ] || fail "listing of a layer not loaded: $(ls "$MNT/m/01" | wc -l) names"
 [ "$($PAGETOOL verify "$MNT/m/00" p 300 0)" = 300 ] || fail "pages of a layer not loaded"
@@ -34,6 +36,12 @@ KVFS_TEST_LOAD_PAUSE_MS=8000 mount_kvfs
 expect_errno EAGAIN "os.open('$MNT/m/00/new', os.O_CREAT | os.O_WRONLY, 0o644)"
 expect_errno EAGAIN "os.unlink('$MNT/m/00/p000001')"
 mkdir "$MNT/m/02" || fail "mkdir while loading"
+# So do times, modes and a new model's geometry: they touch no extent.
+touch -d @1000000000 "$MNT/m/00/p000002" || fail "touch while loading"
+[ "$(stat -c %Y "$MNT/m/00/p000002")" = 1000000000 ] || fail "the time set while loading"
+chmod 0600 "$MNT/m/00/p000003" || fail "chmod while loading"
+"$KVFS" model create "$MNT/g" --layers 2 --kv-heads 1 --head-dim 64 --dtype f16 \
+	--page-tokens 16 >/dev/null || fail "kvfs model create while loading"
 [ "$(loading)" = 1 ] || fail "a refused change waited for the load (or it ended early)"
 # A fast-path write waits for the whole index, then succeeds.
 python3 - "$MNT" "$(dirname "$0")" "$T/fast" <<'PY' > "$T/fastout" || fail "a fast-path write while loading: $(cat "$T/fastout")"
@@ -67,6 +75,12 @@ grep -q "loaded in the background: 500 pages" "$LOG" || fail "no log line for th
 no_errors_in_log
 umount_kvfs
 "$KVFS" fsck "$STORE" >/dev/null || fail "fsck after a mount that loaded in the background"
+mount_kvfs
+[ "$(stat -c %Y "$MNT/m/00/p000002")" = 1000000000 ] || fail "the time set while loading, after a remount"
+[ "$(stat -c %a "$MNT/m/00/p000003")" = 600 ] || fail "the mode set while loading, after a remount"
+getfattr --absolute-names --only-values -n user.kvfs.geometry "$MNT/g" | grep -q 'dtype=f16' ||
+	fail "the geometry set while loading, after a remount"
+umount_kvfs
 
 # (2) A refcount that disagrees with the pages: found by the background
 # load, after the mount answered.
