@@ -236,9 +236,9 @@ int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 /* One chunk: 1 while rows remain, 0 once every row is in and every
  * refcount agrees, KV_ERR_CORRUPT (logged, naming the row) or -errno. */
 int kv_index_load_step(struct kv_index_loader *l);
-/* Stop reading m (end its snapshot). Any time after kv_index_load_step
- * returned 0; before that only when nothing else calls into the index
- * (layers not loaded then give -EIO). The index frees the loader. */
+/* Stop reading m (end its snapshot), at any time, also while lookups run:
+ * a layer not loaded by then gives -EIO from then on (never a wrong
+ * -ENOENT). The index frees the loader; the caller closes m after this. */
 void kv_index_load_end(struct kv_index_loader *l);
 
 #endif
