@@ -76,6 +76,7 @@
 #include "manifest.h"
 #include "store.h"
 #include "engine.h"
+#include "loading.h"
 
 /*
  * A page payload in RAM, shared by reference between the writer, the
@@ -240,23 +241,6 @@ struct kvfs_room {
 	bool no_reserve;              /* the filesystem cannot preallocate one */
 };
 
-/* Loading the index in the background (engine/loading.c). */
-struct kvfs_load {
-	struct kv_manifest *man;          /* the loader's own connection */
-	struct kv_index_loader *loader;
-	pthread_t thread;
-	bool inited, running;
-	_Atomic bool loading;             /* changes wait while set */
-	_Atomic bool stop;                /* closing: give up the walk */
-	pthread_mutex_t lock;             /* err, waiters; cv */
-	pthread_cond_t cv;                /* loading ended */
-	_Atomic int err;                  /* 0, or why changes are refused */
-	unsigned waiters;
-	int (*ready)(struct kvfs *fs);    /* kvfs_load_start's callbacks */
-	void (*damaged)(struct kvfs *fs, int err);
-	double t0;                        /* when it began (CLOCK_MONOTONIC s) */
-	_Atomic uint64_t ms;              /* how long it took, once done */
-};
 
 struct kvfs {
 	char *store_dir;
@@ -781,30 +765,10 @@ int kvfs_changes_refused(struct kvfs *fs);
 int kvfs_changes_wait(struct kvfs *fs);
 int kvfs_changes_damaged(struct kvfs *fs);
 
-/* engine/loading.c: the index loaded in the background (opts.background_load).
- * start: after the committer and evictor exist; once every row is in,
- * ready() runs on the loader's thread before changes are let through, and
- * damaged() is told of a damaged manifest (callbacks: loading.c sits below
- * the files that start it and those it reports to); stop: first thing at close
- * (waiters get an error); free: after the index is freed. wait: 0 at once
- * without a background load or once it is done; else waits for it (or
- * -EAGAIN when too many wait already) and gives its result. kvfs_loading:
- * the walk is still going (stats). */
-int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
-		    void (*damaged)(struct kvfs *fs, int err));
-void kvfs_load_stop(struct kvfs *fs);
-void kvfs_load_free(struct kvfs *fs);
-int kvfs_load_wait(struct kvfs *fs);
-bool kvfs_loading(struct kvfs *fs);
-/* 0 while loading, without one, or after one that succeeded; its error once
- * it failed or was stopped. */
-int kvfs_load_result(struct kvfs *fs);
-/* Unmounting: waiters give up now (ESHUTDOWN), the walk at its next step. */
-void kvfs_load_cancel(struct kvfs *fs);
-uint64_t kvfs_load_ms(struct kvfs *fs);   /* so far, or in all; 0 without */
 /* engine/open.c: rebuild the allocator from the index's extents and give
  * back what no row names (reclaim); once per open, with the index whole. */
 int kvfs_recover_space(struct kvfs *fs);
+
 
 /* engine/fault.c: user.kvfs.fault on the root (-o fault_injection only).
  * set: arm the store's or the manifest's fault seam from a spec (-EPERM
