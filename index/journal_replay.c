@@ -176,7 +176,7 @@ static uint64_t batches_begin(const struct kv_manifest *m, const struct jfile *f
 /* meta.journal_at, if the manifest has one that parses. */
 static bool recorded_place(struct kv_manifest *m, uint64_t *last, uint64_t *batches)
 {
-	unsigned long long a, b;
+	unsigned long long a = 0, b = 0;
 	sqlite3_stmt *st;
 	bool ok = false;
 
