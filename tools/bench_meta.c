@@ -60,6 +60,7 @@ struct meta {
 	struct mem before, created, mounted;
 	unsigned long ls_entries, fsck_pages, calls;
 	double p50_ms, p99_ms;
+	double create_max_call_s;    /* the slowest write call: a stall shows here */
 };
 
 struct meta_worker {
@@ -69,6 +70,7 @@ struct meta_worker {
 	struct kvfs_batch *kb;
 	uint64_t src0;               /* region offset of page slot 0 (writes) */
 	double end;                  /* when its last call returned */
+	double max_call;             /* its slowest call, seconds */
 };
 
 /* splitmix64: a bijection, so distinct blocks get distinct names that look
@@ -149,7 +151,7 @@ static int meta_call(struct meta_worker *w, unsigned long first, unsigned n)
 	char *base = kvfs_region_base(w->region), name[32];
 	struct kvfs_batch_result res;
 	unsigned i, l, k = 0;
-	double t0;
+	double t0, took;
 	int rc;
 
 	kvfs_batch_reset(w->kb);
@@ -176,8 +178,11 @@ static int meta_call(struct meta_worker *w, unsigned long first, unsigned n)
 			  strerror(-rc));
 		return rc;
 	}
+	took = now_s() - t0;
 	if (m->lookup)
-		m->lat[atomic_fetch_add(&m->nlat, 1)] = now_s() - t0;
+		m->lat[atomic_fetch_add(&m->nlat, 1)] = took;
+	if (took > w->max_call)
+		w->max_call = took;
 	for (i = 0; i < k; i++) {
 		rc = kvfs_batch_status(w->kb, i, NULL);
 		if (rc != 0) {
@@ -254,10 +259,14 @@ static int run_workers(struct meta *m, bool lookup, unsigned per_call, double *s
 		usleep(20000);
 	}
 	*secs = 0;
+	if (!lookup)
+		m->create_max_call_s = 0;
 	for (i = 0; i < started; i++) {
 		pthread_join(w[i].th, NULL);
 		if (w[i].end - t0 > *secs)
 			*secs = w[i].end - t0;
+		if (!lookup && w[i].max_call > m->create_max_call_s)
+			m->create_max_call_s = w[i].max_call;
 	}
 	for (i = 0; i < m->threads; i++)
 		worker_teardown(&w[i]);
@@ -542,7 +551,8 @@ static void report(const struct meta *m)
 	if (m->b->o->json) {
 		printf("{\"event\":\"meta\",\"pages\":%lu,\"page_size\":%llu,\"layers\":%u,"
 		       "\"blocks\":%lu,\"threads\":%u,\"create_s\":%.3f,"
-		       "\"create_pages_per_s\":%.1f,\"rss_before_bytes\":%llu,"
+		       "\"create_pages_per_s\":%.1f,\"create_max_call_s\":%.4f,"
+		       "\"rss_before_bytes\":%llu,"
 		       "\"rss_created_bytes\":%llu,\"hwm_created_bytes\":%llu,"
 		       "\"ram_bytes_per_page\":%.1f,\"rss_mounted_bytes\":%llu,"
 		       "\"hwm_mounted_bytes\":%llu,\"mounted_ram_bytes_per_page\":%.1f,"
@@ -554,7 +564,7 @@ static void report(const struct meta *m)
 		       "\"lookup_call_p99_ms\":%.3f,\"fsck_pages\":%lu,\"fsck_s\":%.4f,"
 		       "\"fsck_pages_per_s\":%.1f}\n", m->pages,
 		       (unsigned long long)m->size, m->layers, m->blocks, m->threads,
-		       m->create_s, (double)m->pages / m->create_s,
+		       m->create_s, (double)m->pages / m->create_s, m->create_max_call_s,
 		       (unsigned long long)m->before.rss, (unsigned long long)m->created.rss,
 		       (unsigned long long)m->created.hwm, per_page(m, &m->created),
 		       (unsigned long long)m->mounted.rss, (unsigned long long)m->mounted.hwm,
@@ -570,8 +580,9 @@ static void report(const struct meta *m)
 	       "(names: 16 hex digits per block), %u threads\n", m->pages,
 	       (unsigned long long)m->size, m->layers, m->layers > 1 ? "s" : "", m->blocks,
 	       m->threads);
-	printf("  create   %9.2f s  %10.0f pages/s (fast-path batch writes, then fsync)\n",
-	       m->create_s, (double)m->pages / m->create_s);
+	printf("  create   %9.2f s  %10.0f pages/s (fast-path batch writes, then fsync;\n"
+	       "           slowest write call %.3f s)\n", m->create_s,
+	       (double)m->pages / m->create_s, m->create_max_call_s);
 	printf("  RAM      before %.1f MB; after creating %.1f MB (HWM %.1f): %.1f B/page;\n"
 	       "           after a remount %.1f MB (HWM %.1f): %.1f B/page   "
 	       "(target <= 64 B/page)\n", (double)m->before.rss / mb,

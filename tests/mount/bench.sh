@@ -70,7 +70,7 @@ meta = [r for r in rows if r["event"] == "meta"]
 assert len(meta) == 1, rows
 m = meta[0]
 assert (m["pages"], m["layers"], m["blocks"]) == (4000, 4, 1000), m
-for k in ("create_s", "create_pages_per_s", "rss_before_bytes", "rss_created_bytes",
+for k in ("create_s", "create_pages_per_s", "create_max_call_s", "rss_before_bytes", "rss_created_bytes",
           "hwm_created_bytes", "rss_mounted_bytes", "hwm_mounted_bytes", "mount_s",
           "first_lookup_s", "mount_s_per_10m_pages", "loaded_s", "loaded_s_per_10m_pages",
           "ls_s", "lookup_s",
@@ -81,6 +81,7 @@ for k in ("ram_bytes_per_page", "mounted_ram_bytes_per_page"):
     assert isinstance(m[k], (int, float)), (k, m)
 assert m["first_lookup_s"] >= m["mount_s"], m
 assert m["loaded_s"] >= m["first_lookup_s"], m
+assert m["create_max_call_s"] <= m["create_s"], m
 assert m["ls_entries"] == 1000 and m["lookup_keys"] == 4000, m
 assert m["lookup_calls"] == 4 and m["lookup_batch"] == 1024, m
 assert m["fsck_pages"] == 4000, m
