@@ -308,6 +308,7 @@ void mf_journal_batch_done(struct mf_journal *j, uint64_t seq)
 	if (seq == 0)
 		return;
 	j->seq = seq;
+	j->last_at = j->end;
 	j->end = j->pending_end;
 	mf_journal_discard(j);
 }

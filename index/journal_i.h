@@ -11,6 +11,7 @@
 #define MFJ_MAGIC 0x314a564bu     /* "KVJ1" little-endian */
 #define MFJ_HEAD 32u
 #define MFJ_MAX_BODY (256u << 20) /* a larger length is damage, not a frame */
+#define MFJ_END_FRAME (MFJ_HEAD + 8u) /* a SNAPSHOT_END frame: head + count */
 
 enum mfj_kind {
 	MFJ_HEADER = 1,       /* store meta: uuid, sizes, stripes as recorded */
@@ -42,5 +43,21 @@ uint64_t mfj_manifest_seq(struct kv_manifest *m);
  * the file. 0 or -errno (logged).
  */
 int mfj_record_place(struct kv_manifest *m, uint64_t last, uint64_t batches);
+
+/* journal_snapshot.c: a snapshot written to a file of its own, synced. */
+struct mfj_snapshot {
+	int fd;                /* open on it, for appends */
+	uint64_t end;          /* just past its end frame */
+	uint64_t seq;          /* the batch it stands for */
+	uint64_t records;
+};
+int mfj_snapshot_write(struct kv_manifest *src, uint64_t seq, const char *tmp,
+		       const _Atomic bool *cancel, struct mfj_snapshot *out);
+int mfj_snapshot_install(struct kv_manifest *m, const char *tmp, struct mfj_snapshot *o,
+			 uint64_t end, uint64_t seq, uint64_t last_at);
+
+/* journal_compact.c: stop a compaction in the background, if one runs
+ * (its file is removed); the committer's thread, outside a transaction. */
+void mfj_compact_stop(struct kv_manifest *m);
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * Writing the journal anew as a snapshot of the manifest (journal.c says
  * what the journal is): at mkfs, when recovery finds it missing, damaged or
- * behind, after an fsck repair, and when it has grown well past its last
- * snapshot. Written to kvfs.journal.tmp, synced, renamed over the old one.
+ * behind, after an fsck repair; and, in the background (journal_compact.c),
+ * when it has grown well past its last snapshot. Written to
+ * kvfs.journal.tmp, synced, renamed over the old one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +15,6 @@
 
 #include "journal_i.h"
 
-#define REWRITE_MIN (64ull << 20)   /* never compact a journal smaller than this */
 #define SNAPSHOT_FRAME (4u << 20)   /* snapshot rows per frame, in bytes */
 
 static int encode_header(struct kv_manifest *m, struct mf_journal *b)
@@ -58,6 +58,7 @@ struct snap {
 	int fd;
 	const char *path;
 	uint64_t off, seq, records;
+	const _Atomic bool *cancel;  /* a compaction being stopped */
 };
 
 static int snap_flush(struct snap *s, bool force)
@@ -66,6 +67,8 @@ static int snap_flush(struct snap *s, bool force)
 
 	if (s->b.nomem)
 		return -ENOMEM;
+	if (s->cancel && *s->cancel)
+		return -ECANCELED;
 	if (s->b.len == 0 || (!force && s->b.len < SNAPSHOT_FRAME))
 		return 0;
 	rc = mfj_write_frame(s->fd, s->path, &s->off, MFJ_SNAPSHOT, s->seq, s->b.buf, s->b.len);
@@ -128,22 +131,26 @@ static int fsync_dir_of(const char *path)
 	return rc;
 }
 
-int kv_manifest_journal_rewrite(struct kv_manifest *m)
+/*
+ * Write a snapshot of what src reads (inside one read transaction: the
+ * caller's, or one of its own), as of batch seq, into a new file at tmp:
+ * header, rows, end frame, fdatasync'ed. src may be a second connection
+ * read on another thread (journal_compact.c): nothing here touches the
+ * journal being appended to. *cancel (may be NULL) stops it between frames
+ * with -ECANCELED. On failure tmp is removed.
+ */
+int mfj_snapshot_write(struct kv_manifest *src, uint64_t seq, const char *tmp,
+		       const _Atomic bool *cancel, struct mfj_snapshot *out)
 {
 	static const struct kv_manifest_visitor v = {
 		.model = snap_model, .layer = snap_layer, .extent = snap_extent,
 		.page = snap_page,
 	};
-	struct snap s = { .m = m, .fd = -1, .seq = mfj_manifest_seq(m) };
+	struct snap s = { .m = src, .fd = -1, .seq = seq, .cancel = cancel };
 	uint8_t count[8];
-	char *tmp = NULL;
 	int rc;
 
-	if (m->in_txn)
-		return -EINVAL;
 	mf_journal_init(&s.b);
-	if (asprintf(&tmp, "%s/%s.tmp", m->store_dir, KV_JOURNAL_FILE) < 0)
-		return -ENOMEM;
 	s.path = tmp;
 	s.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (s.fd < 0) {
@@ -151,56 +158,98 @@ int kv_manifest_journal_rewrite(struct kv_manifest *m)
 		kv_log(KV_LOG_ERR, "journal %s: cannot create: %s", tmp, strerror(errno));
 		goto out;
 	}
-	rc = encode_header(m, &s.b);
+	rc = encode_header(src, &s.b);
 	if (rc == 0)
 		rc = mfj_write_frame(s.fd, tmp, &s.off, MFJ_HEADER, 0, s.b.buf, s.b.len);
 	mf_journal_discard(&s.b);
 	if (rc == 0)
-		rc = kv_manifest_load(m, &v, &s);
+		rc = kv_manifest_load(src, &v, &s);
 	if (rc == 0)
 		rc = snap_flush(&s, true);
 	mfj_le64(count, s.records);
 	if (rc == 0)
 		rc = mfj_write_frame(s.fd, tmp, &s.off, MFJ_SNAPSHOT_END, s.seq, count, 8);
-	if (rc == 0 && fdatasync(s.fd) < 0)
+	if (rc == 0 && fdatasync(s.fd) < 0) {
 		rc = -errno;
-	if (rc == 0 && rename(tmp, m->j.path) < 0)
+		kv_log(KV_LOG_ERR, "journal %s: fdatasync: %s", tmp, strerror(errno));
+	}
+	if (rc < 0) {
+		if (s.fd >= 0) {
+			close(s.fd);
+			unlink(tmp);
+		}
+		goto out;
+	}
+	out->fd = s.fd;
+	out->end = s.off;
+	out->seq = s.seq;
+	out->records = s.records;
+out:
+	mf_journal_fini(&s.b);
+	return rc;
+}
+
+/*
+ * Put a written snapshot (and whatever the caller appended to it) in place
+ * of the journal: rename over it, sync the directory, append from now on
+ * to the new file, whose valid bytes end at end and whose batch seq last
+ * starts at last_at. Consumes o->fd. On failure the old journal stays
+ * (the caller removes tmp).
+ */
+int mfj_snapshot_install(struct kv_manifest *m, const char *tmp, struct mfj_snapshot *o,
+			 uint64_t end, uint64_t seq, uint64_t last_at)
+{
+	int rc = 0;
+
+	if (rename(tmp, m->j.path) < 0)
 		rc = -errno;
 	if (rc == 0)
 		rc = fsync_dir_of(m->j.path);
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "journal %s: rewriting it failed: %s; the old one stays",
-		       m->j.path, kv_strerror(rc));
-		unlink(tmp);
-		goto out;
+		kv_log(KV_LOG_ERR, "journal %s: putting the rewritten one in place failed: "
+		       "%s; the old one stays", m->j.path, kv_strerror(rc));
+		close(o->fd);
+		o->fd = -1;
+		return rc;
 	}
 	if (m->j.fd >= 0)
 		close(m->j.fd);
-	m->j.fd = s.fd;
-	s.fd = -1;
-	m->j.end = m->j.snapshot_end = s.off;
-	m->j.seq = s.seq;
-	/* Mounts read from the snapshot's end frame on (best effort: without
-	 * the record they read the whole new journal once). */
-	mfj_record_place(m, s.off - MFJ_HEAD - sizeof(count), s.off);
-	kv_log(KV_LOG_DEBUG, "journal %s: rewritten as a snapshot of %" PRIu64 " rows "
-	       "(%" PRIu64 " bytes)", m->j.path, s.records, s.off);
-out:
-	if (s.fd >= 0)
-		close(s.fd);
-	mf_journal_fini(&s.b);
+	m->j.fd = o->fd;
+	o->fd = -1;
+	m->j.end = end;
+	m->j.snapshot_end = o->end;
+	m->j.seq = seq;
+	m->j.last_at = last_at;
+	/* Mounts read from the last batch on (best effort: without the
+	 * record they read the whole new journal once). */
+	mfj_record_place(m, last_at, o->end);
+	return 0;
+}
+
+int kv_manifest_journal_rewrite(struct kv_manifest *m)
+{
+	struct mfj_snapshot o;
+	char *tmp = NULL;
+	int rc;
+
+	if (m->in_txn)
+		return -EINVAL;
+	/* Done here and now, so one in the background would be stale. */
+	mfj_compact_stop(m);
+	if (asprintf(&tmp, "%s/%s.tmp", m->store_dir, KV_JOURNAL_FILE) < 0)
+		return -ENOMEM;
+	rc = mfj_snapshot_write(m, mfj_manifest_seq(m), tmp, NULL, &o);
+	if (rc == 0) {
+		rc = mfj_snapshot_install(m, tmp, &o, o.end, o.seq, o.end - MFJ_END_FRAME);
+		if (rc == 0)
+			kv_log(KV_LOG_DEBUG, "journal %s: rewritten as a snapshot of %" PRIu64
+			       " rows (%" PRIu64 " bytes)", m->j.path, o.records, o.end);
+	}
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "journal %s: rewriting it failed: %s; the old one stays",
+		       m->j.path, kv_strerror(rc));
+		unlink(tmp);
+	}
 	free(tmp);
 	return rc;
 }
-
-/* After a commit: a journal grown well past its last snapshot is
- * rewritten, so it stays proportional to the manifest. */
-void mf_journal_maybe_rewrite(struct kv_manifest *m)
-{
-	uint64_t limit = m->j.snapshot_end * 4;
-
-	if (m->j.fd < 0 || m->j.end < REWRITE_MIN || m->j.end < limit)
-		return;
-	kv_manifest_journal_rewrite(m);
-}
-

@@ -565,6 +565,7 @@ int kv_manifest_open(const char *store_dir, struct kv_manifest **out)
 	m->store_dir = strdup(store_dir);
 	m->path = kv_path_join(store_dir, KV_MANIFEST_FILE);
 	m->j.path = kv_path_join(store_dir, KV_JOURNAL_FILE);
+	kv_manifest_journal_tune(m, 0);
 	if (!m->store_dir || !m->path || !m->j.path) {
 		rc = -ENOMEM;
 		goto fail;
@@ -666,6 +667,7 @@ void kv_manifest_close(struct kv_manifest *m)
 		       m->path);
 		kv_manifest_rollback(m);
 	}
+	mf_journal_compact_close(m);
 	for (i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(m->st[i]);
 	if (m->db && sqlite3_close(m->db) != SQLITE_OK)

@@ -182,6 +182,21 @@ int kv_manifest_journal_behind(struct kv_manifest *m, uint64_t *batches,
 /* Rewrite the journal as a snapshot of the manifest (after an offline
  * repair changed rows, or to compact it). Outside a transaction. */
 int kv_manifest_journal_rewrite(struct kv_manifest *m);
+
+/* The journal as its committer sees it (call on the committing thread). */
+struct kv_journal_info {
+	uint64_t size;           /* bytes of valid frames */
+	uint64_t snapshot_end;   /* of which the last snapshot's */
+	uint64_t compactions;    /* compactions put in place since open */
+	bool compacting;         /* one is running in the background */
+};
+void kv_manifest_journal_info(const struct kv_manifest *m, struct kv_journal_info *out);
+/*
+ * After a commit, a journal of at least compact_min bytes (0: the default,
+ * 64 MiB) and 4 times its last snapshot is compacted in the background
+ * (journal_compact.c); the commit after it is written puts it in place.
+ */
+void kv_manifest_journal_tune(struct kv_manifest *m, uint64_t compact_min);
 /*
  * Make a new STORE/kvfs.db from STORE/kvfs.journal alone: the old kvfs.db
  * (and its -wal, -shm), if any, are moved aside to st->aside; the rows are

@@ -42,6 +42,7 @@ struct mf_journal {
 	uint64_t end;          /* append offset: end of the last good frame */
 	uint64_t seq;          /* seq of the last batch written (or the snapshot) */
 	uint64_t snapshot_end; /* size right after the last rewrite */
+	uint64_t last_at;      /* where the frame of batch seq starts */
 	uint8_t *buf;          /* records of the open transaction */
 	size_t len, cap;
 	bool nomem;            /* a record could not be buffered: commit fails */
@@ -49,6 +50,8 @@ struct mf_journal {
 	bool snapshotting;     /* a rewrite's buffer: records rows regardless */
 	uint64_t pending_end;  /* end of the written, not yet committed batch */
 };
+
+struct mfj_compactor;
 
 struct kv_manifest {
 	sqlite3 *db;
@@ -62,6 +65,11 @@ struct kv_manifest {
 	pthread_mutex_t fault_lock;
 	struct mf_journal j;
 	char *store_dir;
+	/* compacting the journal in the background (journal_compact.c) */
+	struct mfj_compactor *compact;   /* NULL: none running */
+	uint64_t compact_min;            /* never compact a smaller journal */
+	uint64_t compact_retry_at;       /* after a failure: not before this size */
+	uint64_t compactions;            /* put in place since open */
 };
 
 /* Log an SQLite failure (va_list form of mf_db_fail; deleting maps a
@@ -148,7 +156,11 @@ void mf_journal_discard(struct mf_journal *j);
 int mf_journal_write_batch(struct kv_manifest *m, uint64_t *seq);
 /* The batch committed: advance past it. */
 void mf_journal_batch_done(struct mf_journal *j, uint64_t seq);
-/* After a commit: rewrite a journal grown well past its snapshot. */
+/* After a commit: start compacting a journal grown well past its snapshot,
+ * in the background, or put a finished compaction in place
+ * (journal_compact.c). */
 void mf_journal_maybe_rewrite(struct kv_manifest *m);
+/* At close: put a finished compaction in place, stop a running one. */
+void mf_journal_compact_close(struct kv_manifest *m);
 
 #endif

@@ -3,7 +3,10 @@
  * (index/journal_replay.c, parse_from_record): a reopen reads the journal
  * from where the manifest recorded its last batch (meta.journal_at), not
  * the whole file; batches after it are still replayed; a record that does
- * not match the file falls back to reading it all.
+ * not match the file falls back to reading it all. And compaction in the
+ * background (index/journal_compact.c): commits go on while the snapshot is
+ * written, the batches committed meanwhile are carried over, a failed or
+ * stopped compaction leaves the old journal whole.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +15,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,8 @@ struct store {
 	char dir[64];
 	char db[128];
 	char journal[128];
+	char tmp[160];             /* a compaction's file */
+	char gate[128];            /* compactions wait while it exists */
 };
 
 static void quiet(enum kv_log_level lvl, const char *line)
@@ -41,6 +47,8 @@ static void store_make(struct store *s)
 	strcpy(s->dir, "/tmp/kvfs-test-journal-XXXXXX");
 	mfx_create(s->dir, s->db, sizeof(s->db));
 	snprintf(s->journal, sizeof(s->journal), "%s/%s", s->dir, KV_JOURNAL_FILE);
+	snprintf(s->tmp, sizeof(s->tmp), "%s.tmp", s->journal);
+	snprintf(s->gate, sizeof(s->gate), "%s/gate", s->dir);
 }
 
 static void store_done(struct store *s)
@@ -203,12 +211,207 @@ static void test_record_elsewhere(void **state)
 	store_done(&s);
 }
 
+/* ---- compaction in the background ---- */
+
+static ino_t inode_of(const char *path)
+{
+	struct stat sb;
+
+	assert_int_equal(stat(path, &sb), 0);
+	return sb.st_ino;
+}
+
+static bool exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* A store whose journal is compacted as soon as it is 4 times its
+ * snapshot, with compactions held at the gate file while it exists. */
+static struct kv_manifest *compacting_store(struct store *s)
+{
+	struct kv_recover_stats st;
+	struct kv_manifest *m;
+	int fd;
+
+	store_make(s);
+	fd = open(s->gate, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("KVFS_TEST_COMPACT_GATE", s->gate, 1);
+	m = reopen(s, &st);
+	kv_manifest_journal_tune(m, 1);
+	return m;
+}
+
+/* Commit models from *next on until a compaction is running. */
+static void grow_until_compacting(struct kv_manifest *m, unsigned *next)
+{
+	struct kv_journal_info ji;
+
+	for (unsigned i = 0; i < 10000; i++) {
+		add_models(m, (*next)++, 1);
+		kv_manifest_journal_info(m, &ji);
+		if (ji.compacting)
+			return;
+	}
+	fail_msg("no compaction started");
+}
+
+/* Commit one model at a time until n compactions were put in place. */
+static void commit_until_compacted(struct kv_manifest *m, unsigned *next, uint64_t n)
+{
+	struct kv_journal_info ji;
+
+	for (unsigned i = 0; i < 1000; i++) {
+		add_models(m, (*next)++, 1);
+		kv_manifest_journal_info(m, &ji);
+		if (ji.compactions >= n)
+			return;
+		usleep(10000);
+	}
+	fail_msg("compaction %" PRIu64 " was not put in place in 10 s", n);
+}
+
+static void expect_models(struct store *s, unsigned n)
+{
+	char q[64], got[32], want[32];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM models");
+	sql(s, q, got, sizeof(got));
+	snprintf(want, sizeof(want), "%u", n);
+	assert_string_equal(got, want);
+}
+
+/* Closed store: its journal, read whole (no recorded place), holds
+ * everything: recovery does not rewrite it, and models m0..m(n-1) exist. */
+static void expect_whole_journal(struct store *s, unsigned n)
+{
+	struct kv_recover_stats st;
+	struct kv_manifest *m;
+
+	sql(s, "DELETE FROM meta WHERE key = 'journal_at'", NULL, 0);
+	m = reopen(s, &st);
+	assert_false(st.rewritten);
+	assert_int_equal(st.batches, 0);
+	kv_manifest_close(m);
+	expect_models(s, n);
+	unsetenv("KVFS_TEST_COMPACT_GATE");
+	store_done(s);
+}
+
+static void test_compact_background(void **state)
+{
+	struct kv_recover_stats st;
+	struct kv_rebuild_stats rs;
+	struct kv_journal_info ji;
+	struct kv_manifest *m;
+		unsigned next = 0;
+	uint64_t before;            /* bytes of batches after the snapshot */
+	struct store s;
+	ino_t ino;
+
+	(void)state;
+	m = compacting_store(&s);
+	ino = inode_of(s.journal);
+	grow_until_compacting(m, &next);
+	/* The commit that started it returned before the snapshot was
+	 * written, and the ones after it commit while it is held. */
+	for (int i = 0; i < 20; i++) {
+		add_models(m, next++, 1);
+		kv_manifest_journal_info(m, &ji);
+		assert_true(ji.compacting);
+		assert_int_equal(ji.compactions, 0);
+	}
+	assert_true(inode_of(s.journal) == ino);
+	before = ji.size - ji.snapshot_end;
+	unlink(s.gate);
+	commit_until_compacted(m, &next, 1);
+	/* A new snapshot, followed by only the batches committed since it
+	 * began (the 20 above, and those that waited for it). */
+	kv_manifest_journal_info(m, &ji);
+	assert_true(ji.size - ji.snapshot_end < before);
+	assert_true(inode_of(s.journal) != ino);
+	assert_false(exists(s.tmp));
+	add_models(m, next++, 3);
+	next += 2;
+	kv_manifest_close(m);
+	expect_models(&s, next);
+	/* The short way, from the recorded place in the new file. */
+	m = reopen(&s, &st);
+	assert_false(st.rewritten);
+	assert_int_equal(st.batches, 0);
+	kv_manifest_close(m);
+	/* The journal alone makes the same manifest; read whole, it is a
+	 * snapshot, then the carried batches in order. */
+	assert_int_equal(kv_manifest_rebuild(s.dir, &rs), 0);
+	expect_whole_journal(&s, next);
+}
+
+static void test_compact_stopped(void **state)
+{
+	struct kv_manifest *m;
+	unsigned next = 0;
+	struct store s;
+	ino_t ino;
+
+	(void)state;
+	m = compacting_store(&s);
+	ino = inode_of(s.journal);
+	grow_until_compacting(m, &next);
+	add_models(m, next++, 1);
+	/* Closed while it runs: it is stopped, its file removed, the old
+	 * journal kept whole. */
+	kv_manifest_close(m);
+	assert_false(exists(s.tmp));
+	assert_true(inode_of(s.journal) == ino);
+	unlink(s.gate);
+	expect_whole_journal(&s, next);
+}
+
+static void test_compact_fails(void **state)
+{
+	struct kv_journal_info ji = { 0 };
+	struct kv_manifest *m;
+	unsigned next = 0;
+	struct store s;
+	ino_t ino;
+
+	(void)state;
+	m = compacting_store(&s);
+	/* Its file cannot be created: a directory stands in its place. */
+	assert_int_equal(mkdir(s.tmp, 0700), 0);
+	ino = inode_of(s.journal);
+	grow_until_compacting(m, &next);
+	unlink(s.gate);
+	for (int i = 0; i < 1000; i++) {
+		add_models(m, next++, 1);
+		kv_manifest_journal_info(m, &ji);
+		if (!ji.compacting)
+			break;
+		usleep(10000);
+	}
+	/* It failed; commits did not, and the old journal stays. */
+	assert_false(ji.compacting);
+	assert_int_equal(ji.compactions, 0);
+	assert_true(inode_of(s.journal) == ino);
+	assert_int_equal(rmdir(s.tmp), 0);
+	/* It is tried again once the journal has grown some more. */
+	commit_until_compacted(m, &next, 1);
+	assert_true(inode_of(s.journal) != ino);
+	kv_manifest_close(m);
+	expect_whole_journal(&s, next);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_short_read),
 		cmocka_unit_test(test_short_replay),
 		cmocka_unit_test(test_record_elsewhere),
+		cmocka_unit_test(test_compact_background),
+		cmocka_unit_test(test_compact_stopped),
+		cmocka_unit_test(test_compact_fails),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
