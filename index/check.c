@@ -141,24 +141,26 @@ static int check_versions(struct kv_manifest *m, struct db_check *c)
 	return 0;
 }
 
-int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
+int kv_manifest_check_btrees(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
+{
+	struct db_check c = { .report = report, .arg = arg };
+	int rc = each_row(m, "PRAGMA quick_check(" STR(INTEGRITY_MAX_LINES) ")",
+			  integrity_row, &c);
+
+	return rc ? rc : c.problems;
+}
+
+int kv_manifest_check_index_sums(struct kv_manifest *m, kv_check_report_fn *report,
+				 void *arg)
+{
+	return mf_check_indexes(m, report, arg);
+}
+
+int kv_manifest_check_refs(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
 {
 	struct db_check c = { .report = report, .arg = arg };
 	int rc;
 
-	/* quick_check and the index scans together prove what integrity_check
-	 * does, in O(N) (check_idx.c). Indexes on damaged b-tree pages are not
-	 * scanned: the damage is reported, and a scan would only stop at it. */
-	rc = each_row(m, "PRAGMA quick_check(" STR(INTEGRITY_MAX_LINES) ")",
-		      integrity_row, &c);
-	if (rc)
-		return rc;
-	if (c.problems == 0) {
-		rc = mf_check_indexes(m, report, arg);
-		if (rc < 0)
-			return rc;
-		c.problems += rc;
-	}
 	/* Only the layers' foreign key here: a page's layer and extent are
 	 * checked by the page walk (kv_manifest_walk_pages), without a b-tree
 	 * seek per page. */
@@ -173,6 +175,26 @@ int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void
 			      "layers WHERE ident IS NOT kvfs_ident_layer(ino, model_ino, "
 			      "layer, name)", ident_row, &c);
 	return rc ? rc : c.problems;
+}
+
+int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
+{
+	int problems, rc;
+
+	/* quick_check and the index scans together prove what integrity_check
+	 * does, in O(N) (check_idx.c). Indexes on damaged b-tree pages are not
+	 * scanned: the damage is reported, and a scan would only stop at it. */
+	problems = kv_manifest_check_btrees(m, report, arg);
+	if (problems < 0)
+		return problems;
+	if (problems == 0) {
+		rc = kv_manifest_check_index_sums(m, report, arg);
+		if (rc < 0)
+			return rc;
+		problems += rc;
+	}
+	rc = kv_manifest_check_refs(m, report, arg);
+	return rc < 0 ? rc : problems + rc;
 }
 
 /* ---- raw walks ---- */

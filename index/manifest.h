@@ -355,6 +355,14 @@ typedef void kv_check_report_fn(void *arg, const char *line);
  * version rows. Each problem is one report() line; returns how many, or
  * -errno. */
 int kv_manifest_check_db(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
+/* Its three parts, for a caller that runs them on connections of their
+ * own at once: PRAGMA quick_check; the index scans (meaningful only where
+ * quick_check found nothing: on a damaged b-tree page they stop, or differ,
+ * because of it); and the foreign key, identity and version checks. */
+int kv_manifest_check_btrees(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
+int kv_manifest_check_index_sums(struct kv_manifest *m, kv_check_report_fn *report,
+				 void *arg);
+int kv_manifest_check_refs(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
 
 struct kv_check_extent {
 	uint64_t id;

@@ -309,21 +309,24 @@ static void final_check(struct fsck *f, const char *when, bool full)
 		fprintf(stderr, "kvfs fsck: the manifest check could not run: %s\n", msg);
 }
 
-/* ---- the database check, on a thread of its own ----
+/* ---- the database checks, on threads of their own ----
  *
- * kv_manifest_check_db (quick_check, every index against its table) reads
- * the whole database once more; it needs nothing from the row checks, so
- * it runs on a second connection while they do, and its lines are held
- * until it is joined (two threads never print at once).
+ * quick_check and the index scans each read the whole database once more;
+ * they need nothing from the row checks, nor from each other, so each runs
+ * on a connection of its own while the rows are checked, and their lines
+ * are held until they are joined (two threads never print at once). The
+ * index scans' result counts only where quick_check found nothing (they
+ * stop at, or differ because of, a damaged b-tree page it reports).
  */
 struct db_job {
+	int (*check)(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
 	struct kv_manifest *m;       /* its own connection */
 	pthread_t th;
 	bool started;
 	char **lines;
 	size_t n, cap;
 	bool nomem;                  /* a line could not be kept */
-	int rc;
+	int rc;                      /* problems found, or -errno */
 };
 
 static void hold_line(void *arg, const char *line)
@@ -351,11 +354,11 @@ static void *db_thread(void *arg)
 {
 	struct db_job *j = arg;
 
-	j->rc = kv_manifest_check_db(j->m, hold_line, j);
+	j->rc = j->check(j->m, hold_line, j);
 	return NULL;
 }
 
-/* Start the check; where a second connection cannot be had, it runs here
+/* Start a check; where a second connection cannot be had, it runs here
  * and now on the first (same lines, no overlap). */
 static void db_check_start(struct fsck *f, struct db_job *j)
 {
@@ -369,17 +372,19 @@ static void db_check_start(struct fsck *f, struct db_job *j)
 		kv_manifest_close(j->m);
 		j->m = NULL;
 	}
-	j->rc = kv_manifest_check_db(f->m, hold_line, j);
+	j->rc = j->check(f->m, hold_line, j);
 }
 
-/* Join it and report what it found; its error, if any. */
-static int db_check_end(struct fsck *f, struct db_job *j)
+/* Join it; report what it found unless told to drop it. Its error, if
+ * any (none when dropped). */
+static int db_check_end(struct fsck *f, struct db_job *j, bool drop)
 {
 	if (j->started)
 		pthread_join(j->th, NULL);
 	j->started = false;
 	for (size_t i = 0; i < j->n; i++) {
-		problem(f, false, "%s", j->lines[i]);
+		if (!drop)
+			problem(f, false, "%s", j->lines[i]);
 		free(j->lines[i]);
 	}
 	free(j->lines);
@@ -388,9 +393,26 @@ static int db_check_end(struct fsck *f, struct db_job *j)
 	if (j->m)
 		kv_manifest_close(j->m);
 	j->m = NULL;
+	if (drop)
+		return 0;
 	if (j->nomem && j->rc >= 0)
 		j->rc = -ENOMEM;     /* a problem it found went unsaid */
 	return j->rc < 0 ? j->rc : 0;
+}
+
+/* Both database checks joined, then the small ones (foreign key,
+ * identities, versions) here. */
+static int db_checks_end(struct fsck *f, struct db_job *btrees, struct db_job *sums)
+{
+	struct db_job refs = { .check = kv_manifest_check_refs };
+	int rc = db_check_end(f, btrees, false);
+	bool damaged = btrees->rc != 0;
+	int rc2 = db_check_end(f, sums, damaged);
+
+	refs.rc = kv_manifest_check_refs(f->m, hold_line, &refs);
+	rc = rc < 0 ? rc : rc2;
+	rc2 = db_check_end(f, &refs, false);
+	return rc < 0 ? rc : rc2;
 }
 
 /* ---- driver ---- */
@@ -399,12 +421,14 @@ static int row_checks(struct fsck *f);
 
 static int run_checks(struct fsck *f)
 {
-	struct db_job j = { 0 };
+	struct db_job btrees = { .check = kv_manifest_check_btrees };
+	struct db_job sums = { .check = kv_manifest_check_index_sums };
 	int rc, rc2;
 
-	db_check_start(f, &j);
+	db_check_start(f, &btrees);
+	db_check_start(f, &sums);
 	rc = row_checks(f);
-	rc2 = db_check_end(f, &j);
+	rc2 = db_checks_end(f, &btrees, &sums);
 	if (rc < 0 || rc2 < 0)
 		return rc < 0 ? rc : rc2;
 	if (f->verify && (rc = verify_data(f)) < 0)
