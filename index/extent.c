@@ -24,11 +24,11 @@ uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length)
 
 struct xent *idx_xent_find(const struct kv_index *x, uint64_t id)
 {
-	uint64_t h = htab_mix64(id);
-	size_t i = h & x->ext_by_id.mask;
+	struct htab_probe p;
 	struct xent *e;
 
-	while ((e = htab_next(&x->ext_by_id, h, &i)))
+	htab_probe_start(&x->ext_by_id, htab_mix64(id), &p);
+	while ((e = htab_probe_next(&x->ext_by_id, &p)))
 		if (e->id == id)
 			return e;
 	return NULL;
@@ -129,13 +129,13 @@ int kv_index_extent_candidates(struct kv_index *x, const uint8_t hash[KV_HASH_LE
 			       uint64_t length, struct kv_extent_rec *out, int max)
 {
 	uint64_t h = idx_key_hash(hash, length);
+	struct htab_probe p;
 	struct xent *e;
 	int n = 0;
-	size_t i;
 
 	pthread_rwlock_rdlock(&x->lock);
-	i = h & x->ext_by_key.mask;
-	while (n < max && (e = htab_next(&x->ext_by_key, h, &i)))
+	htab_probe_start(&x->ext_by_key, h, &p);
+	while (n < max && (e = htab_probe_next(&x->ext_by_key, &p)))
 		if (e->durable && e->ext.length == length &&
 		    memcmp(e->hash, hash, KV_HASH_LEN) == 0)
 			xent_fill(e, &out[n++]);
@@ -197,8 +197,8 @@ int kv_index_extent_walk(struct kv_index *x,
 	int rc = 0;
 
 	pthread_rwlock_rdlock(&x->lock);
-	for (i = 0; i <= x->ext_by_id.mask && rc == 0; i++) {
-		e = x->ext_by_id.slot[i];
+	for (i = 0; i < htab_span(&x->ext_by_id) && rc == 0; i++) {
+		e = htab_at(&x->ext_by_id, i);
 		if (e) {
 			xent_fill(e, &rec);
 			rc = fn(arg, &rec);

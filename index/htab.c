@@ -1,8 +1,9 @@
 /*
  * Open-addressing pointer hash set used by the in-memory index (see
- * htab.h): growth by doubling at 3/4 load, one-byte tags beside the slots,
- * and backward-shift deletion, which moves later members of a probe run back
- * into the hole so that a probe can always stop at the first empty slot.
+ * htab.h): growth by doubling at 3/4 load, done a few slots per insert,
+ * one-byte tags beside the slots, and backward-shift deletion, which moves
+ * later members of a probe run back into the hole so that a probe can
+ * always stop at the first empty slot.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +11,10 @@
 #include "htab.h"
 
 #define HTAB_MIN_CAP 64u
+/* Old slots moved per insert while growing. The new arrays are twice the
+ * old, so they fill from 3/8 to 3/4 in (3/4) old-capacity inserts; at 8
+ * slots per insert the old arrays are empty after 1/8 of that. */
+#define DRAIN_STEP 8u
 
 /* Slots and tags in one allocation. */
 static int arrays_new(size_t cap, void ***slot, uint8_t **tag)
@@ -35,16 +40,21 @@ int htab_init(struct htab *t, uint64_t (*hash)(const void *e))
 	t->mask = HTAB_MIN_CAP - 1;
 	t->n = 0;
 	t->hash = hash;
+	t->old_slot = NULL;
+	t->old_tag = NULL;
+	t->old_mask = 0;
+	t->moved = 0;
 	return 0;
 }
 
 void htab_fini(struct htab *t)
 {
 	free(t->slot);
-	t->slot = NULL;
-	t->tag = NULL;
-	t->mask = 0;
-	t->n = 0;
+	free(t->old_slot);
+	t->slot = t->old_slot = NULL;
+	t->tag = t->old_tag = NULL;
+	t->mask = t->old_mask = 0;
+	t->n = t->moved = 0;
 }
 
 static void place(void **slot, uint8_t *tag, size_t mask, void *e, uint64_t h)
@@ -57,6 +67,36 @@ static void place(void **slot, uint8_t *tag, size_t mask, void *e, uint64_t h)
 	tag[i] = htab_tag(h);
 }
 
+/* Move up to `step` old slots across; drop the old arrays once empty. */
+static void drain(struct htab *t, size_t step)
+{
+	size_t end;
+
+	if (!t->old_slot)
+		return;
+	end = t->moved + step;
+	if (end > t->old_mask + 1 || end < t->moved)
+		end = t->old_mask + 1;
+	for (; t->moved < end; t->moved++) {
+		size_t j = t->moved;
+
+		if (t->old_tag[j] & 0x80)
+			place(t->slot, t->tag, t->mask, t->old_slot[j],
+			      t->hash(t->old_slot[j]));
+		t->old_slot[j] = NULL;
+		t->old_tag[j] = 0;
+	}
+	if (t->moved > t->old_mask) {
+		free(t->old_slot);
+		t->old_slot = NULL;
+		t->old_tag = NULL;
+		t->old_mask = 0;
+		t->moved = 0;
+	}
+}
+
+/* Everything into new arrays of cap slots, now (no growth may be under
+ * way: the caller drained it). */
 static int rehash(struct htab *t, size_t cap)
 {
 	uint8_t *tag;
@@ -77,6 +117,36 @@ static int rehash(struct htab *t, size_t cap)
 	return 0;
 }
 
+/* Start growing: the current arrays become the old ones, drained by the
+ * inserts that follow. */
+static int grow(struct htab *t)
+{
+	size_t cap = (t->mask + 1) * 2;
+	uint8_t *tag;
+	void **slot;
+	int rc;
+
+	if (cap < t->mask + 1)
+		return -ENOMEM;
+	rc = arrays_new(cap, &slot, &tag);
+	if (rc < 0)
+		return rc;
+	t->old_slot = t->slot;
+	t->old_tag = t->tag;
+	t->old_mask = t->mask;
+	t->moved = 0;
+	t->slot = slot;
+	t->tag = tag;
+	t->mask = cap - 1;
+	return 0;
+}
+
+static bool full(const struct htab *t, size_t want)
+{
+	/* Keep load <= 3/4: linear probing degrades quickly above that. */
+	return want > (t->mask + 1) / 4 * 3;
+}
+
 int htab_reserve(struct htab *t, size_t more)
 {
 	size_t cap = t->mask + 1;
@@ -84,7 +154,7 @@ int htab_reserve(struct htab *t, size_t more)
 
 	if (want < t->n)
 		return -ENOMEM;
-	/* Keep load <= 3/4: linear probing degrades quickly above that. */
+	drain(t, SIZE_MAX);
 	while (want > cap / 4 * 3) {
 		if (cap > SIZE_MAX / 2)
 			return -ENOMEM;
@@ -97,23 +167,42 @@ int htab_reserve(struct htab *t, size_t more)
 
 int htab_insert(struct htab *t, void *e)
 {
-	int rc = htab_reserve(t, 1);
+	int rc;
 
-	if (rc < 0)
-		return rc;
+	if (full(t, t->n + 1)) {
+		/* Still growing from the last time (only if inserts came faster
+		 * than DRAIN_STEP allows, which they cannot): finish that. */
+		drain(t, SIZE_MAX);
+		rc = grow(t);
+		if (rc < 0)
+			return rc;
+	}
+	drain(t, DRAIN_STEP);
 	place(t->slot, t->tag, t->mask, e, t->hash(e));
 	t->n++;
 	return 0;
 }
 
-static size_t find_slot(const struct htab *t, const void *e)
+static size_t find_slot(const struct htab *t, const void *e, uint64_t h)
 {
-	uint64_t h = t->hash(e);
 	uint8_t want = htab_tag(h);
 	size_t i;
 
 	for (i = h & t->mask; t->tag[i]; i = (i + 1) & t->mask)
 		if (t->tag[i] == want && t->slot[i] == e)
+			return i;
+	return SIZE_MAX;
+}
+
+/* The old arrays' slot holding e, or SIZE_MAX (see htab_probe_next). */
+static size_t find_old_slot(const struct htab *t, const void *e, uint64_t h)
+{
+	uint8_t want = htab_tag(h);
+	size_t left = t->old_mask + 1 - t->moved;
+	size_t i = htab_old_start(t, h & t->old_mask);
+
+	for (; left && t->old_tag[i]; left--, i = htab_old_start(t, (i + 1) & t->old_mask))
+		if (t->old_tag[i] == want && t->old_slot[i] == e)
 			return i;
 	return SIZE_MAX;
 }
@@ -129,10 +218,19 @@ static bool stays(size_t i, size_t j, size_t k)
 
 bool htab_remove(struct htab *t, const void *e)
 {
-	size_t i = find_slot(t, e), j;
+	uint64_t h = t->hash(e);
+	size_t i = find_slot(t, e, h), j;
 
-	if (i == SIZE_MAX)
-		return false;
+	if (i == SIZE_MAX) {
+		if (!t->old_slot || (i = find_old_slot(t, e, h)) == SIZE_MAX)
+			return false;
+		/* A tombstone: shifting old slots back could move one into the
+		 * drained part, where it would never be moved across. */
+		t->old_slot[i] = NULL;
+		t->old_tag[i] = HTAB_TOMB;
+		t->n--;
+		return true;
+	}
 	t->n--;
 	for (;;) {
 		t->slot[i] = NULL;
@@ -151,10 +249,27 @@ bool htab_remove(struct htab *t, const void *e)
 
 bool htab_replace(struct htab *t, const void *old, void *new_e)
 {
-	size_t i = find_slot(t, old);
+	uint64_t h = t->hash(old);
+	size_t i = find_slot(t, old, h);
 
-	if (i == SIZE_MAX)
+	if (i != SIZE_MAX) {
+		t->slot[i] = new_e;
+		return true;
+	}
+	if (!t->old_slot || (i = find_old_slot(t, old, h)) == SIZE_MAX)
 		return false;
-	t->slot[i] = new_e;
+	t->old_slot[i] = new_e;
 	return true;
+}
+
+size_t htab_span(const struct htab *t)
+{
+	return t->mask + 1 + (t->old_slot ? t->old_mask + 1 : 0);
+}
+
+void *htab_at(const struct htab *t, size_t i)
+{
+	if (i <= t->mask)
+		return t->slot[i];
+	return t->old_slot[i - t->mask - 1];
 }

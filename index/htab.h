@@ -7,14 +7,25 @@
  * element only when its tag matches, so a miss in a long probe run costs one
  * or two cache lines instead of one cache miss per element passed.
  *
+ * Growth is incremental. Rehashing every element at once held the index's
+ * write lock for 2 s per table at 6.3M elements (four tables grow together
+ * at that size: an 8 s stall of every writer), and it grows with the table.
+ * So a full table gets new arrays of twice the size, and each later insert
+ * moves a few slots of the old arrays across, until none is left. While it
+ * lasts, an element is in exactly one of the two; a lookup probes the new
+ * arrays, then the old ones. A removal from the old arrays leaves a
+ * tombstone (tag HTAB_TOMB) there, so the old probe runs stay unbroken.
+ *
  * Elements are hashed by the table's hash function, which is called when
  * elements move (growth, deletion). Lookups are written by the caller:
  *
- *	size_t i = h & t->mask;
- *	while ((e = htab_next(t, h, &i)))
+ *	struct htab_probe p;
+ *	htab_probe_start(t, h, &p);
+ *	while ((e = htab_probe_next(t, &p)))
  *		if (matches(e)) return e;
  *
- * Not thread-safe; the index's rwlock protects it. Private to index/.
+ * Not thread-safe; the index's rwlock protects it. Lookups only read, so
+ * they may run under its read lock. Private to index/.
  */
 #ifndef KV_HTAB_H
 #define KV_HTAB_H
@@ -23,17 +34,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define HTAB_TOMB 0x01u             /* old arrays: removed while growing */
+
 struct htab {
 	void **slot;
 	uint8_t *tag;                     /* 0 = empty slot */
 	size_t mask;                      /* capacity - 1 */
-	size_t n;                         /* elements */
+	size_t n;                         /* elements, in both arrays */
 	uint64_t (*hash)(const void *e);
+	/* growing: the arrays before, drained from slot 0 up */
+	void **old_slot;                  /* NULL: not growing */
+	uint8_t *old_tag;
+	size_t old_mask;
+	size_t moved;                     /* old slots [0, moved) are empty */
 };
 
 int htab_init(struct htab *t, uint64_t (*hash)(const void *e));
 void htab_fini(struct htab *t);
-/* Grow now so that the next `more` inserts cannot fail. 0 or -ENOMEM. */
+/* Room now for `more` inserts that cannot fail (finishing any growth at
+ * once: for a bulk load, whose count is known). 0 or -ENOMEM. */
 int htab_reserve(struct htab *t, size_t more);
 /* Insert e (duplicates allowed: this is also a multimap). 0 or -ENOMEM. */
 int htab_insert(struct htab *t, void *e);
@@ -41,6 +60,10 @@ int htab_insert(struct htab *t, void *e);
 bool htab_remove(struct htab *t, const void *e);
 /* Put new where old was; both must hash alike. false if old is absent. */
 bool htab_replace(struct htab *t, const void *old, void *new_e);
+/* Every element: htab_at(t, i) for i in [0, htab_span(t)), NULL where a
+ * slot is empty. */
+size_t htab_span(const struct htab *t);
+void *htab_at(const struct htab *t, size_t i);
 
 /* A 64-bit finaliser (MurmurHash3 fmix64): spreads integer keys. */
 static inline uint64_t htab_mix64(uint64_t k)
@@ -59,22 +82,62 @@ static inline uint8_t htab_tag(uint64_t h)
 	return (uint8_t)(((h * 0x9e3779b97f4a7c15ull) >> 57) | 0x80);
 }
 
-/*
- * Next element at or after slot *i whose tag matches h, advancing *i past
- * it; NULL at the end of the probe run. Start with *i = h & t->mask.
- */
-static inline void *htab_next(const struct htab *t, uint64_t h, size_t *i)
+struct htab_probe {
+	uint64_t h;
+	size_t i;
+	size_t left;                      /* old arrays: slots still to look at */
+	uint8_t want;
+	bool in_old;
+};
+
+static inline void htab_probe_start(const struct htab *t, uint64_t h, struct htab_probe *p)
 {
-	uint8_t want = htab_tag(h), tg;
+	p->h = h;
+	p->i = h & t->mask;
+	p->want = htab_tag(h);
+	p->in_old = false;
+	p->left = 0;
+}
+
+/* Where the old arrays' probe for h starts: its home slot, or the first
+ * slot not drained yet if the home is drained (the run from the home went
+ * on through slots that were all full, and only a drained one is empty). */
+static inline size_t htab_old_start(const struct htab *t, size_t i)
+{
+	return i < t->moved ? t->moved : i;
+}
+
+/* Next element after the probe's place whose tag matches its hash; NULL at
+ * the end of its runs. */
+static inline void *htab_probe_next(const struct htab *t, struct htab_probe *p)
+{
+	uint8_t tg;
 	size_t j;
 
-	for (j = *i; (tg = t->tag[j]); j = (j + 1) & t->mask) {
-		if (tg == want) {
-			*i = (j + 1) & t->mask;
-			return t->slot[j];
+	if (!p->in_old) {
+		for (j = p->i; (tg = t->tag[j]); j = (j + 1) & t->mask) {
+			if (tg == p->want) {
+				p->i = (j + 1) & t->mask;
+				return t->slot[j];
+			}
+		}
+		if (!t->old_slot)
+			return NULL;
+		p->in_old = true;
+		p->i = htab_old_start(t, p->h & t->old_mask);
+		p->left = t->old_mask + 1 - t->moved;
+	}
+	for (j = p->i; p->left && (tg = t->old_tag[j]); p->left--) {
+		size_t at = j;
+
+		j = htab_old_start(t, (j + 1) & t->old_mask);
+		if (tg == p->want) {
+			p->i = j;
+			p->left--;
+			return t->old_slot[at];
 		}
 	}
-	*i = j;
+	p->left = 0;
 	return NULL;
 }
 

@@ -53,11 +53,11 @@ static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
 
 static struct node *ino_find(const struct kv_index *x, uint64_t ino)
 {
-	uint64_t h = htab_mix64(ino);
-	size_t i = h & x->by_ino.mask;
+	struct htab_probe p;
 	struct node *n;
 
-	while ((n = htab_next(&x->by_ino, h, &i)))
+	htab_probe_start(&x->by_ino, htab_mix64(ino), &p);
+	while ((n = htab_probe_next(&x->by_ino, &p)))
 		if (n->ino == ino)
 			return n;
 	return NULL;
@@ -71,10 +71,11 @@ struct node *idx_node(const struct kv_index *x, uint64_t ino)
 static struct node *name_find(const struct kv_index *x, uint64_t parent,
 			      const char *name, size_t len, uint32_t h)
 {
-	size_t i = h & x->by_name.mask;
+	struct htab_probe p;
 	struct node *n;
 
-	while ((n = htab_next(&x->by_name, h, &i)))
+	htab_probe_start(&x->by_name, h, &p);
+	while ((n = htab_probe_next(&x->by_name, &p)))
 		if (n->nhash == h && n->parent->ino == parent &&
 		    memcmp(n->name, name, len) == 0 && n->name[len] == '\0')
 			return n;
@@ -397,11 +398,11 @@ void kv_index_free(struct kv_index *x)
 	if (!x)
 		return;
 	idx_loader_free(x->loader);
-	for (i = 0; i <= x->by_ino.mask; i++)
-		if (x->by_ino.slot[i])
-			node_free(x->by_ino.slot[i]);
-	for (i = 0; i <= x->ext_by_id.mask; i++)
-		free(x->ext_by_id.slot[i]);
+	for (i = 0; i < htab_span(&x->by_ino); i++)
+		if (htab_at(&x->by_ino, i))
+			node_free(htab_at(&x->by_ino, i));
+	for (i = 0; i < htab_span(&x->ext_by_id); i++)
+		free(htab_at(&x->ext_by_id, i));
 	htab_fini(&x->by_ino);
 	htab_fini(&x->by_name);
 	htab_fini(&x->ext_by_id);
@@ -765,8 +766,8 @@ int kv_index_page_walk(struct kv_index *x,
 	int rc = 0;
 
 	pthread_rwlock_rdlock(&x->lock);
-	for (size_t i = 0; i <= x->by_ino.mask && rc == 0; i++) {
-		n = x->by_ino.slot[i];
+	for (size_t i = 0; i < htab_span(&x->by_ino) && rc == 0; i++) {
+		n = htab_at(&x->by_ino, i);
 		if (!n || n->kind != KV_KIND_PAGE)
 			continue;
 		b = (struct kv_page_brief){

@@ -129,8 +129,8 @@ static int load_verify(struct kv_index *x, bool reset)
 	size_t i;
 	int rc = 0;
 
-	for (i = 0; i <= x->ext_by_id.mask; i++) {
-		e = x->ext_by_id.slot[i];
+	for (i = 0; i < htab_span(&x->ext_by_id); i++) {
+		e = htab_at(&x->ext_by_id, i);
 		if (!e)
 			continue;
 		if (rc == 0 && e->seen != e->refcount) {
