@@ -11,9 +11,9 @@
 #include "htab.h"
 
 #define HTAB_MIN_CAP 64u
-/* Old slots moved per insert while growing. The new arrays are twice the
- * old, so they fill from 3/8 to 3/4 in (3/4) old-capacity inserts; at 8
- * slots per insert the old arrays are empty after 1/8 of that. */
+/* Old slots moved per insert while growing. The new arrays (2C slots for
+ * an old capacity C) fill from 3/8 to 3/4 in 3C/4 inserts; at 8 slots per
+ * insert the old arrays are empty after C/8, a sixth of that. */
 #define DRAIN_STEP 8u
 
 /* Slots and tags in one allocation. */
@@ -149,34 +149,36 @@ static bool full(const struct htab *t, size_t want)
 
 int htab_reserve(struct htab *t, size_t more)
 {
-	size_t cap = t->mask + 1;
 	size_t want = t->n + more;
+	size_t cap = (t->mask + 1) * 2;
 
 	if (want < t->n)
 		return -ENOMEM;
+	if (!full(t, want))
+		return 0;
+	/* Full while still growing: only if inserts came faster than
+	 * DRAIN_STEP allows, which they cannot. Finish that first. */
 	drain(t, SIZE_MAX);
+	/* A few more (every insert of the index): start growing; the
+	 * inserts that follow move the rest across, and need no memory. */
+	if (cap > t->mask + 1 && want <= cap / 4 * 3)
+		return grow(t);
+	/* Many at once (a bulk load, whose count is known): all now, to size. */
+	cap = t->mask + 1;
 	while (want > cap / 4 * 3) {
 		if (cap > SIZE_MAX / 2)
 			return -ENOMEM;
 		cap *= 2;
 	}
-	if (cap == t->mask + 1)
-		return 0;
 	return rehash(t, cap);
 }
 
 int htab_insert(struct htab *t, void *e)
 {
-	int rc;
+	int rc = htab_reserve(t, 1);
 
-	if (full(t, t->n + 1)) {
-		/* Still growing from the last time (only if inserts came faster
-		 * than DRAIN_STEP allows, which they cannot): finish that. */
-		drain(t, SIZE_MAX);
-		rc = grow(t);
-		if (rc < 0)
-			return rc;
-	}
+	if (rc < 0)
+		return rc;
 	drain(t, DRAIN_STEP);
 	place(t->slot, t->tag, t->mask, e, t->hash(e));
 	t->n++;

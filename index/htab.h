@@ -1,7 +1,8 @@
 /*
  * Open-addressing hash set of pointers for the in-memory index: linear
  * probing, power-of-two capacity kept at most 3/4 full, backward-shift
- * deletion (no tombstones, so lookups never slow down after many removes).
+ * deletion (no tombstones but while growing, below, so lookups never slow
+ * down after many removes).
  * Beside each pointer slot is a one-byte tag (7 bits of the hash, high bit
  * set; 0 = empty): a probe scans the dense tag array and dereferences an
  * element only when its tag matches, so a miss in a long probe run costs one
@@ -51,8 +52,10 @@ struct htab {
 
 int htab_init(struct htab *t, uint64_t (*hash)(const void *e));
 void htab_fini(struct htab *t);
-/* Room now for `more` inserts that cannot fail (finishing any growth at
- * once: for a bulk load, whose count is known). 0 or -ENOMEM. */
+/* Room now for `more` inserts that cannot fail. Room for a few starts
+ * growing (the inserts move the rest); room for more than the doubled
+ * arrays hold (a bulk load, whose count is known) grows all at once, to
+ * size. 0 or -ENOMEM. */
 int htab_reserve(struct htab *t, size_t more);
 /* Insert e (duplicates allowed: this is also a multimap). 0 or -ENOMEM. */
 int htab_insert(struct htab *t, void *e);

@@ -560,6 +560,7 @@ int kv_manifest_recover(struct kv_manifest *m, struct kv_recover_stats *st)
 
 	st = st ? st : &dummy;
 	memset(st, 0, sizeof(*st));
+	mfj_compact_stop(m);   /* attach() below replaces the file it copies from */
 	rc = parse_from_record(m, mseq, &f) ? 0 : parse(m->j.path, &f);
 	if (rc == -ENOENT) {
 		kv_log(KV_LOG_INFO, "journal %s: none yet; writing one from the manifest",

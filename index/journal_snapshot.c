@@ -222,17 +222,22 @@ int mfj_snapshot_install(struct kv_manifest *m, const char *tmp, struct mfj_snap
 {
 	int rc = 0;
 
-	if (rename(tmp, m->j.path) < 0)
+	if (rename(tmp, m->j.path) < 0) {
 		rc = -errno;
-	if (rc == 0)
-		rc = fsync_dir_of(m->j.path);
-	if (rc < 0) {
 		kv_log(KV_LOG_ERR, "journal %s: putting the rewritten one in place failed: "
 		       "%s; the old one stays", m->j.path, kv_strerror(rc));
 		close(o->fd);
 		o->fd = -1;
 		return rc;
 	}
+	/* The name is the new file's now: appends must go there even if the
+	 * rename is not durable yet (the old file would take them to an
+	 * unlinked inode). */
+	rc = fsync_dir_of(m->j.path);
+	if (rc < 0)
+		kv_log(KV_LOG_ERR, "journal %s: syncing its directory after the rewrite: %s; "
+		       "a crash now may bring back the journal before it", m->j.path,
+		       kv_strerror(rc));
 	if (m->j.fd >= 0)
 		close(m->j.fd);
 	m->j.fd = o->fd;

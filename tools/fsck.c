@@ -406,6 +406,9 @@ static int db_checks_end(struct fsck *f, struct db_job *btrees, struct db_job *s
 {
 	struct db_job refs = { .check = kv_manifest_check_refs };
 	int rc = db_check_end(f, btrees, false);
+	/* Damage found, or quick_check could not run at all: either way the
+	 * index scans went unchecked before (they ran only after a clean
+	 * quick_check). */
 	bool damaged = btrees->rc != 0;
 	int rc2 = db_check_end(f, sums, damaged);
 

@@ -82,10 +82,14 @@ static void test_growth_is_incremental(void **state)
 		assert_int_equal(htab_insert(&t, &els[i]), 0);
 		els[i].in = 1;
 	}
-	/* Full: the next insert starts growing, and moves only a few old
-	 * slots across. */
+	/* Full: making room for one more (as the index does before each
+	 * insert) starts growing, and the insert moves only a few old slots
+	 * across. */
 	assert_null(t.old_slot);
 	assert_int_equal(t.mask + 1, 8192);
+	assert_int_equal(htab_reserve(&t, 1), 0);
+	assert_non_null(t.old_slot);
+	assert_int_equal(t.moved, 0);
 	assert_int_equal(htab_insert(&t, &els[n]), 0);
 	els[n].in = 1;
 	assert_non_null(t.old_slot);
@@ -141,6 +145,7 @@ static void test_random_against_record(void **state)
 			}
 		} else {
 			assert_null(find(&t, els[k].key));
+			assert_int_equal(htab_reserve(&t, 1 + op % 2), 0);
 			assert_int_equal(htab_insert(&t, &els[k]), 0);
 			els[k].in = 1;
 		}
