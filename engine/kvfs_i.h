@@ -241,7 +241,6 @@ struct kvfs_room {
 	bool no_reserve;              /* the filesystem cannot preallocate one */
 };
 
-
 struct kvfs {
 	char *store_dir;
 	struct kvfs_store_lock lock;  /* STORE and STORE/kvfs.lock, flock'ed while open */
@@ -768,7 +767,6 @@ int kvfs_changes_damaged(struct kvfs *fs);
 /* engine/open.c: rebuild the allocator from the index's extents and give
  * back what no row names (reclaim); once per open, with the index whole. */
 int kvfs_recover_space(struct kvfs *fs);
-
 
 /* engine/fault.c: user.kvfs.fault on the root (-o fault_injection only).
  * set: arm the store's or the manifest's fault seam from a spec (-EPERM

@@ -59,6 +59,19 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* End the second connection's read and close it (either thread: the
+ * worker when it is done, the committer for one that never started). */
+static void src_close(struct mfj_compactor *c)
+{
+	if (!c->src)
+		return;
+	if (c->src->in_txn)
+		mf_exec(c->src->db, c->src->path, "ROLLBACK", "ending a journal compaction's read");
+	c->src->in_txn = false;
+	kv_manifest_close(c->src);
+	c->src = NULL;
+}
+
 static void *compact_main(void *a)
 {
 	struct mfj_compactor *c = a;
@@ -72,22 +85,14 @@ static void *compact_main(void *a)
 	while (c->gate && !c->cancel && access(c->gate, F_OK) == 0)
 		usleep(10000);
 	c->rc = mfj_snapshot_write(c->src, c->seq, c->tmp, &c->cancel, &c->out);
-	mf_exec(c->src->db, c->src->path, "ROLLBACK", "ending a journal compaction's read");
-	c->src->in_txn = false;
-	kv_manifest_close(c->src);
-	c->src = NULL;
+	src_close(c);
 	atomic_store(&c->done, true);
 	return NULL;
 }
 
 static void compactor_free(struct mfj_compactor *c)
 {
-	if (c->src) {
-		if (c->src->in_txn)
-			mf_exec(c->src->db, c->src->path, "ROLLBACK", "ending a read");
-		c->src->in_txn = false;
-		kv_manifest_close(c->src);
-	}
+	src_close(c);
 	if (c->out.fd >= 0)
 		close(c->out.fd);
 	free(c->tmp);

@@ -412,7 +412,7 @@ static int db_checks_end(struct fsck *f, struct db_job *btrees, struct db_job *s
 	bool damaged = btrees->rc != 0;
 	int rc2 = db_check_end(f, sums, damaged);
 
-	refs.rc = kv_manifest_check_refs(f->m, hold_line, &refs);
+	refs.rc = refs.check(f->m, hold_line, &refs);
 	rc = rc < 0 ? rc : rc2;
 	rc2 = db_check_end(f, &refs, false);
 	return rc < 0 ? rc : rc2;

@@ -306,7 +306,7 @@ static void test_compact_background(void **state)
 	struct kv_rebuild_stats rs;
 	struct kv_journal_info ji;
 	struct kv_manifest *m;
-		unsigned next = 0;
+	unsigned next = 0;
 	uint64_t before;            /* bytes of batches after the snapshot */
 	struct store s;
 	ino_t ino;
