@@ -60,13 +60,21 @@ void kvfs_fill_stat(struct kvfs *fs, const struct kv_node_info *n, struct stat *
 	}
 }
 
-/* Sealed pages never change: the kernel may cache their names, attributes
- * and data for as long as it likes. Pages being written change size. */
+/*
+ * Sealed pages never change: the kernel may cache their names, attributes
+ * and data for as long as it likes. A page being written changes size and
+ * times, but only by writes through this kernel, and each of those drops
+ * the size, times and blocks it has cached (fuse_write_update_attr), so
+ * the next stat asks us; mode and owner change only by a SETATTR whose
+ * reply it caches. A second, as for directories, is safe. Zero made the
+ * permission check of every open(O_CREAT) ask GETATTR once more: one round
+ * trip of the seven a page written through FUSE cost.
+ */
 static double attr_timeout(struct kvfs *fs, const struct kv_node_info *n)
 {
-	if (n->kind != KV_KIND_PAGE)
+	if (n->kind != KV_KIND_PAGE || n->state == KV_PAGE_WRITING)
 		return 1.0;
-	return n->state == KV_PAGE_WRITING ? 0.0 : fs->opts.entry_timeout;
+	return fs->opts.entry_timeout;
 }
 
 void kvfs_fill_entry(struct kvfs *fs, const struct kv_node_info *n,

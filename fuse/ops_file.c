@@ -31,8 +31,9 @@ void kvfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fi->fh = (uintptr_t)f;
 	/* The creator's writes go straight to us, not through the page cache:
 	 * the kernel then skips file_remove_privs, which otherwise asks us for
-	 * security.capability (GETXATTR) before every write(2) (the page's
-	 * attributes time out at once while it is written, clearing S_NOSEC).
+	 * security.capability (GETXATTR) before a write(2) to an inode not
+	 * marked S_NOSEC (measured: one per write(2) while a page's attributes
+	 * timed out at once as it was written).
 	 * A page has no capabilities to remove; set-id bits keep the cached
 	 * path, which clears them as POSIX wants. */
 	fi->direct_io = !(mode & (S_ISUID | S_ISGID));
