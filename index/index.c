@@ -111,14 +111,36 @@ static void set_attr(struct node *n, const struct kv_obj_attr *a)
 	__atomic_store_n(&n->atime_ns, a->atime_ns, __ATOMIC_RELAXED);
 }
 
-static void set_data(struct node *n, const struct kv_node_info *in)
+/* A page naming extent id must find it in the table: its location and
+ * checksum are read from there. */
+static int data_ok(const struct kv_index *x, const struct kv_node_info *in)
 {
-	n->u.p.extent_id = in->extent_id;
-	n->u.p.ext = in->ext;
-	memcpy(n->u.p.hash, in->hash, KV_HASH_LEN);
+	return in->extent_id == KV_EXTENT_EMPTY || idx_xent_find(x, in->extent_id)
+		? 0 : -ENOENT;
 }
 
-static void snapshot(const struct node *n, struct kv_node_info *o)
+/* A page's location and checksum, from its extent record. An empty page
+ * (sealed with no bytes) names extent 0 and has the checksum of nothing;
+ * one being written has none yet. */
+static void page_data_fill(const struct kv_index *x, const struct node *n,
+			   struct kv_node_info *o)
+{
+	const struct xent *e;
+
+	if (n->u.p.extent_id == KV_EXTENT_EMPTY) {
+		if (n->state != KV_PAGE_WRITING)
+			kv_hash128(NULL, 0, o->hash);
+		return;
+	}
+	e = idx_xent_find(x, n->u.p.extent_id);
+	if (e) {       /* kv_index_add and _update refuse a page without it */
+		o->ext = e->ext;
+		memcpy(o->hash, e->hash, KV_HASH_LEN);
+	}
+}
+
+static void snapshot(const struct kv_index *x, const struct node *n,
+		     struct kv_node_info *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->ino = n->ino;
@@ -135,14 +157,22 @@ static void snapshot(const struct node *n, struct kv_node_info *o)
 		o->state = (enum kv_page_state)n->state;
 		o->size = n->u.p.size;
 		o->extent_id = n->u.p.extent_id;
-		o->ext = n->u.p.ext;
-		memcpy(o->hash, n->u.p.hash, KV_HASH_LEN);
+		page_data_fill(x, n, o);
 		return;
 	}
-	o->nchildren = n->u.d.nchildren;
-	o->layer = n->u.d.layer;
-	if (n->u.d.geo)
-		o->geo = *n->u.d.geo;
+	o->nchildren = n->u.d->nchildren;
+	o->layer = n->u.d->layer;
+	if (n->u.d->geo)
+		o->geo = *n->u.d->geo;
+}
+
+static void node_free(struct node *n)
+{
+	if (is_dir(n) && n->u.d) {
+		free(n->u.d->geo);
+		free(n->u.d);
+	}
+	free(n);
 }
 
 static struct node *node_new(const struct kv_node_info *in, size_t len, uint32_t h)
@@ -156,35 +186,31 @@ static struct node *node_new(const struct kv_node_info *in, size_t len, uint32_t
 	n->nhash = h;
 	n->kind = (uint8_t)in->kind;
 	set_attr(n, &in->attr);
+	memcpy(n->name, in->name, len);
+	n->name[len] = '\0';
 	if (in->kind == KV_KIND_PAGE) {
 		n->state = (uint8_t)in->state;
 		n->u.p.size = in->size;
-		set_data(n, in);
-	} else if (in->kind == KV_KIND_MODEL) {
-		n->u.d.geo = malloc(sizeof(*n->u.d.geo));
-		if (!n->u.d.geo) {
-			free(n);
-			return NULL;
-		}
-		*n->u.d.geo = in->geo;
-	} else {
-		n->u.d.layer = in->layer;
+		n->u.p.extent_id = in->extent_id;
+		return n;
 	}
-	memcpy(n->name, in->name, len);
-	n->name[len] = '\0';
+	n->u.d = calloc(1, sizeof(*n->u.d));
+	if (n->u.d && in->kind == KV_KIND_MODEL) {
+		n->u.d->geo = malloc(sizeof(*n->u.d->geo));
+		if (n->u.d->geo)
+			*n->u.d->geo = in->geo;
+	}
+	if (!n->u.d || (in->kind == KV_KIND_MODEL && !n->u.d->geo)) {
+		node_free(n);
+		return NULL;
+	}
+	n->u.d->layer = in->layer;
 	return n;
-}
-
-static void node_free(struct node *n)
-{
-	if (is_dir(n))
-		free(n->u.d.geo);
-	free(n);
 }
 
 static void child_link(struct node *dir, struct node *n)
 {
-	struct dir_data *d = &dir->u.d;
+	struct dir_data *d = dir->u.d;
 
 	n->parent = dir;
 	n->next = NULL;
@@ -199,7 +225,7 @@ static void child_link(struct node *dir, struct node *n)
 
 static void child_unlink(struct node *n)
 {
-	struct dir_data *d = &n->parent->u.d;
+	struct dir_data *d = n->parent->u.d;
 
 	if (n->prev)
 		n->prev->next = n->next;
@@ -237,8 +263,8 @@ static bool layer_taken(const struct node *model, uint32_t num,
 {
 	const struct node *c;
 
-	for (c = model->u.d.first; c; c = c->next)
-		if (c != skip1 && c != skip2 && c->u.d.layer == num)
+	for (c = model->u.d->first; c; c = c->next)
+		if (c != skip1 && c != skip2 && c->u.d->layer == num)
 			return true;
 	return false;
 }
@@ -287,6 +313,8 @@ int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 		return -ENOENT;
 	if (parent->kind != parent_kind(in->kind))
 		return -ENOTDIR;
+	if (in->kind == KV_KIND_PAGE && (rc = data_ok(x, in)) < 0)
+		return rc;
 	/* next_ino is above every inode added: no probe for a new one */
 	if (in->ino < x->next_ino && ino_find(x, in->ino))
 		return -EEXIST;
@@ -328,14 +356,18 @@ static int make_root(struct kv_index *x)
 {
 	struct node *r = calloc(1, sizeof(*r) + 1);
 
-	if (!r)
+	if (r)
+		r->u.d = calloc(1, sizeof(*r->u.d));
+	if (!r || !r->u.d) {
+		free(r);
 		return -ENOMEM;
+	}
 	r->ino = KV_ROOT_INO;
 	r->kind = KV_KIND_ROOT;
 	r->mode = 0755;
 	r->ctime_ns = r->mtime_ns = r->atime_ns = now_ns();
 	if (htab_insert(&x->by_ino, r) < 0) {
-		free(r);
+		node_free(r);
 		return -ENOMEM;
 	}
 	x->root = r;
@@ -381,7 +413,7 @@ int kv_index_new(struct kv_index **out)
 	*out = x;
 	return 0;
 fail_root:
-	free(x->root);
+	node_free(x->root);
 fail_tables:
 	htab_fini(&x->by_ino);
 	htab_fini(&x->by_name);
@@ -451,7 +483,7 @@ int kv_index_get(struct kv_index *x, uint64_t ino, struct kv_node_info *out)
 	pthread_rwlock_rdlock(&x->lock);
 	n = ino_find(x, ino);
 	if (n) {
-		snapshot(n, out);
+		snapshot(x, n, out);
 		rc = 0;
 	}
 	pthread_rwlock_unlock(&x->lock);
@@ -475,7 +507,7 @@ int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
 	pthread_rwlock_rdlock(&x->lock);
 	n = name_find(x, parent, name, len, h);
 	if (n) {
-		snapshot(n, out);
+		snapshot(x, n, out);
 		rc = 0;
 	}
 	pthread_rwlock_unlock(&x->lock);
@@ -502,10 +534,13 @@ static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
 	return rc;
 }
 
-static int update_ok(const struct node *n, const struct kv_node_info *in, unsigned f)
+static int update_ok(const struct kv_index *x, const struct node *n,
+		     const struct kv_node_info *in, unsigned f)
 {
 	if ((f & KV_UPD_PAGE) && n->kind != KV_KIND_PAGE)
 		return -EISDIR;
+	if ((f & KV_UPD_DATA) && data_ok(x, in) < 0)
+		return -ENOENT;
 	if ((f & KV_UPD_STATE) && (unsigned)in->state > KV_PAGE_DURABLE)
 		return -EINVAL;
 	if ((f & KV_UPD_GEO) && (n->kind != KV_KIND_MODEL ||
@@ -528,9 +563,9 @@ static void update_apply(struct kv_index *x, struct node *n,
 	if (f & KV_UPD_STATE)
 		n->state = (uint8_t)in->state;
 	if (f & KV_UPD_DATA)
-		set_data(n, in);
+		n->u.p.extent_id = in->extent_id;
 	if (f & KV_UPD_GEO)
-		*n->u.d.geo = in->geo;
+		*n->u.d->geo = in->geo;
 }
 
 int kv_index_update(struct kv_index *x, uint64_t ino,
@@ -545,7 +580,7 @@ int kv_index_update(struct kv_index *x, uint64_t ino,
 		return touch_atime(x, ino, in->attr.atime_ns);
 	pthread_rwlock_wrlock(&x->lock);
 	n = ino_find(x, ino);
-	rc = n ? update_ok(n, in, fields) : -ENOENT;
+	rc = n ? update_ok(x, n, in, fields) : -ENOENT;
 	if (rc == 0)
 		update_apply(x, n, in, fields);
 	pthread_rwlock_unlock(&x->lock);
@@ -556,7 +591,7 @@ static int remove_locked(struct kv_index *x, struct node *n)
 {
 	if (n == x->root)
 		return -EBUSY;
-	if (is_dir(n) && n->u.d.nchildren)
+	if (is_dir(n) && n->u.d->nchildren)
 		return -ENOTEMPTY;
 	node_drop(x, n);
 	return 0;
@@ -583,7 +618,7 @@ static int replace_ok(const struct node *n, const struct node *old, int replace)
 		return is_dir(old) ? -EISDIR : 0;
 	if (!is_dir(old))
 		return -ENOTDIR;
-	return old->u.d.nchildren ? -ENOTEMPTY : 0;
+	return old->u.d->nchildren ? -ENOTEMPTY : 0;
 }
 
 /*
@@ -598,7 +633,7 @@ static struct node *node_regrow(struct kv_index *x, struct node *n, struct node 
 	memcpy(nn, n, sizeof(*n));
 	htab_replace(&x->by_ino, n, nn);
 	if (is_dir(nn))
-		for (c = nn->u.d.first; c; c = c->next)
+		for (c = nn->u.d->first; c; c = c->next)
 			c->parent = nn;
 	free(n);
 	return nn;
@@ -673,7 +708,7 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 	n->name[mv.len] = '\0';
 	n->nhash = mv.h;
 	if (n->kind == KV_KIND_LAYER)
-		n->u.d.layer = mv.layer;
+		n->u.d->layer = mv.layer;
 	child_link(mv.dir, n);
 	/* Cannot fail: the table holds no more entries than before the move. */
 	htab_insert(&x->by_name, n);
@@ -700,16 +735,16 @@ static struct kv_dirent *dirents_copy(const struct node *dir, size_t *count)
 {
 	const struct node *c;
 	struct kv_dirent *d;
-	size_t n = dir->u.d.nchildren, bytes = n * sizeof(*d), i = 0;
+	size_t n = dir->u.d->nchildren, bytes = n * sizeof(*d), i = 0;
 	char *names;
 
-	for (c = dir->u.d.first; c; c = c->next)
+	for (c = dir->u.d->first; c; c = c->next)
 		bytes += strlen(c->name) + 1;
 	d = malloc(bytes);
 	if (!d)
 		return NULL;
 	names = (char *)(d + n);
-	for (c = dir->u.d.first; c; c = c->next, i++) {
+	for (c = dir->u.d->first; c; c = c->next, i++) {
 		size_t len = strlen(c->name) + 1;
 
 		d[i].ino = c->ino;
@@ -737,7 +772,7 @@ int kv_index_readdir(struct kv_index *x, uint64_t dir, struct kv_dirent **out,
 		rc = -ENOENT;
 	else if (!is_dir(d))
 		rc = -ENOTDIR;
-	else if (d->u.d.nchildren && !(*out = dirents_copy(d, n)))
+	else if (d->u.d->nchildren && !(*out = dirents_copy(d, n)))
 		rc = -ENOMEM;
 	pthread_rwlock_unlock(&x->lock);
 	return rc;

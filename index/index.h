@@ -6,18 +6,18 @@
  * layer directories, page files. Every node is reachable by inode number and
  * by (parent inode, name); directories list their children for readdir.
  * Extents are kept in their own table (by id, and by hash for dedup) with a
- * refcount; a page node carries a copy of its extent's location and hash so
- * the read path needs one lookup.
+ * refcount; a page names its extent by id, and a snapshot of the page reads
+ * the extent's location and hash from there (one more probe per lookup,
+ * 40 bytes less per page than a copy in every page).
  *
  * Lookups return snapshot copies (struct kv_node_info), never pointers into
  * the index, so a caller never holds anything a concurrent writer can free.
  * Every function is thread-safe (one internal rwlock); sequences of calls
  * that must be atomic together are serialised by the caller.
  *
- * Memory: a page costs one node (128 bytes + its name + malloc overhead) plus
- * two hash slots (~9 bytes each at the tables' load); an extent ~56 bytes
- * plus two slots. Measured: ~215 bytes RSS per page with a 32-hex name and
- * ~105 per extent.
+ * Memory: a page costs one node (88 bytes + its name + malloc overhead) plus
+ * two hash slots (~9 bytes each at the tables' load); an extent 56 bytes
+ * (64 with malloc's) plus two slots. Measured: docs/benchmarks/metadata.md.
  *
  * Rules the index enforces (and the manifest too, so both accept the same):
  * names are 1..KV_NAME_MAX bytes without '/', and not "." or ".."; a layer
@@ -82,7 +82,9 @@ uint64_t kv_index_next_extent_id(struct kv_index *x);
  * the parent cannot hold this kind (models go under the root, layers under
  * models, pages under layers), -ENAMETOOLONG for a name over KV_NAME_MAX,
  * -EINVAL for an empty name, ".", "..", one with '/', a layer whose name does
- * not spell n->layer, ino 0 or kind KV_KIND_ROOT.
+ * not spell n->layer, ino 0 or kind KV_KIND_ROOT; -ENOENT too for a page
+ * naming an extent (extent_id, not 0) the table lacks: put it first. A
+ * page's ext and hash are ignored (they are its extent's).
  */
 int kv_index_add(struct kv_index *x, const struct kv_node_info *n);
 
@@ -97,12 +99,13 @@ enum {
 	KV_UPD_ATTR  = 1u << 0,   /* attr (mode, uid, gid, times) */
 	KV_UPD_SIZE  = 1u << 1,
 	KV_UPD_STATE = 1u << 2,
-	KV_UPD_DATA  = 1u << 3,   /* extent_id, ext, hash */
+	KV_UPD_DATA  = 1u << 3,   /* extent_id (ext, hash: its extent's) */
 	KV_UPD_GEO   = 1u << 4,
 	KV_UPD_ATIME = 1u << 5,   /* attr.atime_ns only */
 };
 /*
- * Copy the selected fields of n into node ino. -ENOENT if absent, -EISDIR
+ * Copy the selected fields of n into node ino (DATA: extent_id, which must
+ * name an extent in the table, else -ENOENT). -ENOENT if absent, -EISDIR
  * for SIZE/STATE/DATA on a directory, -EINVAL for GEO on anything but a
  * model or for unknown bits; nothing is changed on error. KV_UPD_ATIME alone
  * takes only the read lock (cheap enough for every read).

@@ -15,24 +15,25 @@
 
 struct node;
 
+/* A page's extent location and checksum are its extent record's
+ * (ext_by_id), not copied here: 40 bytes less per page. */
 struct page_data {
 	uint64_t size;
-	uint64_t extent_id;
-	struct kv_extent ext;
-	uint8_t hash[KV_HASH_LEN];
+	uint64_t extent_id;          /* 0: being written, or empty */
 };
 
+/* Directories are few: their fields live apart, so that pages stay small. */
 struct dir_data {
 	struct node *first, *last;   /* children, oldest first */
 	uint64_t nchildren;
-	struct kv_geometry *geo;     /* models only (separate: pages must stay small) */
+	struct kv_geometry *geo;     /* models only */
 	uint32_t layer;              /* layers only */
 	bool unloaded;               /* layers: pages still only in the manifest (load.c) */
 	int load_err;                /* layers: why loading its pages failed (load.c) */
 };
 
 /*
- * 128 bytes + name on LP64; millions of these exist, so fields are packed by
+ * 88 bytes + name on LP64; millions of these exist, so fields are packed by
  * hand (attr is not a struct kv_obj_attr: that one carries 4 bytes of padding
  * and a 32-bit mode where permission bits need 12).
  */
@@ -49,22 +50,26 @@ struct node {
 	int64_t atime_ns;             /* __atomic: KV_UPD_ATIME runs under the read lock */
 	union {
 		struct page_data p;
-		struct dir_data d;
+		struct dir_data *d;   /* the root, models and layers */
 	} u;
 	char name[];
 };
 
-_Static_assert(sizeof(void *) != 8 || sizeof(struct node) == 128,
-	       "a page node should stay at 128 bytes + name");
+_Static_assert(sizeof(void *) != 8 || sizeof(struct node) == 88,
+	       "a page node should stay at 88 bytes + name");
 
+/* 56 bytes, which malloc rounds to 64 (with one more, 80). */
 struct xent {
 	uint64_t id;
 	struct kv_extent ext;
 	uint8_t hash[KV_HASH_LEN];
 	uint32_t refcount;
-	uint32_t seen;                /* kv_index_load: pages found referring to it */
-	bool durable;                 /* its row is committed: dedup may share it */
+	uint32_t seen : 31;           /* kv_index_load: pages found referring to it */
+	uint32_t durable : 1;         /* its row is committed: dedup may share it */
 };
+
+_Static_assert(sizeof(void *) != 8 || sizeof(struct xent) == 56,
+	       "an extent record should stay at 56 bytes");
 
 struct kv_index_loader;
 

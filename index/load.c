@@ -237,7 +237,7 @@ static int lazy_layer_rec(void *arg, const struct kv_layer_rec *r)
 	if (rc)
 		return rc;
 	n = idx_node(l->x, r->ino);
-	n->u.d.unloaded = true;
+	n->u.d->unloaded = true;
 	atomic_fetch_add_explicit(&l->x->layers_unloaded, 1, memory_order_relaxed);
 	return 0;
 }
@@ -307,8 +307,8 @@ static int scan_chunks(struct kv_index_loader *l, struct kv_manifest_scan *s)
 /* Mark a layer whole (write lock held). */
 static void layer_loaded_locked(struct kv_index *x, struct node *n)
 {
-	if (n && n->kind == KV_KIND_LAYER && n->u.d.unloaded) {
-		n->u.d.unloaded = false;
+	if (n && n->kind == KV_KIND_LAYER && n->u.d->unloaded) {
+		n->u.d->unloaded = false;
 		atomic_fetch_sub_explicit(&x->layers_unloaded, 1, memory_order_release);
 	}
 }
@@ -326,8 +326,8 @@ static int layer_state(struct kv_index *x, uint64_t ino)
 
 	pthread_rwlock_rdlock(&x->lock);
 	n = idx_node(x, ino);
-	if (n && n->kind == KV_KIND_LAYER && n->u.d.unloaded)
-		rc = n->u.d.load_err ? n->u.d.load_err : 1;
+	if (n && n->kind == KV_KIND_LAYER && n->u.d->unloaded)
+		rc = n->u.d->load_err ? n->u.d->load_err : 1;
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }
@@ -352,7 +352,7 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	if (rc == 0)
 		layer_loaded_locked(x, n);
 	else if (n)
-		n->u.d.load_err = rc;
+		n->u.d->load_err = rc;
 	pthread_rwlock_unlock(&x->lock);
 	if (rc)
 		KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: cannot load the pages of layer %"
@@ -453,8 +453,8 @@ static int load_finish(struct kv_index_loader *l)
 	/* Through the tree: a pass over every node would hold the write
 	 * lock, and every lookup, for a while at 10^8 pages. */
 	pthread_rwlock_wrlock(&x->lock);
-	for (model = x->root->u.d.first; model; model = model->next)
-		for (layer = model->u.d.first; layer; layer = layer->next)
+	for (model = x->root->u.d->first; model; model = model->next)
+		for (layer = model->u.d->first; layer; layer = layer->next)
 			layer_loaded_locked(x, layer);
 	pthread_rwlock_unlock(&x->lock);
 	/* Nothing changes the counts now (changes wait for the end, and no

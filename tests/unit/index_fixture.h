@@ -7,6 +7,7 @@
 #define KVFS_TEST_INDEX_FIXTURE_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "index.h"
 
@@ -79,7 +80,11 @@ FIXTURE_FN int add_page(struct kv_index *x, uint64_t ino, uint64_t layer,
 	n.ext = (struct kv_extent){ .stripe = 1, .segment = 2, .offset = 4096 * ino,
 				    .length = size };
 	n.hash[0] = (uint8_t)ino;
-	return kv_index_add(x, &n);
+	/* A page's location and checksum are its extent's: put it first. */
+	struct kv_extent_rec r = { .id = ino, .ext = n.ext, .refcount = 1 };
+	memcpy(r.hash, n.hash, KV_HASH_LEN);
+	int rc = kv_index_extent_put(x, &r);
+	return rc < 0 ? rc : kv_index_add(x, &n);
 }
 
 /* model 2 "m", layer 3 "00", pages 10 "a" (100 B), 11 "b" (200 B). */

@@ -303,6 +303,48 @@ static void test_move_dirs(void **state)
 	assert_int_equal(n.nchildren, 0);
 }
 
+/* A page's location and checksum are its extent record's: a page naming
+ * a missing extent is refused, a moved extent moves its pages, and an
+ * empty page has the checksum of nothing. */
+static void test_page_data_from_extent(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n = info(KV_KIND_PAGE, 20, 3, "c"), got;
+	struct kv_extent_rec r = { .id = 77, .refcount = 2,
+				   .ext = { .stripe = 0, .segment = 5, .offset = 8192,
+					    .length = 300 } };
+	uint8_t empty[KV_HASH_LEN];
+
+	small_tree(x);
+	n.state = KV_PAGE_SEALED;
+	n.size = 300;
+	n.extent_id = 77;
+	assert_int_equal(kv_index_add(x, &n), -ENOENT);
+	assert_int_equal(kv_index_get(x, 20, &got), -ENOENT);
+	hash_of(77, r.hash);
+	assert_int_equal(kv_index_extent_put(x, &r), 0);
+	assert_int_equal(kv_index_add(x, &n), 0);
+	n.ino = 21;
+	strcpy(n.name, "d");
+	assert_int_equal(kv_index_add(x, &n), 0);   /* a second sharer */
+	assert_int_equal(kv_index_lookup(x, 3, "d", &got), 0);
+	assert_int_equal(got.ext.segment, 5);
+	assert_int_equal(got.ext.offset, 8192);
+	assert_memory_equal(got.hash, r.hash, KV_HASH_LEN);
+	r.ext.offset = 16384;                        /* the record is replaced */
+	assert_int_equal(kv_index_extent_put(x, &r), 0);
+	assert_int_equal(kv_index_get(x, 20, &got), 0);
+	assert_int_equal(got.ext.offset, 16384);
+	/* empty, sealed: extent 0 and the checksum of no bytes */
+	n = info(KV_KIND_PAGE, 22, 3, "e");
+	n.state = KV_PAGE_DURABLE;
+	assert_int_equal(kv_index_add(x, &n), 0);
+	assert_int_equal(kv_index_get(x, 22, &got), 0);
+	kv_hash128(NULL, 0, empty);
+	assert_memory_equal(got.hash, empty, KV_HASH_LEN);
+	assert_int_equal(got.ext.length, 0);
+}
+
 static void test_update(void **state)
 {
 	struct kv_index *x = *state;
@@ -318,6 +360,15 @@ static void test_update(void **state)
 	u.extent_id = 55;
 	u.ext.length = 4096;
 	u.hash[15] = 0xee;
+	/* Data naming an extent the table lacks is refused, nothing changed. */
+	assert_int_equal(kv_index_update(x, 10, &u, KV_UPD_ATTR | KV_UPD_SIZE |
+					 KV_UPD_STATE | KV_UPD_DATA), -ENOENT);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.extent_id, 10);
+	assert_int_equal(n.size, 100);
+	struct kv_extent_rec r = { .id = 55, .ext = u.ext, .refcount = 1 };
+	memcpy(r.hash, u.hash, KV_HASH_LEN);
+	assert_int_equal(kv_index_extent_put(x, &r), 0);
 	assert_int_equal(kv_index_update(x, 10, &u, KV_UPD_ATTR | KV_UPD_SIZE |
 					 KV_UPD_STATE | KV_UPD_DATA), 0);
 	assert_int_equal(kv_index_get(x, 10, &n), 0);
@@ -587,6 +638,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_dirs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_page_data_from_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extents, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extent_walk, setup, teardown),
