@@ -751,9 +751,9 @@ int64_t kvfs_now_ns(void);
  * lost. kvfs_manifest_damaged records it.
  *
  * While the index loads in the background (engine/loading.c) a change must
- * wait. kvfs_changes_refused does not: it gives EAGAIN at once, since the
- * FUSE requests that call it hold a directory lock in the kernel, and a
- * waiting one would block every first lookup in that directory.
+ * wait. kvfs_changes_refused waits at most a second, then gives EAGAIN:
+ * the FUSE requests that call it hold a directory lock in the kernel, and
+ * a long wait would block every first lookup in that directory.
  * kvfs_changes_wait waits (fast-path writes, on kvfs's own threads; EAGAIN
  * when 8 wait already, ESHUTDOWN at unmount). kvfs_changes_damaged is
  * the damage check alone, for what is safe during the load (mkdir: models

@@ -11,8 +11,10 @@
  * Changes wait. The allocator is rebuilt from every extent, and the
  * refcount check counts every page, only once the walk is over; a change
  * before that could overwrite a live extent or break the count. FUSE
- * changes get EAGAIN meanwhile (kvfs_changes_refused: the kernel holds a
- * directory lock around them); fast-path writes wait here
+ * changes wait at most a second (a small store has loaded by then, so a
+ * write right after the mount works) and then get EAGAIN
+ * (kvfs_changes_refused: the kernel holds a directory lock around them,
+ * which must not be held for the whole load); fast-path writes wait here
  * (kvfs_changes_wait), at most LOAD_WAITERS_MAX at once, the next gets
  * EAGAIN; mkdir goes ahead (models and layers are whole from the start).
  *
@@ -186,6 +188,12 @@ void kvfs_load_free(struct kvfs *fs)
 
 int kvfs_load_wait(struct kvfs *fs)
 {
+	return kvfs_load_wait_for(fs, 0);
+}
+
+int kvfs_load_wait_for(struct kvfs *fs, unsigned ms)
+{
+	struct timespec until;
 	int rc;
 
 	if (!atomic_load_explicit(&fs->load.loading, memory_order_acquire))
@@ -201,9 +209,22 @@ int kvfs_load_wait(struct kvfs *fs)
 		return -EAGAIN;
 	}
 	fs->load.waiters++;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
 	while (atomic_load(&fs->load.loading) && !stopping(fs))
-		pthread_cond_wait(&fs->load.cv, &fs->load.lock);
+		if (ms ? pthread_cond_timedwait(&fs->load.cv, &fs->load.lock, &until) != 0
+		       : pthread_cond_wait(&fs->load.cv, &fs->load.lock) != 0)
+			break;
 	fs->load.waiters--;
+	if (atomic_load(&fs->load.loading) && !stopping(fs)) {
+		pthread_mutex_unlock(&fs->load.lock);
+		return -EAGAIN;     /* still loading after ms */
+	}
 	rc = stopping(fs) ? -ESHUTDOWN : atomic_load(&fs->load.err);
 	pthread_mutex_unlock(&fs->load.lock);
 	return rc;

@@ -48,6 +48,8 @@ int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
 void kvfs_load_stop(struct kvfs *fs);
 void kvfs_load_free(struct kvfs *fs);
 int kvfs_load_wait(struct kvfs *fs);
+/* The same, but -EAGAIN once ms (> 0) have passed and it still loads. */
+int kvfs_load_wait_for(struct kvfs *fs, unsigned ms);
 bool kvfs_loading(struct kvfs *fs);
 /* 0 while loading, without one, or after one that succeeded; its error once
  * it failed or was stopped. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A mount answers before its index is loaded (the background load,
 # engine/loading.c): layers not loaded yet are listed, looked up and read
-# whole; a change through FUSE gets EAGAIN at once, mkdir goes ahead, and
+# whole; a change through FUSE gets EAGAIN after a second, mkdir goes ahead, and
 # a fast-path write waits for the load and then succeeds. A manifest that the
 # background load finds damaged keeps serving reads and refuses changes
 # (EIO), where -o eager_load refuses the mount. KVFS_TEST_LOAD_PAUSE_MS
@@ -31,8 +31,8 @@ KVFS_TEST_LOAD_PAUSE_MS=8000 mount_kvfs
 [ "$($PAGETOOL verify "$MNT/m/01" q 200 65536)" = 200 ] || fail "64 KiB pages before the load"
 [ -e "$MNT/m/00/nope" ] && fail "a name that is in no row exists"
 [ "$(loading)" = 1 ] || fail "reads waited for the load (or it ended early): the rest proves nothing"
-# A change through FUSE is refused at once (it would hold the directory's
-# lock in the kernel while it waited); mkdir goes ahead.
+# A change through FUSE waits a second, then is refused (it holds the
+# directory's lock in the kernel while it waits); mkdir goes ahead.
 expect_errno EAGAIN "os.open('$MNT/m/00/new', os.O_CREAT | os.O_WRONLY, 0o644)"
 expect_errno EAGAIN "os.unlink('$MNT/m/00/p000001')"
 mkdir "$MNT/m/02" || fail "mkdir while loading"

@@ -7,7 +7,7 @@
 # through the fast path, 64 KiB ones through FUSE). Must hold: no OOM
 # kill, the daemon serves to the end and exits 0, its peak RSS (less the
 # engines' regions it maps, which are charged to them) is within
-#   ram_cache + dirty + pages x 215 B + extents x 105 B + 64 MiB (idle
+#   ram_cache + dirty + pages x 180 B + extents x 110 B + 64 MiB (idle
 #   buffers) + 64 MiB (SQLite) + 128 MiB,
 # and the cgroup never reaches its limit (no reclaim was needed to stay
 # under 300M). The cgroup's own peak (page cache of the manifest
@@ -94,7 +94,7 @@ rss=$(cat "$T/rss.max")
 no_errors_in_log
 
 # the bound of operators.md; every page has its own extent here
-bound=$(( (16 << 20) + (16 << 20) + pages * 215 + pages * 105 + (64 << 20) + (64 << 20) + (128 << 20) ))
+bound=$(( (16 << 20) + (16 << 20) + pages * 180 + pages * 110 + (64 << 20) + (64 << 20) + (128 << 20) ))
 echo "cgroup v$V: $pages pages in $secs s; daemon RSS peak $((rss >> 20)) MiB without the" \
 	"engines' regions (VmHWM with them $((hwm >> 20)) MiB), bound $((bound >> 20)) MiB; cgroup" \
 	"peak $(( $(peak) >> 20 )) MiB of $((LIMIT >> 20)) MiB, limit reached $(limit_hits) times; $stats"
