@@ -96,18 +96,6 @@ static bool waits_for_itself(const struct kvfs_dirty *d, uint64_t held)
 	       (held || !d->filling);
 }
 
-/* The absolute CLOCK_REALTIME time ns from now, for pthread_cond_timedwait. */
-static struct timespec after_ns(int64_t ns)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	ns += t.tv_nsec;
-	t.tv_sec += ns / 1000000000;
-	t.tv_nsec = ns % 1000000000;
-	return t;
-}
-
 int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 {
 	struct kvfs_dirty *d = &fs->dirty;
@@ -139,7 +127,7 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 		if (held || waits_for_itself(d, 0))   /* others may now see */
 			pthread_cond_broadcast(&d->cv);   /* that everyone waits */
 		wait = d->draining ? DIRTY_STALL_NS : still + DIRTY_STALL_NS - now;
-		until = after_ns(wait);
+		until = kvfs_after_ns(wait);
 		pthread_cond_timedwait(&d->cv, &d->lock, &until);
 		d->waiting_held -= held;
 		if (d->draining) {       /* waiting for pages to drain, not forever */

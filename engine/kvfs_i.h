@@ -744,6 +744,8 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);
+/* CLOCK_REALTIME ns from now, for pthread_cond_timedwait. */
+struct timespec kvfs_after_ns(int64_t ns);
 /*
  * Once the committer has found the manifest damaged (KV_ERR_CORRUPT), no
  * change can become durable: every namespace change and write is refused

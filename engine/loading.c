@@ -209,13 +209,7 @@ int kvfs_load_wait_for(struct kvfs *fs, unsigned ms)
 		return -EAGAIN;
 	}
 	fs->load.waiters++;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
+	until = kvfs_after_ns((int64_t)ms * 1000000);
 	while (atomic_load(&fs->load.loading) && !stopping(fs))
 		if (ms ? pthread_cond_timedwait(&fs->load.cv, &fs->load.lock, &until) != 0
 		       : pthread_cond_wait(&fs->load.cv, &fs->load.lock) != 0)

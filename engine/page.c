@@ -60,18 +60,14 @@ static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 static void page_durable(struct kvfs *fs, struct kvfs_durable *d)
 {
 	const struct kv_node_info *n = d->node;
-	struct kv_node_info cur, upd;
 	struct kvfs_live *l;
 
 	if (d->wrote)     /* written or failed: no longer offered in RAM */
 		kvfs_dedup_pending_drop(fs, n);
 	if (d->err < 0)
 		return withdraw(fs, d);
-	if (kv_index_get(fs->idx, n->ino, &cur) == 0 && cur.extent_id == n->extent_id) {
-		upd = cur;
-		upd.state = KV_PAGE_DURABLE;
-		kv_index_update(fs->idx, n->ino, &upd, KV_UPD_STATE);
-	}
+	/* (gone, or replaced by a newer page: nothing of ours to mark) */
+	kv_index_page_durable(fs->idx, n->ino, n->extent_id);
 	l = kvfs_live_find(fs, n->ino);
 	if (l) {
 		/* Just written, likely read soon (a shared prefix's next

@@ -587,6 +587,21 @@ int kv_index_update(struct kv_index *x, uint64_t ino,
 	return rc;
 }
 
+int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id)
+{
+	struct node *n;
+	int rc = -ENOENT;
+
+	pthread_rwlock_wrlock(&x->lock);
+	n = ino_find(x, ino);
+	if (n && n->kind == KV_KIND_PAGE && n->u.p.extent_id == extent_id) {
+		n->state = KV_PAGE_DURABLE;
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
 static int remove_locked(struct kv_index *x, struct node *n)
 {
 	if (n == x->root)

@@ -114,6 +114,14 @@ int kv_index_update(struct kv_index *x, uint64_t ino,
 		    const struct kv_node_info *n, unsigned fields);
 
 /*
+ * Mark page ino KV_PAGE_DURABLE if it still names extent_id (the row the
+ * committer made durable is still its data): 0, or -ENOENT (nothing
+ * changed) if it is gone or names another extent now. The committer's
+ * per-page call: no snapshot copied in or out.
+ */
+int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id);
+
+/*
  * Remove a node. -ENOTEMPTY for a directory with children, -EBUSY for the
  * root. A page's extent refcount is the caller's to drop (kv_index_extent_ref).
  */

@@ -345,6 +345,25 @@ static void test_page_data_from_extent(void **state)
 	assert_int_equal(got.ext.length, 0);
 }
 
+/* The committer's mark: only a page that still names the durable extent. */
+static void test_page_durable(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n;
+
+	small_tree(x);                    /* pages 10 and 11, SEALED, extents 10, 11 */
+	assert_int_equal(kv_index_page_durable(x, 10, 11), -ENOENT);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.state, KV_PAGE_SEALED);
+	assert_int_equal(kv_index_page_durable(x, 10, 10), 0);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_int_equal(n.state, KV_PAGE_DURABLE);
+	assert_int_equal(kv_index_get(x, 11, &n), 0);
+	assert_int_equal(n.state, KV_PAGE_SEALED);
+	assert_int_equal(kv_index_page_durable(x, 999, 10), -ENOENT);
+	assert_int_equal(kv_index_page_durable(x, 3, 0), -ENOENT);   /* a layer */
+}
+
 static void test_update(void **state)
 {
 	struct kv_index *x = *state;
@@ -639,6 +658,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_move_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_dirs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_data_from_extent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_page_durable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extents, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extent_walk, setup, teardown),
