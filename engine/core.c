@@ -26,17 +26,6 @@ int64_t kvfs_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-struct timespec kvfs_after_ns(int64_t ns)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	ns += t.tv_nsec;
-	t.tv_sec += ns / 1000000000;
-	t.tv_nsec = ns % 1000000000;
-	return t;
-}
-
 /* ---- payload buffers ---- */
 
 struct kvfs_data *kvfs_data_new(uint64_t cap)

@@ -71,6 +71,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "index.h"
 #include "manifest.h"
@@ -744,8 +745,18 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 
 /* ---- helpers ---- */
 int64_t kvfs_now_ns(void);
-/* CLOCK_REALTIME ns from now, for pthread_cond_timedwait. */
-struct timespec kvfs_after_ns(int64_t ns);
+/* CLOCK_REALTIME ns from now, for pthread_cond_timedwait (inline: files
+ * on every level of engine/ use it, tests/unit/layering.py). */
+static inline struct timespec kvfs_after_ns(int64_t ns)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	ns += t.tv_nsec;
+	t.tv_sec += ns / 1000000000;
+	t.tv_nsec = ns % 1000000000;
+	return t;
+}
 /*
  * Once the committer has found the manifest damaged (KV_ERR_CORRUPT), no
  * change can become durable: every namespace change and write is refused
