@@ -1,7 +1,8 @@
 /*
  * Private to index/: the node and extent records of the in-memory index and
- * the helpers its files share (index.c: namespace; extent.c: extent table;
- * load.c: filling it from the manifest). Every function here expects the
+ * the helpers its files share (index.c: namespace; listing.c: readdir and
+ * whole-index walks; extent.c: extent table; load.c: filling it from the
+ * manifest). Every function here expects the
  * caller to hold kv_index.lock as its name says (_locked: for writing).
  */
 #ifndef KV_INDEX_I_H
