@@ -97,6 +97,16 @@ const char *mf_col_str(sqlite3_stmt *st, int col);
  * scans (check_idx.c): a report line per index that differs; returns the
  * number of lines, or -errno. */
 int mf_check_indexes(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
+/* The row pass's half of the table side (kv_check_sums): bind the pass's
+ * statement over table (its column 0 the rowid; NULL when there is nothing
+ * to sum, or the statement lacks an indexed column: then the table is
+ * scanned by kv_check_sums_compare), add each row read, and mark the table
+ * whole once the statement ran to its end. */
+struct check_table;
+struct check_table *mf_sums_bind(struct kv_check_sums *s, const char *table,
+				 sqlite3_stmt *st);
+void mf_sums_row(struct check_table *ct, sqlite3_stmt *st);
+void mf_sums_done(struct check_table *ct);
 /* meta[key] as an integer in [lo, hi]; KV_ERR_CORRUPT (described in err)
  * if absent or not. */
 int mf_meta_int(sqlite3 *db, const char *path, const char *key, int64_t lo,
@@ -113,6 +123,7 @@ struct mf_load {
 	int64_t segment_size;
 	char *err;
 	size_t errlen;
+	struct kv_check_sums *sums;   /* fsck's row pass: index sums of the table side */
 };
 int mf_load_limits(struct mf_load *l);   /* nstripes, segment_size */
 int mf_load_counts(struct mf_load *l);   /* rows to come, to v->counts */

@@ -301,7 +301,7 @@ static void final_check(struct fsck *f, const char *when, bool full)
 	if (!full && f->rows_ok)
 		return;   /* read_rows' pass proved it, and nothing has changed since */
 	rc = full ? kv_manifest_check(f->m, msg, sizeof(msg)) :
-		    kv_manifest_check_rows(f->m, NULL, NULL, msg, sizeof(msg));
+		    kv_manifest_check_rows(f->m, NULL, NULL, KV_CHECK_ALL, NULL, msg, sizeof(msg));
 
 	if (rc == KV_ERR_CORRUPT)
 		problem(f, false, "manifest %s: %s", when, msg);
@@ -316,7 +316,9 @@ static void final_check(struct fsck *f, const char *when, bool full)
  * on a connection of its own while the rows are checked, and their lines
  * are held until they are joined (two threads never print at once). The
  * index scans' result counts only where quick_check found nothing (they
- * stop at, or differ because of, a damaged b-tree page it reports).
+ * stop at, or differ because of, a damaged b-tree page it reports). The
+ * table side of the index sums is the row pass's (f->sums): compared once
+ * both are done.
  */
 struct db_job {
 	int (*check)(struct kv_manifest *m, kv_check_report_fn *report, void *arg);
@@ -327,6 +329,7 @@ struct db_job {
 	size_t n, cap;
 	bool nomem;                  /* a line could not be kept */
 	int rc;                      /* problems found, or -errno */
+	struct kv_check_sums *sums;  /* index_scans' */
 };
 
 static void hold_line(void *arg, const char *line)
@@ -350,6 +353,21 @@ static void hold_line(void *arg, const char *line)
 		j->n++;
 }
 
+static int index_scans(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
+{
+	struct db_job *j = arg;
+
+	(void)report;   /* the differences are told by the comparison */
+	return kv_check_sums_scan_indexes(m, j->sums);
+}
+
+static int compare_sums(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
+{
+	struct db_job *j = arg;
+
+	return kv_check_sums_compare(m, j->sums, report, arg);
+}
+
 static void *db_thread(void *arg)
 {
 	struct db_job *j = arg;
@@ -363,6 +381,9 @@ static void *db_thread(void *arg)
 static void db_check_start(struct fsck *f, struct db_job *j)
 {
 	int rc = kv_manifest_open(f->store, &j->m);
+
+	if (rc == 0)
+		(void)kv_manifest_scan_cache(j->m);   /* only slower without */
 
 	if (rc == 0 && (rc = -pthread_create(&j->th, NULL, db_thread, j)) == 0) {
 		j->started = true;
@@ -412,6 +433,12 @@ static int db_checks_end(struct fsck *f, struct db_job *btrees, struct db_job *s
 	bool damaged = btrees->rc != 0;
 	int rc2 = db_check_end(f, sums, damaged);
 
+	if (rc2 == 0 && !damaged && sums->sums) {
+		struct db_job cmp = { .check = compare_sums, .sums = sums->sums };
+
+		cmp.rc = cmp.check(f->m, hold_line, &cmp);
+		rc2 = db_check_end(f, &cmp, false);
+	}
 	refs.rc = refs.check(f->m, hold_line, &refs);
 	rc = rc < 0 ? rc : rc2;
 	rc2 = db_check_end(f, &refs, false);
@@ -427,6 +454,16 @@ static int run_checks(struct fsck *f)
 	struct db_job btrees = { .check = kv_manifest_check_btrees };
 	struct db_job sums = { .check = kv_manifest_check_index_sums };
 	int rc, rc2;
+
+	/* The index scans here, the table side in the row pass; where the
+	 * indexes cannot even be listed, the whole check as one job. */
+	kv_check_sums_free(f->sums);
+	f->sums = NULL;
+	(void)kv_manifest_scan_cache(f->m);
+	if (kv_check_sums_new(f->m, &f->sums) == 0) {
+		sums.check = index_scans;
+		sums.sums = f->sums;
+	}
 
 	db_check_start(f, &btrees);
 	db_check_start(f, &sums);
@@ -560,12 +597,13 @@ static void fsck_free(struct fsck *f)
 		if (f->seg[i].fd >= 0)
 			close(f->seg[i].fd);
 	free(f->pg);
-	free(f->layer);
+	free(f->layers.ino);
 	free(f->ext);
 	free(f->seg);
 	free(f->byloc);
 	free(f->stripe_ok);
 	free(f->meta);
+	kv_check_sums_free(f->sums);
 	if (f->m)
 		kv_manifest_close(f->m);
 	kvfs_unlock_store(&f->lock);

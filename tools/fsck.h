@@ -61,9 +61,12 @@ struct fsck {
 	size_t next, ext_cap;
 	struct page *pg;             /* by ino */
 	size_t npg, pg_cap;
-	uint64_t *layer;             /* layers' inodes, ascending (read_rows) */
-	size_t nlayer, layer_cap;
+	struct layers {              /* layers' inodes, ascending (read_rows) */
+		uint64_t *ino;
+		size_t n, cap;
+	} layers;
 	bool rows_ok;                /* read_rows' one pass proved every row's values */
+	struct kv_check_sums *sums;  /* index sums: table side from read_rows' pass */
 	struct seg *seg;             /* by (stripe, num) */
 	size_t nseg, seg_cap;
 	struct ext **byloc;          /* extents with a segment, by (seg, offset) */

@@ -222,7 +222,19 @@ sql "$d" "UPDATE pages SET layer_ino = 999999 WHERE ino = (SELECT min(ino) FROM 
 fsck_expect 4 "$T/nolayer.ro" "$d"
 grep -q "table pages, row [0-9]*: refers to a layers row that does not exist" "$T/nolayer.ro" ||
 	{ cat "$T/nolayer.ro" >&2; fail "nolayer: fsck did not report the missing layer"; }
+# The row pass stopped at that page, so the pages' side of the index sums
+# came from a scan of their own: it must agree with the indexes...
+grep -q "does not match" "$T/nolayer.ro" && { cat "$T/nolayer.ro" >&2; fail "nolayer: index reported"; }
 echo "ok: nolayer"
+# ...and still find an index that differs.
+d=$(copy_store nolayer_index)
+sql "$d" "UPDATE pages SET layer_ino = 999999 WHERE ino = (SELECT min(ino) FROM pages)" >/dev/null
+set_index_sql "$d" "CREATE INDEX pages_extent ON pages (size)"
+fsck_expect 4 "$T/nolayer_index.ro" "$d"
+grep -q "refers to a layers row that does not exist" "$T/nolayer_index.ro" &&
+grep -q "index pages_extent does not match table pages" "$T/nolayer_index.ro" ||
+	{ cat "$T/nolayer_index.ro" >&2; fail "nolayer_index: not both reported"; }
+echo "ok: nolayer_index"
 d=$(copy_store layergone)   # the pages' rows intact, their layer's row deleted
 sql "$d" "DELETE FROM layers WHERE name = '01'" >/dev/null
 fsck_expect 4 "$T/layergone.ro" "$d"
