@@ -412,7 +412,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 		return -ENOMEM;
 	fs->store_dir = strdup(dir);
 	fs->lock = KVFS_STORE_LOCK_NONE;
-	fs->live_buckets = 4096;
+	fs->live_buckets = 4096;        /* doubles as it fills (live.c) */
 	fs->live = calloc(fs->live_buckets, sizeof(*fs->live));
 	if (!fs->store_dir || !fs->live) {
 		free(fs->store_dir);

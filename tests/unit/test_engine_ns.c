@@ -224,9 +224,52 @@ static void damaged_manifest_refuses_changes(void **state)
 	efix_close(f);
 }
 
+/* The live-page table grows with its entries (a write flood of small pages
+ * keeps 65,536 live at the default budget), and every entry stays found
+ * across each rehash. */
+static void live_table_grows_and_finds_every_entry(void **state)
+{
+	struct efix *f = *state;
+	enum { N = 40000 };
+	struct kvfs_live **l = calloc(N, sizeof(*l));
+	size_t first;
+
+	assert_non_null(l);
+	efix_open(f);
+	pthread_mutex_lock(&f->fs->ns_lock);
+	first = f->fs->live_buckets;
+	for (uint64_t i = 0; i < N; i++) {
+		l[i] = kvfs_live_get(f->fs, 1000000 + i * 7);
+		assert_non_null(l[i]);
+		assert_ptr_equal(kvfs_live_get(f->fs, 1000000 + i * 7), l[i]);
+	}
+	assert_true(f->fs->live_buckets >= N / 2);
+	assert_true(f->fs->live_buckets > first);
+	assert_int_equal(f->fs->nlive, N);
+	for (uint64_t i = 0; i < N; i++)
+		assert_ptr_equal(kvfs_live_find(f->fs, 1000000 + i * 7), l[i]);
+	assert_null(kvfs_live_find(f->fs, 1000000 + 1));
+	for (uint64_t i = 0; i < N; i += 2)
+		kvfs_live_maybe_drop(f->fs, l[i]);
+	assert_int_equal(f->fs->nlive, N / 2);
+	for (uint64_t i = 0; i < N; i++)
+		if (i % 2)
+			assert_ptr_equal(kvfs_live_find(f->fs, 1000000 + i * 7), l[i]);
+		else
+			assert_null(kvfs_live_find(f->fs, 1000000 + i * 7));
+	for (uint64_t i = 1; i < N; i += 2)
+		kvfs_live_maybe_drop(f->fs, l[i]);
+	assert_int_equal(f->fs->nlive, 0);
+	pthread_mutex_unlock(&f->fs->ns_lock);
+	free(l);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(live_table_grows_and_finds_every_entry,
+						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(mkdir_makes_a_model_under_the_root,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(mkdir_layer_rules, efix_setup, efix_teardown),
