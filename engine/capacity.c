@@ -124,6 +124,27 @@ static int victim_cmp(const void *pa, const void *pb)
 	return a->ino < b->ino ? -1 : a->ino > b->ino;
 }
 
+static int victim_ino_cmp(const void *pa, const void *pb)
+{
+	const struct victim *a = pa, *b = pb;
+
+	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+/* The walk may show a page twice (kv_index_page_walk): keep one. */
+static void drop_twice_seen(struct victims *vs)
+{
+	size_t k = 0;
+
+	if (vs->n < 2)
+		return;
+	qsort(vs->v, vs->n, sizeof(*vs->v), victim_ino_cmp);
+	for (size_t i = 0; i < vs->n; i++)
+		if (k == 0 || vs->v[k - 1].ino != vs->v[i].ino)
+			vs->v[k++] = vs->v[i];
+	vs->n = k;
+}
+
 /* Durable pages (last read before older_than_ns, if set), least recently
  * used first, shared or pinned ones last. Sharing is looked up after the
  * walk: the walk runs under the index's lock. */
@@ -150,6 +171,7 @@ static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
 		vs->v = NULL;
 		return rc;
 	}
+	drop_twice_seen(vs);
 	for (size_t i = 0; i < vs->n; i++) {
 		bool have = kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0;
 

@@ -87,6 +87,7 @@ static void drain(struct htab *t, size_t step)
 		t->old_tag[j] = 0;
 	}
 	if (t->moved > t->old_mask) {
+		t->gen++;
 		free(t->old_slot);
 		t->old_slot = NULL;
 		t->old_tag = NULL;
@@ -114,6 +115,7 @@ static int rehash(struct htab *t, size_t cap)
 	t->slot = slot;
 	t->tag = tag;
 	t->mask = cap - 1;
+	t->gen += 2;     /* two changes: a walk cannot follow a rehash */
 	return 0;
 }
 
@@ -135,6 +137,7 @@ static int grow(struct htab *t)
 	t->old_tag = t->tag;
 	t->old_mask = t->mask;
 	t->moved = 0;
+	t->gen++;
 	t->slot = slot;
 	t->tag = tag;
 	t->mask = cap - 1;
@@ -274,4 +277,57 @@ void *htab_at(const struct htab *t, size_t i)
 	if (i <= t->mask)
 		return t->slot[i];
 	return t->old_slot[i - t->mask - 1];
+}
+
+void htab_walk_resume(const struct htab *t, struct htab_walk *w)
+{
+	const uint8_t *tag;
+
+	if (!w->started || t->gen != w->gen) {
+		if (w->started && t->gen == w->gen + 1 && !w->old && t->old_slot) {
+			w->old = true;     /* growth began: ours are the old arrays */
+		} else if (w->started && t->gen == w->gen + 1 && w->old && !t->old_slot) {
+			w->old = false;    /* growth ended: all is in the current */
+			w->pos = 0;
+		} else if (w->started && t->gen == w->gen + 1 && !w->old && !t->old_slot) {
+			/* growth ended while we walked the arrays it moved into,
+			 * after its old ones: what moved since, we saw there */
+		} else {
+			w->old = t->old_slot != NULL;   /* first step, or lost */
+			w->pos = 0;
+		}
+		w->started = true;
+		w->gen = t->gen;
+	}
+	/* A removal shifts elements back within their run, never across an
+	 * empty slot: start this step at the start of the run stepped into.
+	 * (The old arrays take tombstones instead; the same back-up is
+	 * harmless there.) */
+	tag = w->old ? t->old_tag : t->tag;
+	while (w->pos > 0 && tag[w->pos - 1])
+		w->pos--;
+}
+
+void *htab_walk_next(const struct htab *t, struct htab_walk *w)
+{
+	for (;;) {
+		size_t i = w->pos;
+
+		if (w->old) {
+			if (i > t->old_mask) {
+				w->old = false;    /* then the current arrays, all */
+				w->pos = 0;
+				continue;
+			}
+			w->pos++;
+			if (t->old_tag[i] & 0x80)
+				return t->old_slot[i];
+			continue;
+		}
+		if (i > t->mask)
+			return NULL;
+		w->pos++;
+		if (t->tag[i])
+			return t->slot[i];
+	}
 }

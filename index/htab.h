@@ -48,6 +48,8 @@ struct htab {
 	uint8_t *old_tag;
 	size_t old_mask;
 	size_t moved;                     /* old slots [0, moved) are empty */
+	uint64_t gen;                     /* +1 when growth starts or ends, +2
+					   * for a rehash of all (htab_walk) */
 };
 
 int htab_init(struct htab *t, uint64_t (*hash)(const void *e));
@@ -67,6 +69,32 @@ bool htab_replace(struct htab *t, const void *old, void *new_e);
  * slot is empty. */
 size_t htab_span(const struct htab *t);
 void *htab_at(const struct htab *t, size_t i);
+
+/*
+ * A walk in steps, for a caller that holds the table's lock for one step
+ * at a time (a walk of millions of elements under one hold stalls every
+ * writer): htab_walk_resume after each taking of the lock, then
+ * htab_walk_next until it gives NULL (the end) or the step is over.
+ * Between steps elements move: a removal shifts later ones back, growth
+ * moves the old arrays across, a bulk reserve rehashes all. The walk backs
+ * up to the start of the probe run it stood in, walks the old arrays
+ * before the current ones, and starts over when it cannot tell where it
+ * stands (several changes of arrays between two steps). So every element
+ * present from the start of the walk to its end is handed out at least
+ * once; some twice; one inserted meanwhile maybe not at all.
+ */
+struct htab_walk {
+	uint64_t gen;                     /* t->gen at the last step */
+	size_t pos;                       /* next slot of the arrays walked */
+	bool old;                         /* walking the old arrays */
+	bool started;
+};
+static inline void htab_walk_init(struct htab_walk *w)
+{
+	*w = (struct htab_walk){ 0 };
+}
+void htab_walk_resume(const struct htab *t, struct htab_walk *w);
+void *htab_walk_next(const struct htab *t, struct htab_walk *w);
 
 /* A 64-bit finaliser (MurmurHash3 fmix64): spreads integer keys. */
 static inline uint64_t htab_mix64(uint64_t k)

@@ -206,7 +206,10 @@ struct kv_page_brief {
  * Visit every page, in no particular order (eviction picks its victims,
  * lazy atime persistence finds what changed). Stops on non-zero and
  * returns it. fn runs under the index's read lock: it must not call back
- * into the index.
+ * into the index. The lock is taken for a few thousand pages at a time,
+ * so the index changes during a walk: every page there from its start to
+ * its end is visited, some of them twice; one added meanwhile may be
+ * missed.
  */
 int kv_index_page_walk(struct kv_index *x,
 		       int (*fn)(void *arg, const struct kv_page_brief *p),

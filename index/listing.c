@@ -71,27 +71,47 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 	pthread_rwlock_unlock(&x->lock);
 }
 
+/*
+ * In steps of WALK_STEP pages, the read lock taken for each: at 1M pages
+ * one hold took 79 ms (a cache miss per page), so at 10^8 a writer would
+ * wait seconds for every access-time flush (every 30 s) and eviction pass.
+ */
+#define WALK_STEP 4096u
+
 int kv_index_page_walk(struct kv_index *x,
 		       int (*fn)(void *arg, const struct kv_page_brief *p),
 		       void *arg)
 {
 	struct kv_page_brief b;
+	struct htab_walk w;
 	struct node *n;
+	bool more = true;
 	int rc = 0;
 
-	pthread_rwlock_rdlock(&x->lock);
-	for (size_t i = 0; i < htab_span(&x->by_ino) && rc == 0; i++) {
-		n = htab_at(&x->by_ino, i);
-		if (!n || n->kind != KV_KIND_PAGE)
-			continue;
-		b = (struct kv_page_brief){
-			.ino = n->ino, .parent = n->parent->ino,
-			.extent_id = n->u.p.extent_id, .size = n->u.p.size,
-			.atime_ns = __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED),
-			.mode = n->mode, .state = (enum kv_page_state)n->state,
-		};
-		rc = fn(arg, &b);
+	htab_walk_init(&w);
+	while (more && rc == 0) {
+		unsigned pages = 0;
+
+		pthread_rwlock_rdlock(&x->lock);
+		htab_walk_resume(&x->by_ino, &w);
+		while (rc == 0 && pages < WALK_STEP) {
+			n = htab_walk_next(&x->by_ino, &w);
+			if (!n) {
+				more = false;
+				break;
+			}
+			if (n->kind != KV_KIND_PAGE)
+				continue;
+			pages++;
+			b = (struct kv_page_brief){
+				.ino = n->ino, .parent = n->parent->ino,
+				.extent_id = n->u.p.extent_id, .size = n->u.p.size,
+				.atime_ns = __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED),
+				.mode = n->mode, .state = (enum kv_page_state)n->state,
+			};
+			rc = fn(arg, &b);
+		}
+		pthread_rwlock_unlock(&x->lock);
 	}
-	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }

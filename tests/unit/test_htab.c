@@ -163,11 +163,161 @@ static void test_random_against_record(void **state)
 	free(els);
 }
 
+/*
+ * A walk in steps while the table changes between them: random inserts
+ * and removals (backward shifts), growths started and finished, and now
+ * and then a bulk reserve (a rehash of all). Every element in the table
+ * from the walk's start to its end must be handed out at least once.
+ * Run many walks of different step sizes from different seeds.
+ */
+/* Runs of 8 keys on one home: removals shift long runs back. */
+static uint64_t el_hash_runs(const void *e)
+{
+	return ((const struct el *)e)->key / 8 * 8;
+}
+
+static void walk_under_changes(unsigned seed, size_t step, size_t changes_per_step)
+{
+	enum { N = 30000 };
+	struct el *els = calloc(N, sizeof(*els));
+	unsigned char *was = calloc(N, 1), *seen = calloc(N, 1);
+	struct htab_walk w;
+	struct htab t;
+	bool more = true;
+
+	assert_non_null(els);
+	assert_non_null(was);
+	assert_non_null(seen);
+	assert_int_equal(htab_init(&t, el_hash_runs), 0);
+	for (size_t i = 0; i < N; i++)
+		els[i].key = i + 1;
+	for (size_t i = 0; i < N; i += 1 + seed % 2) {   /* some growing */
+		assert_int_equal(htab_reserve(&t, 1), 0);
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+		els[i].in = 1;
+	}
+	for (size_t i = 0; i < N; i++)
+		was[i] = (unsigned char)els[i].in;   /* there at the start */
+	htab_walk_init(&w);
+	while (more) {
+		htab_walk_resume(&t, &w);
+		for (size_t k = 0; k < step; k++) {
+			struct el *e = htab_walk_next(&t, &w);
+
+			if (!e) {
+				more = false;
+				break;
+			}
+			assert_int_equal(e->in, 1);      /* never a removed one */
+			seen[e - els] = 1;
+		}
+		for (size_t c = 0; more && c < changes_per_step; c++) {
+			size_t k = (size_t)rand_r(&seed) % N;
+
+			if (rand_r(&seed) % 5000 == 0) {
+				assert_int_equal(htab_reserve(&t, t.n * 2), 0);   /* rehash */
+			} else if (els[k].in) {
+				assert_true(htab_remove(&t, &els[k]));
+				els[k].in = 0;
+				was[k] = 0;          /* not there to the end */
+			} else {
+				assert_int_equal(htab_reserve(&t, 1), 0);
+				assert_int_equal(htab_insert(&t, &els[k]), 0);
+				els[k].in = 1;
+			}
+		}
+	}
+	for (size_t i = 0; i < N; i++)
+		if (was[i])
+			assert_true(seen[i]);
+	htab_fini(&t);
+	free(els);
+	free(was);
+	free(seen);
+}
+
+/* Spread keys: an element's place in the new arrays says nothing of its
+ * place in the old ones. */
+static uint64_t el_hash_mixed(const void *e)
+{
+	return htab_mix64(((const struct el *)e)->key);
+}
+
+/* A walk that stands in the old arrays when the growth ends, and one that
+ * stands in the current arrays when growth begins. */
+static void test_walk_across_growth(void **state)
+{
+	enum { N = 6144 };             /* 3/4 of 8192 */
+	struct el *els = calloc(4 * N, sizeof(*els));
+	unsigned char *seen = calloc(4 * N, 1);
+	struct htab_walk w;
+	struct htab t;
+	struct el *e;
+	size_t i, k;
+
+	(void)state;
+	assert_non_null(els);
+	assert_non_null(seen);
+	assert_int_equal(htab_init(&t, el_hash_mixed), 0);
+	for (i = 0; i < 4 * N; i++)
+		els[i].key = i + 1;
+	for (i = 0; i < N; i++)
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+	assert_int_equal(htab_reserve(&t, 1), 0);   /* growth begins */
+	assert_non_null(t.old_slot);
+	htab_walk_init(&w);
+	htab_walk_resume(&t, &w);
+	for (k = 0; k < 100; k++) {
+		assert_non_null(e = htab_walk_next(&t, &w));
+		seen[e - els] = 1;
+	}
+	for (i = N; t.old_slot; i++)                /* ... and ends */
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+	htab_walk_resume(&t, &w);
+	while ((e = htab_walk_next(&t, &w)))
+		seen[e - els] = 1;
+	for (k = 0; k < N; k++)
+		assert_true(seen[k]);
+
+	/* Now from the current arrays, into a growth. */
+	memset(seen, 0, 4 * N);
+	htab_walk_init(&w);
+	htab_walk_resume(&t, &w);
+	for (k = 0; k < 1000; k++) {
+		assert_non_null(e = htab_walk_next(&t, &w));
+		seen[e - els] = 1;
+	}
+	for (; !t.old_slot; i++) {
+		assert_true(i < 4 * N);
+		assert_int_equal(htab_reserve(&t, 1), 0);
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+	}
+	htab_walk_resume(&t, &w);
+	while ((e = htab_walk_next(&t, &w)))
+		seen[e - els] = 1;
+	for (k = 0; k < N; k++)
+		assert_true(seen[k]);
+	htab_fini(&t);
+	free(els);
+	free(seen);
+}
+
+static void test_walk_in_steps(void **state)
+{
+	(void)state;
+	for (unsigned seed = 1; seed <= 12; seed++) {
+		walk_under_changes(seed, 1 + seed * 37, 5 + seed % 4 * 20);
+		walk_under_changes(seed * 101, 4096, 2000);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_growth_is_incremental),
 		cmocka_unit_test(test_random_against_record),
+		cmocka_unit_test(test_walk_in_steps),
+		cmocka_unit_test(test_walk_across_growth),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
