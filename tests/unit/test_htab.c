@@ -243,6 +243,34 @@ static uint64_t el_hash_mixed(const void *e)
 	return htab_mix64(((const struct el *)e)->key);
 }
 
+/* A new walk's first `count` elements into seen[nseen] (cleared first). */
+static void walk_first(const struct htab *t, struct htab_walk *w, struct el *els,
+		       unsigned char *seen, size_t nseen, size_t count)
+{
+	struct el *e;
+
+	memset(seen, 0, nseen);
+	htab_walk_init(w);
+	htab_walk_resume(t, w);
+	for (size_t k = 0; k < count; k++) {
+		assert_non_null(e = htab_walk_next(t, w));
+		seen[e - els] = 1;
+	}
+}
+
+/* The rest of the walk, after changes; els[0, n) must all have been seen. */
+static void walk_rest_sees_all(const struct htab *t, struct htab_walk *w, struct el *els,
+			       unsigned char *seen, size_t n)
+{
+	struct el *e;
+
+	htab_walk_resume(t, w);
+	while ((e = htab_walk_next(t, w)))
+		seen[e - els] = 1;
+	for (size_t k = 0; k < n; k++)
+		assert_true(seen[k]);
+}
+
 /* A walk that stands in the old arrays when the growth ends, and one that
  * stands in the current arrays when growth begins. */
 static void test_walk_across_growth(void **state)
@@ -252,8 +280,7 @@ static void test_walk_across_growth(void **state)
 	unsigned char *seen = calloc(4 * N, 1);
 	struct htab_walk w;
 	struct htab t;
-	struct el *e;
-	size_t i, k;
+	size_t i;
 
 	(void)state;
 	assert_non_null(els);
@@ -265,38 +292,19 @@ static void test_walk_across_growth(void **state)
 		assert_int_equal(htab_insert(&t, &els[i]), 0);
 	assert_int_equal(htab_reserve(&t, 1), 0);   /* growth begins */
 	assert_non_null(t.old_slot);
-	htab_walk_init(&w);
-	htab_walk_resume(&t, &w);
-	for (k = 0; k < 100; k++) {
-		assert_non_null(e = htab_walk_next(&t, &w));
-		seen[e - els] = 1;
-	}
+	walk_first(&t, &w, els, seen, 4 * N, 100);
 	for (i = N; t.old_slot; i++)                /* ... and ends */
 		assert_int_equal(htab_insert(&t, &els[i]), 0);
-	htab_walk_resume(&t, &w);
-	while ((e = htab_walk_next(&t, &w)))
-		seen[e - els] = 1;
-	for (k = 0; k < N; k++)
-		assert_true(seen[k]);
+	walk_rest_sees_all(&t, &w, els, seen, N);
 
 	/* Now from the current arrays, into a growth. */
-	memset(seen, 0, 4 * N);
-	htab_walk_init(&w);
-	htab_walk_resume(&t, &w);
-	for (k = 0; k < 1000; k++) {
-		assert_non_null(e = htab_walk_next(&t, &w));
-		seen[e - els] = 1;
-	}
+	walk_first(&t, &w, els, seen, 4 * N, 1000);
 	for (; !t.old_slot; i++) {
 		assert_true(i < 4 * N);
 		assert_int_equal(htab_reserve(&t, 1), 0);
 		assert_int_equal(htab_insert(&t, &els[i]), 0);
 	}
-	htab_walk_resume(&t, &w);
-	while ((e = htab_walk_next(&t, &w)))
-		seen[e - els] = 1;
-	for (k = 0; k < N; k++)
-		assert_true(seen[k]);
+	walk_rest_sees_all(&t, &w, els, seen, N);
 	htab_fini(&t);
 	free(els);
 	free(seen);
