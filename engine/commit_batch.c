@@ -310,42 +310,67 @@ static bool error_is_permanent(int rc)
 	return rc == -EEXIST || rc == -EINVAL || rc == -ENOTEMPTY || rc == -ENOENT;
 }
 
+static int u64_cmp(const void *pa, const void *pb)
+{
+	uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+
+	return a < b ? -1 : a > b;
+}
+
+static int persist_dir(struct kvfs *fs, uint64_t ino)
+{
+	struct kv_node_info d;
+	int rc;
+
+	if (kv_index_get(fs->idx, ino, &d) < 0 ||
+	    (d.kind != KV_KIND_MODEL && d.kind != KV_KIND_LAYER))
+		return 0;
+	rc = put_dir_row(fs->man, &d);
+	if (rc < 0 && !error_is_permanent(rc)) {
+		kv_log(KV_LOG_ERR, "manifest: times of directory %s: %s", d.name,
+		       kv_strerror(rc));
+		return rc;
+	}
+	return 0;
+}
+
 /*
  * Directory times change with every create, unlink and rename in them
  * (kvfs_dir_changed, in the index). Rather than queue a row per change,
  * each batch writes, once, the current times of every model or layer
  * directory its ops changed: the row follows the ops that changed it, in
  * the same transaction. A directory gone from the index (rmdir queued) is
- * skipped: its row is being deleted.
+ * skipped: its row is being deleted. Once each, however many directories
+ * a batch touches: the first version remembered 16 and wrote the row
+ * again for every op in any other (a batch over 32 layers wrote a layer
+ * row for half its ops).
  */
 static int persist_dir_times(struct kvfs *fs, struct op *batch)
 {
-	uint64_t seen[16];
-	size_t nseen = 0, i;
-	struct kv_node_info d;
+	size_t n = 0, k = 0;
+	uint64_t *dirs;
 	struct op *o;
-	int rc;
+	int rc = 0;
 
-	for (o = batch; o; o = o->next) {
+	for (o = batch; o; o = o->next)
+		n++;
+	dirs = malloc(n * sizeof(*dirs));
+	for (o = batch; o && rc == 0; o = o->next) {
 		if (o->kind == KVFS_OP_PUT_MODEL || o->kind == KVFS_OP_DEL_MODEL)
 			continue;     /* the root's times live in memory only */
-		for (i = 0; i < nseen && seen[i] != o->node.parent; i++)
-			;
-		if (i < nseen)
-			continue;
-		if (nseen < sizeof(seen) / sizeof(seen[0]))
-			seen[nseen++] = o->node.parent;
-		if (kv_index_get(fs->idx, o->node.parent, &d) < 0 ||
-		    (d.kind != KV_KIND_MODEL && d.kind != KV_KIND_LAYER))
-			continue;
-		rc = put_dir_row(fs->man, &d);
-		if (rc < 0 && !error_is_permanent(rc)) {
-			kv_log(KV_LOG_ERR, "manifest: times of directory %s: %s",
-			       d.name, kv_strerror(rc));
-			return rc;
-		}
+		if (dirs)
+			dirs[k++] = o->node.parent;
+		else
+			rc = persist_dir(fs, o->node.parent);   /* no memory: each op's */
 	}
-	return 0;
+	if (!dirs)
+		return rc;
+	qsort(dirs, k, sizeof(*dirs), u64_cmp);
+	for (size_t i = 0; rc == 0 && i < k; i++)
+		if (i == 0 || dirs[i] != dirs[i - 1])
+			rc = persist_dir(fs, dirs[i]);
+	free(dirs);
+	return rc;
 }
 
 /*

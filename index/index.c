@@ -528,10 +528,17 @@ static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
 	n = ino_find(x, ino);
 	if (n) {
 		__atomic_store_n(&n->atime_ns, atime_ns, __ATOMIC_RELAXED);
+		/* after the time: kv_index_atime_touches' reader then finds it */
+		atomic_fetch_add_explicit(&x->atime_touches, 1, memory_order_release);
 		rc = 0;
 	}
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
+}
+
+uint64_t kv_index_atime_touches(struct kv_index *x)
+{
+	return atomic_load_explicit(&x->atime_touches, memory_order_acquire);
 }
 
 static int update_ok(const struct kv_index *x, const struct node *n,

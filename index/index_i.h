@@ -88,6 +88,7 @@ struct kv_index {
 	 * index; layers_unloaded only falls, and at 0 the loader is never read. */
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
+	_Atomic uint64_t atime_touches;   /* KV_UPD_ATIME updates made */
 };
 
 

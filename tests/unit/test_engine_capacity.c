@@ -111,6 +111,33 @@ static void usage_follows_publish_and_evict(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* Access times set by reads reach the manifest (the flush at close) and
+ * survive a reopen; the pages not read keep theirs. Then a store not read
+ * since: its flush has nothing to write, and the times stay as they were. */
+static void touched_times_survive_a_reopen(void **state)
+{
+	struct efix *f = *state;
+	struct kv_node_info n;
+	int64_t t0, before;
+
+	efix_open(f);
+	efix_layer(f);
+	t0 = publish_aged(f);
+	before = kvfs_now_ns();
+	touch(f, "p3");
+	efix_reopen(f);
+	assert_int_equal(efix_lookup(f, "p3", &n), 0);
+	assert_true(n.attr.atime_ns >= before);
+	assert_int_equal(efix_lookup(f, "p4", &n), 0);
+	assert_int_equal(n.attr.atime_ns, t0 + 4 * 1000000000ll);
+	efix_reopen(f);
+	assert_int_equal(efix_lookup(f, "p3", &n), 0);
+	assert_true(n.attr.atime_ns >= before);
+	assert_int_equal(efix_lookup(f, "p5", &n), 0);
+	assert_int_equal(n.attr.atime_ns, t0 + 5 * 1000000000ll);
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* kvfs gc: refuses a wrong ABI and malformed requests (evicting nothing);
  * an age sweep takes exactly the pages last read before the cutoff; a
  * target takes the oldest of the rest until usage is within it, and one
@@ -273,6 +300,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(usage_follows_publish_and_evict,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(touched_times_survive_a_reopen,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(gc_checks_target_and_age,
 						efix_setup, efix_teardown),

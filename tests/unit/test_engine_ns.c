@@ -116,6 +116,42 @@ static void directories_are_durable(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* Pages created in 40 layers (more than a batch once remembered): every
+ * layer's times, changed by the creates, are in the manifest after a
+ * reopen. */
+static void times_of_many_directories_are_durable(void **state)
+{
+	enum { L = 40 };
+	struct efix *f = *state;
+	struct kv_node_info m, l[L], n;
+	int64_t mtime[L];
+	char name[8];
+
+	efix_open(f);
+	assert_int_equal(mk(f, KV_ROOT_INO, "m", &m), 0);
+	for (int i = 0; i < L; i++) {
+		snprintf(name, sizeof(name), "%02d", i);
+		assert_int_equal(mk(f, m.ino, name, &l[i]), 0);
+	}
+	assert_int_equal(efix_sync(f), 0);
+	efix_sleep_ms(5);             /* the creates' times differ from the mkdirs' */
+	for (int i = 0; i < L; i++)
+		assert_int_equal(efix_publish_charged(f, l[i].ino, "p", 4096, (unsigned)i, 0,
+						      NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	for (int i = 0; i < L; i++) {
+		assert_int_equal(kv_index_get(f->fs->idx, l[i].ino, &n), 0);
+		assert_true(n.attr.mtime_ns > l[i].attr.mtime_ns);
+		mtime[i] = n.attr.mtime_ns;
+	}
+	efix_reopen(f);
+	for (int i = 0; i < L; i++) {
+		assert_int_equal(kv_index_get(f->fs->idx, l[i].ino, &n), 0);
+		assert_int_equal(n.attr.mtime_ns, mtime[i]);
+	}
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* unlink and rename (replace, NOREPLACE, across layers), rmdir: the index
  * at once, the manifest after a reopen. */
 static void unlink_rename_rmdir(void **state)
@@ -274,6 +310,8 @@ int main(void)
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(mkdir_layer_rules, efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(directories_are_durable,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(times_of_many_directories_are_durable,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(unlink_rename_rmdir, efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(attributes_pins_geometry,
