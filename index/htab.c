@@ -44,6 +44,7 @@ int htab_init(struct htab *t, uint64_t (*hash)(const void *e))
 	t->old_tag = NULL;
 	t->old_mask = 0;
 	t->moved = 0;
+	t->gen = 0;
 	return 0;
 }
 
