@@ -452,9 +452,7 @@ int mf_check_indexes(struct kv_manifest *m, kv_check_report_fn *report, void *ar
 
 	if (rc)
 		return rc;
-	rc = kv_check_sums_scan_indexes(m, s);
-	if (rc == 0)
-		rc = kv_check_sums_compare(m, s, report, arg);
+	rc = kv_check_sums_compare(m, s, report, arg);   /* scans both sides */
 	kv_check_sums_free(s);
 	return rc;
 }

@@ -143,22 +143,23 @@ static int fast_extent(void *arg, const struct kv_extent_rec *r)
 
 #define FAST_STOP 1   /* not an error: the raw walks take over */
 
-static int fast_page(void *arg, const struct kv_check_page *p, const struct layers *l,
-		     uint64_t layer_ino)
+/* A page row the pass judged sound, whose layer must be in l. */
+static int fast_page(struct fsck *f, const struct layers *l, const struct kv_page_rec *r)
 {
-	if (!layers_have(l, layer_ino))
+	struct kv_check_page p = {
+		.ino = r->ino, .extent_id = r->extent_id, .size = (int64_t)r->size,
+		.ident_ok = true, .layer_ok = true,
+	};
+
+	if (!layers_have(l, r->layer_ino))
 		return FAST_STOP;
-	return add_page_row(arg, p);
+	return add_page_row(f, &p);
 }
 
 static int fast_page_here(void *arg, const struct kv_page_rec *r)
 {
 	struct fsck *f = arg;
-	struct kv_check_page p = {
-		.ino = r->ino, .extent_id = r->extent_id, .size = (int64_t)r->size,
-		.ident_ok = true, .layer_ok = true,
-	};
-	int rc = fast_page(f, &p, &f->layers, r->layer_ino);
+	int rc = fast_page(f, &f->layers, r);
 
 	if (rc == 0)
 		progress_add(f->pr, 1);
@@ -190,12 +191,8 @@ static int pass_layer(void *arg, const struct kv_layer_rec *r)
 static int pass_page(void *arg, const struct kv_page_rec *r)
 {
 	struct page_pass *pp = arg;
-	struct kv_check_page p = {
-		.ino = r->ino, .extent_id = r->extent_id, .size = (int64_t)r->size,
-		.ident_ok = true, .layer_ok = true,
-	};
 
-	return fast_page(pp->f, &p, &pp->layers, r->layer_ino);
+	return fast_page(pp->f, &pp->layers, r);
 }
 
 static void *page_pass_run(void *arg)
