@@ -50,7 +50,7 @@ static void xent_drop(struct kv_index *x, struct xent *e)
 	htab_remove(&x->ext_by_key, e);
 	x->st.extents--;
 	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
-	free(e);
+	slab_free(&x->slab, e, sizeof(*e));
 }
 
 static void xent_set(struct kv_index *x, struct xent *e, const struct kv_extent_rec *r)
@@ -84,9 +84,10 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 	}
 	if ((rc = htab_reserve(&x->ext_by_id, 1)) || (rc = htab_reserve(&x->ext_by_key, 1)))
 		return rc;
-	e = calloc(1, sizeof(*e));
+	e = slab_alloc(&x->slab, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	memset(e, 0, sizeof(*e));
 	e->id = r->id;
 	xent_set(x, e, r);
 	htab_insert(&x->ext_by_id, e);

@@ -29,9 +29,16 @@ static uint64_t node_ino_hash(const void *e)
 	return htab_mix64(((const struct node *)e)->ino);
 }
 
+static uint32_t name_hash(uint64_t parent, const char *name, size_t len);
+
+/* Computed again where the table needs it (growth, removal), not kept in
+ * the node: 4 bytes less per page, and a node is in the table only while
+ * it has a parent. */
 static uint64_t node_name_hash(const void *e)
 {
-	return ((const struct node *)e)->nhash;
+	const struct node *n = e;
+
+	return name_hash(n->parent->ino, n->name, strlen(n->name));
 }
 
 static uint64_t xent_id_hash(const void *e)
@@ -76,7 +83,7 @@ static struct node *name_find(const struct kv_index *x, uint64_t parent,
 
 	htab_probe_start(&x->by_name, h, &p);
 	while ((n = htab_probe_next(&x->by_name, &p)))
-		if (n->nhash == h && n->parent->ino == parent &&
+		if (n->parent->ino == parent &&
 		    memcmp(n->name, name, len) == 0 && n->name[len] == '\0')
 			return n;
 	return NULL;
@@ -166,24 +173,28 @@ static void snapshot(const struct kv_index *x, const struct node *n,
 		o->geo = *n->u.d->geo;
 }
 
-static void node_free(struct node *n)
+static void dir_data_free(struct node *n)
 {
 	if (is_dir(n) && n->u.d) {
 		free(n->u.d->geo);
 		free(n->u.d);
 	}
-	free(n);
 }
 
-static struct node *node_new(const struct kv_node_info *in, size_t len, uint32_t h)
+static void node_free(struct kv_index *x, struct node *n)
 {
-	struct node *n = malloc(sizeof(*n) + len + 1);
+	dir_data_free(n);
+	slab_free(&x->slab, n, idx_node_bytes(strlen(n->name)));
+}
+
+static struct node *node_new(struct kv_index *x, const struct kv_node_info *in, size_t len)
+{
+	struct node *n = slab_alloc(&x->slab, idx_node_bytes(len));
 
 	if (!n)
 		return NULL;
-	memset(n, 0, sizeof(*n));
+	memset(n, 0, offsetof(struct node, name));
 	n->ino = in->ino;
-	n->nhash = h;
 	n->kind = (uint8_t)in->kind;
 	set_attr(n, &in->attr);
 	memcpy(n->name, in->name, len);
@@ -201,7 +212,7 @@ static struct node *node_new(const struct kv_node_info *in, size_t len, uint32_t
 			*n->u.d->geo = in->geo;
 	}
 	if (!n->u.d || (in->kind == KV_KIND_MODEL && !n->u.d->geo)) {
-		node_free(n);
+		node_free(x, n);
 		return NULL;
 	}
 	n->u.d->layer = in->layer;
@@ -275,7 +286,7 @@ static void node_drop(struct kv_index *x, struct node *n)
 	htab_remove(&x->by_name, n);
 	child_unlink(n);
 	account(x, n, -1);
-	node_free(n);
+	node_free(x, n);
 }
 
 /* Checks of kv_index_add that need no table lookups. */
@@ -330,12 +341,12 @@ int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 	/* Reserve first so that nothing below can fail half-way. */
 	if ((rc = htab_reserve(&x->by_ino, 1)) || (rc = htab_reserve(&x->by_name, 1)))
 		return rc;
-	n = node_new(in, len, h);
+	n = node_new(x, in, len);
 	if (!n)
 		return -ENOMEM;
+	child_link(parent, n);        /* first: the name table hashes the parent */
 	htab_insert(&x->by_ino, n);
 	htab_insert(&x->by_name, n);
-	child_link(parent, n);
 	account(x, n, +1);
 	if (n->ino >= x->next_ino)
 		x->next_ino = n->ino + 1;
@@ -354,12 +365,15 @@ static int64_t now_ns(void)
 
 static int make_root(struct kv_index *x)
 {
-	struct node *r = calloc(1, sizeof(*r) + 1);
+	struct node *r = slab_alloc(&x->slab, idx_node_bytes(0));
 
-	if (r)
-		r->u.d = calloc(1, sizeof(*r->u.d));
-	if (!r || !r->u.d) {
-		free(r);
+	if (!r)
+		return -ENOMEM;
+	memset(r, 0, idx_node_bytes(0));
+	r->kind = KV_KIND_ROOT;
+	r->u.d = calloc(1, sizeof(*r->u.d));
+	if (!r->u.d) {
+		node_free(x, r);
 		return -ENOMEM;
 	}
 	r->ino = KV_ROOT_INO;
@@ -367,7 +381,7 @@ static int make_root(struct kv_index *x)
 	r->mode = 0755;
 	r->ctime_ns = r->mtime_ns = r->atime_ns = now_ns();
 	if (htab_insert(&x->by_ino, r) < 0) {
-		node_free(r);
+		node_free(x, r);
 		return -ENOMEM;
 	}
 	x->root = r;
@@ -397,6 +411,7 @@ int kv_index_new(struct kv_index **out)
 	*out = NULL;
 	if (!x)
 		return -ENOMEM;
+	slab_init(&x->slab);
 	if (htab_init(&x->by_ino, node_ino_hash) ||
 	    htab_init(&x->by_name, node_name_hash) ||
 	    htab_init(&x->ext_by_id, xent_id_hash) ||
@@ -413,28 +428,33 @@ int kv_index_new(struct kv_index **out)
 	*out = x;
 	return 0;
 fail_root:
-	node_free(x->root);
+	node_free(x, x->root);
 fail_tables:
 	htab_fini(&x->by_ino);
 	htab_fini(&x->by_name);
 	htab_fini(&x->ext_by_id);
 	htab_fini(&x->ext_by_key);
+	slab_fini(&x->slab);
 	free(x);
 	return rc;
 }
 
 void kv_index_free(struct kv_index *x)
 {
-	size_t i;
+	struct node *model, *layer;
 
 	if (!x)
 		return;
 	idx_loader_free(x->loader);
-	for (i = 0; i < htab_span(&x->by_ino); i++)
-		if (htab_at(&x->by_ino, i))
-			node_free(htab_at(&x->by_ino, i));
-	for (i = 0; i < htab_span(&x->ext_by_id); i++)
-		free(htab_at(&x->ext_by_id, i));
+	/* Only directories own memory outside the slab, and they are all in
+	 * the tree: no pass over every page. */
+	for (model = x->root->u.d->first; model; model = model->next) {
+		for (layer = model->u.d->first; layer; layer = layer->next)
+			dir_data_free(layer);
+		dir_data_free(model);
+	}
+	dir_data_free(x->root);
+	slab_fini(&x->slab);
 	htab_fini(&x->by_ino);
 	htab_fini(&x->by_name);
 	htab_fini(&x->ext_by_id);
@@ -644,7 +664,7 @@ static int replace_ok(const struct node *n, const struct node *old, int replace)
 }
 
 /*
- * Move n's header into nn, a larger allocation for a longer name, and
+ * Move n's header into nn, the allocation for a name of another length, and
  * repoint everything that refers to n by address. n is already out of the
  * name table and its parent's list; its children point up at it.
  */
@@ -652,12 +672,12 @@ static struct node *node_regrow(struct kv_index *x, struct node *n, struct node 
 {
 	struct node *c;
 
-	memcpy(nn, n, sizeof(*n));
+	memcpy(nn, n, offsetof(struct node, name));
 	htab_replace(&x->by_ino, n, nn);
 	if (is_dir(nn))
 		for (c = nn->u.d->first; c; c = c->next)
 			c->parent = nn;
-	free(n);
+	slab_free(&x->slab, n, idx_node_bytes(strlen(n->name)));
 	return nn;
 }
 
@@ -712,8 +732,10 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 	rc = move_check(x, &mv, ino, new_parent, replace);
 	if (rc < 0 || mv.old == mv.n)
 		return rc;
-	if (mv.len > strlen(mv.n->name)) {
-		nn = malloc(sizeof(*nn) + mv.len + 1);
+	/* Another length, another allocation: a node's slab size always
+	 * follows from its name (node_free). */
+	if (mv.len != strlen(mv.n->name)) {
+		nn = slab_alloc(&x->slab, idx_node_bytes(mv.len));
 		if (!nn)
 			return -ENOMEM;
 	}
@@ -728,7 +750,6 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 		n = node_regrow(x, n, nn);
 	memcpy(n->name, name, mv.len);
 	n->name[mv.len] = '\0';
-	n->nhash = mv.h;
 	if (n->kind == KV_KIND_LAYER)
 		n->u.d->layer = mv.layer;
 	child_link(mv.dir, n);

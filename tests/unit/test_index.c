@@ -251,6 +251,45 @@ static void test_move_pages(void **state)
 	assert_int_equal(st.layers, 2);
 }
 
+/* A node's allocation follows its name's length: renames through every
+ * length, up and down, with pages added and removed in between (so freed
+ * nodes are handed out again), keep every page whole. */
+static void test_renames_of_every_length(void **state)
+{
+	struct kv_index *x = *state;
+	char name[KV_NAME_MAX + 1], prev[KV_NAME_MAX + 1] = "a";
+	struct kv_node_info n;
+	size_t len, i;
+
+	small_tree(x);
+	for (i = 0; i < 2 * KV_NAME_MAX; i++) {
+		len = i < KV_NAME_MAX ? i + 1 : 2 * KV_NAME_MAX - i;
+		memset(name, 'a' + (int)(i % 26), len);
+		name[len] = '\0';
+		if (!strcmp(name, prev))
+			continue;
+		assert_int_equal(kv_index_move(x, 10, 3, name, 0, NULL), 0);
+		assert_int_equal(kv_index_lookup(x, 3, prev, &n), -ENOENT);
+		assert_int_equal(kv_index_lookup(x, 3, name, &n), 0);
+		assert_int_equal(n.ino, 10);
+		assert_int_equal(n.size, 100);
+		assert_int_equal(add_page(x, 1000 + i, 3, "churn", 7), 0);
+		assert_int_equal(kv_index_remove(x, 1000 + i), 0);
+		assert_int_equal(kv_index_get(x, 11, &n), 0);
+		assert_string_equal(n.name, "b");
+		assert_int_equal(n.size, 200);
+		memcpy(prev, name, len + 1);
+	}
+	/* The layer, parent of both, renamed longer and back: its pages
+	 * follow it. */
+	assert_int_equal(kv_index_move(x, 3, 2, "0000000", 0, NULL), 0);
+	assert_int_equal(kv_index_lookup(x, 3, "b", &n), 0);
+	assert_int_equal(n.parent, 3);
+	assert_int_equal(kv_index_move(x, 3, 2, "0", 0, NULL), 0);
+	assert_int_equal(kv_index_lookup(x, 3, prev, &n), 0);
+	assert_int_equal(n.ino, 10);
+}
+
 static void test_move_dirs(void **state)
 {
 	struct kv_index *x = *state;
@@ -657,6 +696,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_dirs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_renames_of_every_length, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_data_from_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_durable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),

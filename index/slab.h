@@ -1,0 +1,50 @@
+/*
+ * Small objects without malloc's overhead, for the index's page nodes and
+ * extent records: tens of millions of them at 10^8 pages.
+ *
+ * malloc gives each object an 8-byte header and rounds it to 16 bytes: a
+ * page node with a 16-character name (105 bytes) takes 128, an extent
+ * record (56) takes 64. Here objects are cut from 256 KiB chunks by size
+ * class (8-byte steps, so 8-byte alignment), with no header: the caller
+ * gives the size back on free (the index knows it: a node's follows from
+ * its name). A freed object goes on its class's free list, and the next
+ * allocation of that class takes it.
+ *
+ * Chunks go back to the system only at slab_fini: a store that shrank
+ * keeps its high-water mark for the next growth, as a malloc heap would
+ * (whose freed small chunks are rarely returned either).
+ *
+ * Not thread-safe: the index's write lock protects it. Under
+ * AddressSanitizer free objects and unused chunk space are poisoned, so a
+ * use after free is still caught. Private to index/.
+ */
+#ifndef KV_SLAB_H
+#define KV_SLAB_H
+
+#include <stddef.h>
+
+#define SLAB_MAX 512u             /* largest object */
+
+struct slab_class {
+	void *free;               /* freed objects, linked through their first word */
+	char *cur;                /* unused space of the class's newest chunk */
+	size_t left;              /* bytes at cur */
+};
+
+struct slab {
+	struct slab_class cls[SLAB_MAX / 8];
+	void **chunks;
+	size_t nchunks, chunks_cap;
+	size_t live;              /* bytes in objects handed out and not freed */
+};
+
+void slab_init(struct slab *s);
+/* Free every chunk (objects still out become invalid). */
+void slab_fini(struct slab *s);
+/* An object of size bytes (1..SLAB_MAX), 8-byte aligned, contents
+ * undefined; NULL when out of memory or for a size out of range. */
+void *slab_alloc(struct slab *s, size_t size);
+/* Give p back; size must be what it was allocated with. */
+void slab_free(struct slab *s, void *p, size_t size);
+
+#endif
