@@ -423,6 +423,8 @@ int kv_index_new(struct kv_index **out)
 	rc = init_lock(&x->lock);
 	if (rc < 0)
 		goto fail_root;
+	pthread_mutex_init(&x->touched_lock, NULL);
+	x->touched_max = IDX_TOUCHED_MAX;
 	x->next_ino = KV_ROOT_INO + 1;
 	x->next_ext = 1;
 	*out = x;
@@ -460,6 +462,8 @@ void kv_index_free(struct kv_index *x)
 	htab_fini(&x->ext_by_id);
 	htab_fini(&x->ext_by_key);
 	pthread_rwlock_destroy(&x->lock);
+	pthread_mutex_destroy(&x->touched_lock);
+	free(x->touched);
 	free(x);
 }
 
@@ -538,7 +542,14 @@ int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
 		    KV_UPD_GEO | KV_UPD_ATIME)
 #define KV_UPD_PAGE (KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA)
 
-/* atime alone changes on every read: do it under the read lock. */
+/*
+ * atime alone changes on every read: do it under the read lock. A page's
+ * first touch since the last kv_index_touched_walk lists its inode, so the
+ * access-time flush visits the pages read, not every page. The time is
+ * stored before the flag is tested, and the walk clears the flag before it
+ * reads the time: a touch the walk misses finds the flag clear and lists
+ * the page again.
+ */
 static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
 {
 	struct node *n;
@@ -547,7 +558,15 @@ static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
 	pthread_rwlock_rdlock(&x->lock);
 	n = ino_find(x, ino);
 	if (n) {
-		__atomic_store_n(&n->atime_ns, atime_ns, __ATOMIC_RELAXED);
+		__atomic_store_n(&n->atime_ns, atime_ns, __ATOMIC_SEQ_CST);
+		if (n->kind == KV_KIND_PAGE &&
+		    !(__atomic_fetch_or(&n->flags, NODE_ATIME_LISTED, __ATOMIC_SEQ_CST) &
+		      NODE_ATIME_LISTED) &&
+		    !idx_touched_add(x, ino))
+			/* overflow: the next walk sees every page; a later
+			 * touch may list this one again */
+			__atomic_fetch_and(&n->flags, (uint8_t)~NODE_ATIME_LISTED,
+					   __ATOMIC_SEQ_CST);
 		/* after the time: kv_index_atime_touches' reader then finds it */
 		atomic_fetch_add_explicit(&x->atime_touches, 1, memory_order_release);
 		rc = 0;

@@ -220,6 +220,22 @@ int kv_index_page_walk(struct kv_index *x,
 		       void *arg);
 
 /*
+ * Visit the pages whose access time a read moved (KV_UPD_ATIME alone)
+ * since the last call, each at least once, with their current times: the
+ * access-time flush's work is the pages read, not every page. It visits
+ * every page, as kv_index_page_walk, when all is set (the caller lost what
+ * an earlier walk gave it), when more pages were read than the list holds
+ * (about 1M), or after an earlier walk stopped on fn's non-zero, which it
+ * returns. Pages changed otherwise (new, written, set by utimensat) are not
+ * listed: their rows are written by the change itself. A listed page not
+ * yet durable stays listed for the next walk. Locking as in
+ * kv_index_page_walk.
+ */
+int kv_index_touched_walk(struct kv_index *x, bool all,
+			  int (*fn)(void *arg, const struct kv_page_brief *p),
+			  void *arg);
+
+/*
  * Fill an empty index from the manifest: models, layers, extents, pages
  * (pages come up KV_PAGE_DURABLE). A row that refers to a missing parent or
  * extent, or a refcount that disagrees with the pages referring to the

@@ -36,7 +36,7 @@ struct dir_data {
 };
 
 /*
- * 84 bytes + name on LP64, cut from the index's slab (slab.h) in 8-byte
+ * 85 bytes + name on LP64, cut from the index's slab (slab.h) in 8-byte
  * steps: 104 bytes with a 16-character name, where malloc took 128. Millions
  * of these exist, so fields are packed by hand: the 8-byte fields first, the
  * small ones after them, the name straight after those (no padding between);
@@ -58,11 +58,17 @@ struct node {
 	uint16_t mode;                /* permission bits */
 	uint8_t kind;                 /* enum kv_kind */
 	uint8_t state;                /* enum kv_page_state, pages */
+	uint8_t flags;                /* NODE_ATIME_LISTED; __atomic */
 	char name[];
 };
 
-_Static_assert(sizeof(void *) != 8 || offsetof(struct node, name) == 84,
-	       "a page node should stay at 84 bytes + name");
+_Static_assert(sizeof(void *) != 8 || offsetof(struct node, name) == 85,
+	       "a page node should stay at 85 bytes + name");
+
+/* The page's inode is in kv_index.touched: its access time moved since
+ * the last kv_index_touched_walk. Set and cleared under the read lock
+ * (atomically), by touch_atime and the walk. */
+#define NODE_ATIME_LISTED 0x01u
 
 /* Bytes of a node whose name is len bytes long (its slab size). */
 static inline size_t idx_node_bytes(size_t len)
@@ -101,7 +107,17 @@ struct kv_index {
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
 	_Atomic uint64_t atime_touches;   /* KV_UPD_ATIME updates made */
+	/* Pages whose access time a read moved (touch_atime), each once,
+	 * for kv_index_touched_walk; beyond touched_max, only overflow. */
+	pthread_mutex_t touched_lock;     /* a leaf: taken under x->lock */
+	uint64_t *touched;
+	size_t ntouched, touched_cap, touched_max;
+	bool touched_overflow;            /* some were not listed: walk all */
 };
+
+/* The most inodes kv_index.touched lists (8 MiB) before the next
+ * kv_index_touched_walk walks every page instead. */
+#define IDX_TOUCHED_MAX (1u << 20)
 
 
 /* Hash of an extent's (checksum, length) key, for ext_by_key. */
@@ -118,6 +134,11 @@ struct node *idx_node(const struct kv_index *x, uint64_t ino);
 int idx_layer_ready(struct kv_index *x, uint64_t ino);
 /* Free a loader kv_index_load_end did not (the index is being freed). */
 void idx_loader_free(struct kv_index_loader *l);
+/* List ino for kv_index_touched_walk (touched_lock taken here); false if
+ * the list is full or cannot grow: the next walk visits every page. */
+bool idx_touched_add(struct kv_index *x, uint64_t ino);
+/* What a walk shows of page n (read lock at least). listing.c. */
+void idx_page_brief(const struct node *n, struct kv_page_brief *b);
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 

@@ -78,6 +78,16 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
  */
 #define WALK_STEP 4096u
 
+void idx_page_brief(const struct node *n, struct kv_page_brief *b)
+{
+	*b = (struct kv_page_brief){
+		.ino = n->ino, .parent = n->parent->ino,
+		.extent_id = n->u.p.extent_id, .size = n->u.p.size,
+		.atime_ns = __atomic_load_n(&n->atime_ns, __ATOMIC_SEQ_CST),
+		.mode = n->mode, .state = (enum kv_page_state)n->state,
+	};
+}
+
 int kv_index_page_walk(struct kv_index *x,
 		       int (*fn)(void *arg, const struct kv_page_brief *p),
 		       void *arg)
@@ -103,15 +113,102 @@ int kv_index_page_walk(struct kv_index *x,
 			if (n->kind != KV_KIND_PAGE)
 				continue;
 			pages++;
-			b = (struct kv_page_brief){
-				.ino = n->ino, .parent = n->parent->ino,
-				.extent_id = n->u.p.extent_id, .size = n->u.p.size,
-				.atime_ns = __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED),
-				.mode = n->mode, .state = (enum kv_page_state)n->state,
-			};
+			idx_page_brief(n, &b);
 			rc = fn(arg, &b);
 		}
 		pthread_rwlock_unlock(&x->lock);
+	}
+	return rc;
+}
+
+bool idx_touched_add(struct kv_index *x, uint64_t ino)
+{
+	bool listed = false;
+
+	pthread_mutex_lock(&x->touched_lock);
+	if (!x->touched_overflow && x->ntouched == x->touched_cap &&
+	    x->touched_cap < x->touched_max) {
+		size_t cap = x->touched_cap ? x->touched_cap * 2 : 1024;
+		uint64_t *v;
+
+		if (cap > x->touched_max)
+			cap = x->touched_max;
+		v = realloc(x->touched, cap * sizeof(*v));
+		if (v) {
+			x->touched = v;
+			x->touched_cap = cap;
+		}
+	}
+	if (!x->touched_overflow && x->ntouched < x->touched_cap) {
+		x->touched[x->ntouched++] = ino;
+		listed = true;
+	} else {
+		x->touched_overflow = true;
+	}
+	pthread_mutex_unlock(&x->touched_lock);
+	return listed;
+}
+
+/* Take the list of touched pages (and whether it overflowed). */
+static uint64_t *touched_take(struct kv_index *x, size_t *n, bool *overflow)
+{
+	uint64_t *v;
+
+	pthread_mutex_lock(&x->touched_lock);
+	v = x->touched;
+	*n = x->ntouched;
+	*overflow = x->touched_overflow;
+	x->touched = NULL;
+	x->ntouched = x->touched_cap = 0;
+	x->touched_overflow = false;
+	pthread_mutex_unlock(&x->touched_lock);
+	return v;
+}
+
+int kv_index_touched_walk(struct kv_index *x, bool all,
+			  int (*fn)(void *arg, const struct kv_page_brief *p),
+			  void *arg)
+{
+	struct kv_page_brief b;
+	bool overflow;
+	size_t n, i = 0;
+	uint64_t *ino = touched_take(x, &n, &overflow);
+	int rc = 0;
+
+	while (i < n) {
+		size_t end = n - i > WALK_STEP ? i + WALK_STEP : n;
+
+		pthread_rwlock_rdlock(&x->lock);
+		for (; i < end; i++) {
+			struct node *p = idx_node(x, ino[i]);
+
+			if (!p || p->kind != KV_KIND_PAGE)
+				continue;          /* gone since */
+			if (p->state != KV_PAGE_DURABLE) {
+				/* no row to update yet: next time */
+				if (!idx_touched_add(x, p->ino))
+					__atomic_fetch_and(&p->flags, (uint8_t)~NODE_ATIME_LISTED,
+							   __ATOMIC_SEQ_CST);
+				continue;
+			}
+			/* before the time is read (touch_atime) */
+			__atomic_fetch_and(&p->flags, (uint8_t)~NODE_ATIME_LISTED,
+					   __ATOMIC_SEQ_CST);
+			idx_page_brief(p, &b);
+			if (rc == 0)
+				rc = fn(arg, &b);
+			/* after a failure only flags are cleared: the
+			 * next walk visits every page instead */
+		}
+		pthread_rwlock_unlock(&x->lock);
+	}
+	free(ino);
+	if (rc == 0 && (all || overflow))
+		rc = kv_index_page_walk(x, fn, arg);
+	if (rc) {
+		pthread_mutex_lock(&x->touched_lock);
+		x->touched_overflow = true;
+		pthread_mutex_unlock(&x->touched_lock);
 	}
 	return rc;
 }
