@@ -21,6 +21,8 @@
  *                  wants first; taken inside kv_index_lookup/readdir
  *                  before the rwlock, which it takes per chunk of rows.
  *   index rwlock   inside kv_index_*; lookups take only this.
+ *   index touched  (index/listing.c) the list of pages reads set an access
+ *                  time on; taken inside the rwlock (a read lock) or alone.
  *   fh.lock        (fuse/ops_file.c) a reader's lazily loaded payload.
  *   cap.lock       (engine/capacity.c) the evictor's state and LRU victims.
  *   evf.lock       (fuse/events_file.c) parked reads and poll handles of
