@@ -84,7 +84,7 @@ static struct node *name_find(const struct kv_index *x, uint64_t parent,
 	htab_probe_start(&x->by_name, h, &p);
 	while ((n = htab_probe_next(&x->by_name, &p)))
 		if (n->parent->ino == parent &&
-		    memcmp(n->name, name, len) == 0 && n->name[len] == '\0')
+		    strncmp(n->name, name, len) == 0 && n->name[len] == '\0')
 			return n;
 	return NULL;
 }
@@ -559,14 +559,14 @@ static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
 	n = ino_find(x, ino);
 	if (n) {
 		__atomic_store_n(&n->atime_ns, atime_ns, __ATOMIC_SEQ_CST);
+		/* Not listed for want of room: the flag stays set (clearing
+		 * it here could hide a later touch the next walk has not
+		 * read), and the next walk visits every page, clearing each
+		 * flag before it reads the time. */
 		if (n->kind == KV_KIND_PAGE &&
 		    !(__atomic_fetch_or(&n->flags, NODE_ATIME_LISTED, __ATOMIC_SEQ_CST) &
-		      NODE_ATIME_LISTED) &&
-		    !idx_touched_add(x, ino))
-			/* overflow: the next walk sees every page; a later
-			 * touch may list this one again */
-			__atomic_fetch_and(&n->flags, (uint8_t)~NODE_ATIME_LISTED,
-					   __ATOMIC_SEQ_CST);
+		      NODE_ATIME_LISTED))
+			idx_touched_add(x, ino);
 		/* after the time: kv_index_atime_touches' reader then finds it */
 		atomic_fetch_add_explicit(&x->atime_touches, 1, memory_order_release);
 		rc = 0;

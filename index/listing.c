@@ -88,9 +88,10 @@ void idx_page_brief(const struct node *n, struct kv_page_brief *b)
 	};
 }
 
-int kv_index_page_walk(struct kv_index *x,
-		       int (*fn)(void *arg, const struct kv_page_brief *p),
-		       void *arg)
+/* clear_listed: clear each page's NODE_ATIME_LISTED before reading its
+ * time (kv_index_touched_walk visiting every page). */
+static int page_walk(struct kv_index *x, bool clear_listed,
+		     int (*fn)(void *arg, const struct kv_page_brief *p), void *arg)
 {
 	struct kv_page_brief b;
 	struct htab_walk w;
@@ -113,12 +114,22 @@ int kv_index_page_walk(struct kv_index *x,
 			if (n->kind != KV_KIND_PAGE)
 				continue;
 			pages++;
+			if (clear_listed)
+				__atomic_fetch_and(&n->flags, (uint8_t)~NODE_ATIME_LISTED,
+						   __ATOMIC_SEQ_CST);
 			idx_page_brief(n, &b);
 			rc = fn(arg, &b);
 		}
 		pthread_rwlock_unlock(&x->lock);
 	}
 	return rc;
+}
+
+int kv_index_page_walk(struct kv_index *x,
+		       int (*fn)(void *arg, const struct kv_page_brief *p),
+		       void *arg)
+{
+	return page_walk(x, false, fn, arg);
 }
 
 bool idx_touched_add(struct kv_index *x, uint64_t ino)
@@ -185,10 +196,9 @@ int kv_index_touched_walk(struct kv_index *x, bool all,
 			if (!p || p->kind != KV_KIND_PAGE)
 				continue;          /* gone since */
 			if (p->state != KV_PAGE_DURABLE) {
-				/* no row to update yet: next time */
-				if (!idx_touched_add(x, p->ino))
-					__atomic_fetch_and(&p->flags, (uint8_t)~NODE_ATIME_LISTED,
-							   __ATOMIC_SEQ_CST);
+				/* no row to update yet: next time (no room:
+				 * the next walk visits every page) */
+				idx_touched_add(x, p->ino);
 				continue;
 			}
 			/* before the time is read (touch_atime) */
@@ -204,7 +214,7 @@ int kv_index_touched_walk(struct kv_index *x, bool all,
 	}
 	free(ino);
 	if (rc == 0 && (all || overflow))
-		rc = kv_index_page_walk(x, fn, arg);
+		rc = page_walk(x, true, fn, arg);
 	if (rc) {
 		pthread_mutex_lock(&x->touched_lock);
 		x->touched_overflow = true;

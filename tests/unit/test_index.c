@@ -835,9 +835,9 @@ static int note_flushed(void *arg, const struct kv_page_brief *p)
 	return 0;
 }
 
-static void test_touched_walk_loses_no_touch_under_race(void **state)
+static void touch_race(struct kv_index *x, size_t touched_max)
 {
-	struct touch_race r = { .x = *state };
+	struct touch_race r = { .x = x };
 	pthread_t th[TOUCHERS];
 	struct kv_node_info n;
 	char name[32];
@@ -850,6 +850,7 @@ static void test_touched_walk_loses_no_touch_under_race(void **state)
 		assert_int_equal(add_page(r.x, 1000 + i, 3, name, 10), 0);
 		durable(r.x, 1000 + i);
 	}
+	x->touched_max = touched_max;
 	for (i = 0; i < TOUCHERS; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, toucher, &r), 0);
 	for (walks = 0; walks < 200 || atomic_load(&r.touches) < 20000; walks++)
@@ -862,6 +863,17 @@ static void test_touched_walk_loses_no_touch_under_race(void **state)
 		assert_int_equal(kv_index_get(r.x, 1000 + i, &n), 0);
 		assert_int_equal(r.flushed[i], n.attr.atime_ns);
 	}
+}
+
+static void test_touched_walk_loses_no_touch_under_race(void **state)
+{
+	touch_race(*state, IDX_TOUCHED_MAX);
+}
+
+/* The same with a list of 16: most walks fall back to every page. */
+static void test_touched_walk_loses_no_touch_when_full(void **state)
+{
+	touch_race(*state, 16);
 }
 
 int main(void)
@@ -879,6 +891,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_touched_walk_visits_pages_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_touched_walk_falls_back_to_every_page, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_touched_walk_loses_no_touch_under_race, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_touched_walk_loses_no_touch_when_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_data_from_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_durable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
