@@ -21,7 +21,7 @@ $PAGETOOL write "$MNT/m/01" q 200 65536 || fail "writing 64 KiB pages"
 umount_kvfs
 
 # (1) Before the load: everything reads as from a whole index.
-KVFS_TEST_LOAD_PAUSE_MS=8000 mount_kvfs
+KVFS_TEST_LOAD_PAUSE_MS=15000 mount_kvfs
 [ "$(loading)" = 1 ] || fail "the load was not held back: this test would prove nothing"
 "$KVFS" stat "$MNT" | grep -q "^index *loading in the background" ||
 	fail "kvfs stat does not say the index is loading: $("$KVFS" stat "$MNT")"
@@ -69,7 +69,7 @@ head -c 5000 /dev/urandom > "$T/new2"
 cp "$T/new2" "$MNT/m/02/new2" || fail "a write after the load"
 cmp "$T/new2" "$MNT/m/02/new2" || fail "the page written after the load"
 rm "$MNT/m/01/q000007" || fail "unlink after the load"
-python3 -c 'import json, sys; v = json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["load_ms"]; sys.exit(0 if v >= 8000 else 1)' "$MNT" ||
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["load_ms"]; sys.exit(0 if v >= 15000 else 1)' "$MNT" ||
 	fail "load_ms does not count the held-back load"
 grep -q "loaded in the background: 500 pages" "$LOG" || fail "no log line for the load: $(grep -i load "$LOG")"
 no_errors_in_log
