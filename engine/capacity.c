@@ -47,7 +47,6 @@ struct kvfs_cap {
 	                                * and left nothing draining */
 	uint64_t need;                 /* most bytes a waiting writer needs */
 	int64_t atime_flushed_ns;      /* pages touched before this are in the manifest */
-	uint64_t touches_flushed;      /* kv_index_atime_touches at the last flush */
 	bool atime_walk_all;           /* a flush failed: the next visits every page */
 	struct kvfs_cap_stats st;
 };
@@ -613,11 +612,8 @@ static int write_touched(struct kvfs *fs, const struct touched *t)
 /*
  * A flush visits the pages read since the last one (kv_index_touched_walk),
  * not every page (71 ms per 1M pages, 7 s at 10^8, on the committer's
- * thread), and is skipped when no access time was set since
- * (kv_index_atime_touches): a store only written to, or idle, pays nothing
- * every ATIME_FLUSH_SECS. A touch counts after its time is in the index,
- * so a flush that reads the count unchanged has nothing newer to find.
- * The index forgets the pages it handed out: after a failure to write
+ * thread): a store only written to, or idle, finds the list empty and
+ * pays nothing every ATIME_FLUSH_SECS. The index forgets the pages it handed out: after a failure to write
  * them, the next flush visits every page.
  */
 static void atime_flush(struct kvfs *fs)
@@ -625,25 +621,18 @@ static void atime_flush(struct kvfs *fs)
 	struct kvfs_cap *c = fs->cap;
 	struct touched t = { 0 };
 	int64_t start = kvfs_now_ns();
-	uint64_t touches;
 	int rc;
 
 	if (!c)
 		return;
-	touches = kv_index_atime_touches(fs->idx);
-	if (touches == c->touches_flushed) {
-		c->atime_flushed_ns = start;
-		return;
-	}
 	t.since = c->atime_flushed_ns;
 	rc = kv_index_touched_walk(fs->idx, c->atime_walk_all, collect_touched, &t);
 	if (rc == 0 && t.n)
 		rc = write_touched(fs, &t);
 	c->atime_walk_all = rc != 0;
-	if (rc == 0) {
+	if (rc == 0)
 		c->atime_flushed_ns = start;
-		c->touches_flushed = touches;
-	} else
+	else
 		kv_log(KV_LOG_WARN, "access times of %zu pages not saved (%s); "
 		       "retrying later", t.n, kv_strerror(rc));
 	free(t.ino);

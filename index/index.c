@@ -567,17 +567,10 @@ static int touch_atime(struct kv_index *x, uint64_t ino, int64_t atime_ns)
 		    !(__atomic_fetch_or(&n->flags, NODE_ATIME_LISTED, __ATOMIC_SEQ_CST) &
 		      NODE_ATIME_LISTED))
 			idx_touched_add(x, ino);
-		/* after the time: kv_index_atime_touches' reader then finds it */
-		atomic_fetch_add_explicit(&x->atime_touches, 1, memory_order_release);
 		rc = 0;
 	}
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
-}
-
-uint64_t kv_index_atime_touches(struct kv_index *x)
-{
-	return atomic_load_explicit(&x->atime_touches, memory_order_acquire);
 }
 
 static int update_ok(const struct kv_index *x, const struct node *n,

@@ -192,10 +192,6 @@ int kv_index_extent_walk(struct kv_index *x,
 			 int (*fn)(void *arg, const struct kv_extent_rec *r),
 			 void *arg);
 
-/* How many access times KV_UPD_ATIME has set so far: a caller that finds
- * it unchanged knows no access time moved meanwhile. */
-uint64_t kv_index_atime_touches(struct kv_index *x);
-
 /* What kv_index_page_walk shows of a page. */
 struct kv_page_brief {
 	uint64_t ino;

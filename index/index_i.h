@@ -106,7 +106,6 @@ struct kv_index {
 	 * index; layers_unloaded only falls, and at 0 the loader is never read. */
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
-	_Atomic uint64_t atime_touches;   /* KV_UPD_ATIME updates made */
 	/* Pages whose access time a read moved (touch_atime), each once,
 	 * for kv_index_touched_walk; beyond touched_max, only overflow. */
 	pthread_mutex_t touched_lock;     /* a leaf: taken under x->lock */
