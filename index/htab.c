@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "htab.h"
 
@@ -16,19 +17,51 @@
  * insert the old arrays are empty after C/8, a sixth of that. */
 #define DRAIN_STEP 8u
 
-/* Slots and tags in one allocation. */
+/*
+ * Arrays of this many bytes or more are mapped straight from the kernel:
+ * from malloc they would sit in the arena of the thread that grew the
+ * table, pinning it, and glibc's dynamic threshold puts allocations up to
+ * 32 MiB there once a larger one was freed (slab.c says what pinning costs).
+ */
+#define MAP_MIN_BYTES (1u << 20)
+
+static size_t arrays_bytes(size_t cap)
+{
+	return cap * (sizeof(void *) + 1);
+}
+
+/* Slots and tags in one allocation, zeroed. */
 static int arrays_new(size_t cap, void ***slot, uint8_t **tag)
 {
+	size_t bytes = arrays_bytes(cap);
 	void **s;
 
 	if (cap > SIZE_MAX / (sizeof(*s) + 1))
 		return -ENOMEM;
-	s = calloc(1, cap * (sizeof(*s) + 1));
-	if (!s)
+	if (bytes >= MAP_MIN_BYTES) {
+		s = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (s == MAP_FAILED)
+			return -ENOMEM;
+	} else if (!(s = calloc(1, bytes))) {
 		return -ENOMEM;
+	}
 	*slot = s;
 	*tag = (uint8_t *)(s + cap);
 	return 0;
+}
+
+/* Give back what arrays_new(mask + 1) made (slot may be NULL). */
+static void arrays_free(void **slot, size_t mask)
+{
+	size_t bytes = arrays_bytes(mask + 1);
+
+	if (!slot)
+		return;
+	if (bytes >= MAP_MIN_BYTES)
+		munmap(slot, bytes);
+	else
+		free(slot);
 }
 
 int htab_init(struct htab *t, uint64_t (*hash)(const void *e))
@@ -50,8 +83,8 @@ int htab_init(struct htab *t, uint64_t (*hash)(const void *e))
 
 void htab_fini(struct htab *t)
 {
-	free(t->slot);
-	free(t->old_slot);
+	arrays_free(t->slot, t->mask);
+	arrays_free(t->old_slot, t->old_mask);
 	t->slot = t->old_slot = NULL;
 	t->tag = t->old_tag = NULL;
 	t->mask = t->old_mask = 0;
@@ -89,7 +122,7 @@ static void drain(struct htab *t, size_t step)
 	}
 	if (t->moved > t->old_mask) {
 		t->gen++;
-		free(t->old_slot);
+		arrays_free(t->old_slot, t->old_mask);
 		t->old_slot = NULL;
 		t->old_tag = NULL;
 		t->old_mask = 0;
@@ -112,7 +145,7 @@ static int rehash(struct htab *t, size_t cap)
 	for (i = 0; i <= t->mask; i++)
 		if (t->tag[i])
 			place(slot, tag, cap - 1, t->slot[i], t->hash(t->slot[i]));
-	free(t->slot);
+	arrays_free(t->slot, t->mask);
 	t->slot = slot;
 	t->tag = tag;
 	t->mask = cap - 1;

@@ -4,13 +4,14 @@
  *
  * malloc gives each object an 8-byte header and rounds it to 16 bytes: a
  * page node with a 16-character name (105 bytes) takes 128, an extent
- * record (56) takes 64. Here objects are cut from 256 KiB chunks by size
+ * record (56) takes 64. Here objects are cut from 256 KiB chunks (of
+ * mapped 16 MiB regions, outside malloc's arenas: slab.c says why) by size
  * class (8-byte steps, so 8-byte alignment), with no header: the caller
  * gives the size back on free (the index knows it: a node's follows from
  * its name). A freed object goes on its class's free list, and the next
  * allocation of that class takes it.
  *
- * Chunks go back to the system only at slab_fini: a store that shrank
+ * Regions go back to the system only at slab_fini: a store that shrank
  * keeps its high-water mark for the next growth, as a malloc heap would
  * (whose freed small chunks are rarely returned either).
  *
@@ -33,8 +34,11 @@ struct slab_class {
 
 struct slab {
 	struct slab_class cls[SLAB_MAX / 8];
-	void **chunks;
-	size_t nchunks, chunks_cap;
+	void **regions;           /* mapped; chunks are cut from them */
+	size_t nregions, regions_cap;
+	char *region_cur;         /* the newest region's uncut part */
+	size_t region_left;
+	size_t nchunks;           /* chunks cut so far */
 	size_t live;              /* bytes in objects handed out and not freed */
 };
 

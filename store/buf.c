@@ -257,6 +257,70 @@ void kv_buf_put(void *p, size_t len)
 		munmap(p, size);
 }
 
+/* One warm buffer beyond keep bytes of its kind, taken off its list (the
+ * pool lock held); NULL when there is none. */
+static void *trim_take(uint64_t keep, size_t *size, bool *small)
+{
+	unsigned i;
+
+	if (pool.idle_small > keep) {
+		for (i = 0; i < SLAB_CLASSES; i++) {
+			struct slab_class *c = &pool.slab[i];
+
+			if (c->warm.n) {
+				*size = (size_t)(i + 1) * KV_ALIGN;
+				*small = true;
+				pool.idle_small -= *size;
+				return c->warm.v[--c->warm.n];
+			}
+		}
+	}
+	if (pool.idle_large > keep) {
+		for (i = 0; i < LARGE_CLASSES; i++) {
+			struct large_class *c = &pool.large[i];
+
+			if (c->warm.n) {
+				*size = c->size;
+				*small = false;
+				pool.idle_large -= *size;
+				return c->warm.v[--c->warm.n];
+			}
+		}
+	}
+	return NULL;
+}
+
+uint64_t kv_buf_trim(void)
+{
+	uint64_t given = 0;
+	size_t size;
+	bool small;
+	void *p;
+
+	/* One buffer per hold of the lock: the kernel calls run outside it,
+	 * so a writer that comes back meanwhile never waits behind them. */
+	for (;;) {
+		pthread_mutex_lock(&pool.lock);
+		p = trim_take(KV_BUF_IDLE_MAX, &size, &small);
+		pthread_mutex_unlock(&pool.lock);
+		if (!p)
+			break;
+		given += size;
+		if (!small) {
+			munmap(p, size);
+			continue;
+		}
+		madvise(p, size, MADV_DONTNEED);
+		/* Room for every slot was reserved in cold when its slab
+		 * was mapped (slab_get): this push cannot fail. */
+		pthread_mutex_lock(&pool.lock);
+		struct ptrvec *cold = &pool.slab[size / KV_ALIGN - 1].cold;
+		cold->v[cold->n++] = p;
+		pthread_mutex_unlock(&pool.lock);
+	}
+	return given;
+}
+
 void kv_buf_stats(struct kv_buf_stats *st)
 {
 	pthread_mutex_lock(&pool.lock);

@@ -360,6 +360,11 @@ void *kv_buf_alloc(size_t len);
 /* Keep up to bytes (at least KV_BUF_IDLE_MAX) of each kind idle instead:
  * a writer's budget of buffers in flight, reused warm. Thread-safe. */
 void kv_buf_set_idle_max(uint64_t bytes);
+/* The writers have gone quiet: give back idle buffers beyond
+ * KV_BUF_IDLE_MAX of each kind (a raised idle max keeps a write flood's
+ * buffers warm; afterwards they are only RSS). Returns the bytes given
+ * back. Thread-safe; the next flood faults them in again. */
+uint64_t kv_buf_trim(void);
 void *kv_buf_get(size_t len);
 void kv_buf_put(void *p, size_t len);
 uint64_t kv_buf_footprint(size_t len);

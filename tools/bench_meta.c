@@ -4,7 +4,9 @@
  * that many pages costs the daemon and the people using it:
  *
  *   RAM     the daemon's VmRSS after creating the pages minus before, per
- *           page, and its VmHWM; the same after a remount, when the daemon
+ *           page, and its VmHWM; again IDLE_WAIT_S later, once the daemon
+ *           has given back what the writes freed (it does so after two
+ *           idle seconds); the same after a remount, when the daemon
  *           holds only what loading the store gave it (no write buffers)
  *   mount   unmount, drop caches, `kvfs mount` again: seconds until the
  *           mount answers (statfs and stat of the root reach the daemon),
@@ -34,6 +36,7 @@
 #define META_WRITE_PAGES 4096u   /* pages per KVFS_IOC_WRITE: ~16 MiB of 4 KiB pages */
 #define META_MAGIC 0x6b7666732d6d6574ull   /* "kvfs-met" */
 #define META_ROW_BYTES 512u      /* manifest bytes per page, generously (disk check) */
+#define IDLE_WAIT_S 3            /* the daemon trims its memory after 2 idle seconds */
 
 struct mem {
 	uint64_t rss, hwm;           /* bytes */
@@ -57,7 +60,7 @@ struct meta {
 	atomic_ulong nlat;
 	/* results */
 	double create_s, mount_s, first_lookup_s, loaded_s, ls_s, lookup_s, fsck_s;
-	struct mem before, created, mounted;
+	struct mem before, created, idle, mounted;
 	unsigned long ls_entries, fsck_pages, calls;
 	double p50_ms, p99_ms;
 	double create_max_call_s;    /* the slowest write call: a stall shows here */
@@ -347,6 +350,10 @@ static int create_pages(struct meta *m)
 	/* the regions are gone: what the daemon maps of them is not counted */
 	if (rc == 0)
 		rc = daemon_mem(m->b, &m->created);
+	if (rc == 0) {
+		sleep(IDLE_WAIT_S);
+		rc = daemon_mem(m->b, &m->idle);
+	}
 	bench_step_done();
 	return rc;
 }
@@ -554,7 +561,8 @@ static void report(const struct meta *m)
 		       "\"create_pages_per_s\":%.1f,\"create_max_call_s\":%.4f,"
 		       "\"rss_before_bytes\":%llu,"
 		       "\"rss_created_bytes\":%llu,\"hwm_created_bytes\":%llu,"
-		       "\"ram_bytes_per_page\":%.1f,\"rss_mounted_bytes\":%llu,"
+		       "\"ram_bytes_per_page\":%.1f,\"rss_idle_bytes\":%llu,"
+		       "\"idle_ram_bytes_per_page\":%.1f,\"rss_mounted_bytes\":%llu,"
 		       "\"hwm_mounted_bytes\":%llu,\"mounted_ram_bytes_per_page\":%.1f,"
 		       "\"mount_s\":%.4f,\"first_lookup_s\":%.4f,\"mount_s_per_10m_pages\":%.3f,"
 		       "\"loaded_s\":%.4f,\"loaded_s_per_10m_pages\":%.3f,"
@@ -567,6 +575,7 @@ static void report(const struct meta *m)
 		       m->create_s, (double)m->pages / m->create_s, m->create_max_call_s,
 		       (unsigned long long)m->before.rss, (unsigned long long)m->created.rss,
 		       (unsigned long long)m->created.hwm, per_page(m, &m->created),
+		       (unsigned long long)m->idle.rss, per_page(m, &m->idle),
 		       (unsigned long long)m->mounted.rss, (unsigned long long)m->mounted.hwm,
 		       per_page(m, &m->mounted), m->mount_s, m->first_lookup_s, per10m,
 		       m->loaded_s, m->loaded_s * 1e7 / (double)m->pages, m->ls_entries, m->ls_s, m->b->cold ? "true" : "false", m->pages,
@@ -584,10 +593,12 @@ static void report(const struct meta *m)
 	       "           slowest write call %.3f s)\n", m->create_s,
 	       (double)m->pages / m->create_s, m->create_max_call_s);
 	printf("  RAM      before %.1f MB; after creating %.1f MB (HWM %.1f): %.1f B/page;\n"
+	       "           idle %d s later %.1f MB: %.1f B/page;\n"
 	       "           after a remount %.1f MB (HWM %.1f): %.1f B/page   "
 	       "(target <= 64 B/page)\n", (double)m->before.rss / mb,
 	       (double)m->created.rss / mb, (double)m->created.hwm / mb,
-	       per_page(m, &m->created), (double)m->mounted.rss / mb,
+	       per_page(m, &m->created), IDLE_WAIT_S, (double)m->idle.rss / mb,
+	       per_page(m, &m->idle), (double)m->mounted.rss / mb,
 	       (double)m->mounted.hwm / mb, per_page(m, &m->mounted));
 	printf("  mount    %9.3f s until it answers (it reads models and layers only),\n"
 	       "           %.3f s until the first LOOKUP, %.3f s until the whole index is\n"

@@ -247,6 +247,42 @@ static void test_idle_max_raised(void **state)
 	assert_true(cycle_warm(256, 64 << 10) == 256);
 }
 
+/*
+ * Once a flood is over, kv_buf_trim gives back every idle buffer beyond
+ * KV_BUF_IDLE_MAX of each kind: small ones are MADV_DONTNEED'd (and kept
+ * for reuse), large ones unmapped. What it says it gave back leaves the
+ * idle counts and RSS; a second trim finds nothing; the pool still serves.
+ * Runs last, after test_idle_max_raised: it changes the process-wide pool.
+ */
+static void test_trim_after_flood(void **state)
+{
+	struct kv_buf_stats a, b;
+	uint64_t rss0, rss1, given;
+
+	(void)state;
+	kv_buf_set_idle_max(128 * MIB);
+	assert_int_equal(cycle_warm(1536, 64 << 10), 1536);   /* 96 MiB */
+	assert_int_equal(cycle_warm(96, MIB), 96);
+	kv_buf_stats(&a);
+	assert_true(a.idle_small >= 96 * MIB);
+	assert_true(a.idle_large >= 96 * MIB);
+	rss0 = rss_bytes();
+	given = kv_buf_trim();
+	rss1 = rss_bytes();
+	kv_buf_stats(&b);
+	assert_true(b.idle_small <= KV_BUF_IDLE_MAX && b.idle_small > KV_BUF_IDLE_MAX - (64 << 10));
+	assert_true(b.idle_large <= KV_BUF_IDLE_MAX && b.idle_large > KV_BUF_IDLE_MAX - MIB);
+	assert_int_equal(given, (a.idle_small - b.idle_small) + (a.idle_large - b.idle_large));
+	assert_true(given >= 128 * MIB);
+	if (RSS_CHECKED)
+		assert_true(rss0 - rss1 >= given - 8 * MIB);
+	assert_int_equal(kv_buf_trim(), 0);
+	/* the pool still serves: the trimmed small slots come back zeroed */
+	assert_true(cycle_warm(1536, 64 << 10) >= KV_BUF_IDLE_MAX / (64 << 10));
+	assert_true(cycle_warm(96, MIB) >= KV_BUF_IDLE_MAX / MIB);
+	kv_buf_set_idle_max(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -255,6 +291,7 @@ int main(void)
 		cmocka_unit_test(test_large_idle_bounded),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_idle_max_raised),
+		cmocka_unit_test(test_trim_after_flood),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

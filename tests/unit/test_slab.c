@@ -27,10 +27,11 @@ static void test_sizes_out_of_range(void **state)
 	slab_fini(&s);
 }
 
-/* Objects of every size, many chunks' worth: each keeps its own bytes. */
+/* Objects of every size, many chunks' and two regions' worth (20 MB):
+ * each keeps its own bytes. */
 static void test_objects_are_disjoint(void **state)
 {
-	enum { N = 40000 };
+	enum { N = 80000 };
 	struct slab s;
 	unsigned char **p = calloc(N, sizeof(*p));
 	size_t i, j, live = 0;
@@ -49,9 +50,11 @@ static void test_objects_are_disjoint(void **state)
 	}
 	assert_int_equal(s.live, live);
 	assert_true(s.nchunks > 1);
+	assert_true(s.nregions > 1);
 	for (i = 0; i < N; i++)
 		for (j = 0; j < 1 + i % SLAB_MAX; j++)
-			assert_int_equal(p[i][j], i & 0xff);
+			if (p[i][j] != (i & 0xff))
+				fail_msg("object %zu byte %zu changed", i, j);
 	for (i = 0; i < N; i++)
 		slab_free(&s, p[i], 1 + i % SLAB_MAX);
 	assert_int_equal(s.live, 0);
