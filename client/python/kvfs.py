@@ -127,6 +127,12 @@ class PageError(OSError):
         self.index = index
         self.statuses = statuses
 
+    def __reduce__(self):
+        # OSError pickles as (errno, strerror, filename), which __init__
+        # does not take: an engine process's PageError would not cross
+        # multiprocessing (its pool hangs on the error it cannot unpickle).
+        return (PageError, (self.errno, self.filename, self.index, self.statuses))
+
 
 def _load():
     here = os.path.dirname(os.path.abspath(__file__))

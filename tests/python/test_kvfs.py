@@ -13,6 +13,7 @@ Exits 77 (skip) without /dev/fuse, fusermount3 or numpy.
 import errno
 import importlib.util
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -530,6 +531,11 @@ class FastPathTest(MountedModel):
         self.assertEqual((e.index, e.filename), (1, "nope"))
         self.assertEqual(e.statuses, [0, -errno.ENOENT, 0])
         self.assertErrno(errno.ENOBUFS, self.client.read_layer, 0, ["p0"], 4096)
+        # it crosses processes (multiprocessing pickles a worker's error)
+        back = pickle.loads(pickle.dumps(e))
+        self.assertIsInstance(back, kvfs.PageError)
+        self.assertEqual((back.errno, back.filename, back.index, back.statuses),
+                         (errno.ENOENT, "nope", 1, [0, -errno.ENOENT, 0]))
 
     # ---- writes ----
 
