@@ -1,5 +1,5 @@
 /*
- * Open-addressing pointer hash set used by the in-memory index (see
+ * Open-addressing hash set of 32-bit handles used by the in-memory index (see
  * htab.h): growth by doubling at 3/4 load, done a few slots per insert,
  * one-byte tags beside the slots, and backward-shift deletion, which moves
  * later members of a probe run back into the hole so that a probe can
@@ -27,14 +27,14 @@
 
 static size_t arrays_bytes(size_t cap)
 {
-	return cap * (sizeof(void *) + 1);
+	return cap * (sizeof(uint32_t) + 1);
 }
 
 /* Slots and tags in one allocation, zeroed. */
-static int arrays_new(size_t cap, void ***slot, uint8_t **tag)
+static int arrays_new(size_t cap, uint32_t **slot, uint8_t **tag)
 {
 	size_t bytes = arrays_bytes(cap);
-	void **s;
+	uint32_t *s;
 
 	if (cap > SIZE_MAX / (sizeof(*s) + 1))
 		return -ENOMEM;
@@ -52,7 +52,7 @@ static int arrays_new(size_t cap, void ***slot, uint8_t **tag)
 }
 
 /* Give back what arrays_new(mask + 1) made (slot may be NULL). */
-static void arrays_free(void **slot, size_t mask)
+static void arrays_free(uint32_t *slot, size_t mask)
 {
 	size_t bytes = arrays_bytes(mask + 1);
 
@@ -64,7 +64,7 @@ static void arrays_free(void **slot, size_t mask)
 		free(slot);
 }
 
-int htab_init(struct htab *t, uint64_t (*hash)(const void *e))
+int htab_init(struct htab *t, uint64_t (*hash)(const void *e), void *base)
 {
 	int rc = arrays_new(HTAB_MIN_CAP, &t->slot, &t->tag);
 
@@ -73,6 +73,7 @@ int htab_init(struct htab *t, uint64_t (*hash)(const void *e))
 	t->mask = HTAB_MIN_CAP - 1;
 	t->n = 0;
 	t->hash = hash;
+	t->base = base;
 	t->old_slot = NULL;
 	t->old_tag = NULL;
 	t->old_mask = 0;
@@ -91,7 +92,7 @@ void htab_fini(struct htab *t)
 	t->n = t->moved = 0;
 }
 
-static void place(void **slot, uint8_t *tag, size_t mask, void *e, uint64_t h)
+static void place(uint32_t *slot, uint8_t *tag, size_t mask, uint32_t e, uint64_t h)
 {
 	size_t i;
 
@@ -116,8 +117,8 @@ static void drain(struct htab *t, size_t step)
 
 		if (t->old_tag[j] & 0x80)
 			place(t->slot, t->tag, t->mask, t->old_slot[j],
-			      t->hash(t->old_slot[j]));
-		t->old_slot[j] = NULL;
+			      t->hash(htab_elem(t, t->old_slot[j])));
+		t->old_slot[j] = 0;
 		t->old_tag[j] = 0;
 	}
 	if (t->moved > t->old_mask) {
@@ -135,7 +136,7 @@ static void drain(struct htab *t, size_t step)
 static int rehash(struct htab *t, size_t cap)
 {
 	uint8_t *tag;
-	void **slot;
+	uint32_t *slot;
 	size_t i;
 	int rc;
 
@@ -144,7 +145,7 @@ static int rehash(struct htab *t, size_t cap)
 		return rc;
 	for (i = 0; i <= t->mask; i++)
 		if (t->tag[i])
-			place(slot, tag, cap - 1, t->slot[i], t->hash(t->slot[i]));
+			place(slot, tag, cap - 1, t->slot[i], t->hash(htab_elem(t, t->slot[i])));
 	arrays_free(t->slot, t->mask);
 	t->slot = slot;
 	t->tag = tag;
@@ -159,7 +160,7 @@ static int grow(struct htab *t)
 {
 	size_t cap = (t->mask + 1) * 2;
 	uint8_t *tag;
-	void **slot;
+	uint32_t *slot;
 	int rc;
 
 	if (cap < t->mask + 1)
@@ -217,7 +218,7 @@ int htab_insert(struct htab *t, void *e)
 	if (rc < 0)
 		return rc;
 	drain(t, DRAIN_STEP);
-	place(t->slot, t->tag, t->mask, e, t->hash(e));
+	place(t->slot, t->tag, t->mask, htab_handle(t, e), t->hash(e));
 	t->n++;
 	return 0;
 }
@@ -225,10 +226,11 @@ int htab_insert(struct htab *t, void *e)
 static size_t find_slot(const struct htab *t, const void *e, uint64_t h)
 {
 	uint8_t want = htab_tag(h);
+	uint32_t eh = htab_handle(t, e);
 	size_t i;
 
 	for (i = h & t->mask; t->tag[i]; i = (i + 1) & t->mask)
-		if (t->tag[i] == want && t->slot[i] == e)
+		if (t->tag[i] == want && t->slot[i] == eh)
 			return i;
 	return SIZE_MAX;
 }
@@ -237,11 +239,12 @@ static size_t find_slot(const struct htab *t, const void *e, uint64_t h)
 static size_t find_old_slot(const struct htab *t, const void *e, uint64_t h)
 {
 	uint8_t want = htab_tag(h);
+	uint32_t eh = htab_handle(t, e);
 	size_t left = t->old_mask + 1 - t->moved;
 	size_t i = htab_old_start(t, h & t->old_mask);
 
 	for (; left && t->old_tag[i]; left--, i = htab_old_start(t, (i + 1) & t->old_mask))
-		if (t->old_tag[i] == want && t->old_slot[i] == e)
+		if (t->old_tag[i] == want && t->old_slot[i] == eh)
 			return i;
 	return SIZE_MAX;
 }
@@ -265,19 +268,19 @@ bool htab_remove(struct htab *t, const void *e)
 			return false;
 		/* A tombstone: shifting old slots back could move one into the
 		 * drained part, where it would never be moved across. */
-		t->old_slot[i] = NULL;
+		t->old_slot[i] = 0;
 		t->old_tag[i] = HTAB_TOMB;
 		t->n--;
 		return true;
 	}
 	t->n--;
 	for (;;) {
-		t->slot[i] = NULL;
+		t->slot[i] = 0;
 		t->tag[i] = 0;
 		for (j = (i + 1) & t->mask;; j = (j + 1) & t->mask) {
 			if (!t->tag[j])
 				return true;
-			if (!stays(i, j, t->hash(t->slot[j]) & t->mask))
+			if (!stays(i, j, t->hash(htab_elem(t, t->slot[j])) & t->mask))
 				break;
 		}
 		t->slot[i] = t->slot[j];
@@ -292,12 +295,12 @@ bool htab_replace(struct htab *t, const void *old, void *new_e)
 	size_t i = find_slot(t, old, h);
 
 	if (i != SIZE_MAX) {
-		t->slot[i] = new_e;
+		t->slot[i] = htab_handle(t, new_e);
 		return true;
 	}
 	if (!t->old_slot || (i = find_old_slot(t, old, h)) == SIZE_MAX)
 		return false;
-	t->old_slot[i] = new_e;
+	t->old_slot[i] = htab_handle(t, new_e);
 	return true;
 }
 
@@ -309,8 +312,9 @@ size_t htab_span(const struct htab *t)
 void *htab_at(const struct htab *t, size_t i)
 {
 	if (i <= t->mask)
-		return t->slot[i];
-	return t->old_slot[i - t->mask - 1];
+		return t->tag[i] ? htab_elem(t, t->slot[i]) : NULL;
+	i -= t->mask + 1;
+	return t->old_tag[i] & 0x80 ? htab_elem(t, t->old_slot[i]) : NULL;
 }
 
 void htab_walk_resume(const struct htab *t, struct htab_walk *w)
@@ -355,13 +359,13 @@ void *htab_walk_next(const struct htab *t, struct htab_walk *w)
 			}
 			w->pos++;
 			if (t->old_tag[i] & 0x80)
-				return t->old_slot[i];
+				return htab_elem(t, t->old_slot[i]);
 			continue;
 		}
 		if (i > t->mask)
 			return NULL;
 		w->pos++;
 		if (t->tag[i])
-			return t->slot[i];
+			return htab_elem(t, t->slot[i]);
 	}
 }

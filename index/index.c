@@ -411,11 +411,20 @@ int kv_index_new(struct kv_index **out)
 	*out = NULL;
 	if (!x)
 		return -ENOMEM;
-	slab_init(&x->slab);
-	if (htab_init(&x->by_ino, node_ino_hash) ||
-	    htab_init(&x->by_name, node_name_hash) ||
-	    htab_init(&x->ext_by_id, xent_id_hash) ||
-	    htab_init(&x->ext_by_key, xent_key_hash))
+	rc = slab_init(&x->slab);
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "index: cannot reserve %llu GiB of address space for "
+		       "its records: %s", (unsigned long long)(SLAB_SPAN >> 30),
+		       kv_strerror(rc));
+		free(x);
+		return rc;
+	}
+	rc = -ENOMEM;
+	/* every element of the tables comes from the slab (htab.h) */
+	if (htab_init(&x->by_ino, node_ino_hash, x->slab.base) ||
+	    htab_init(&x->by_name, node_name_hash, x->slab.base) ||
+	    htab_init(&x->ext_by_id, xent_id_hash, x->slab.base) ||
+	    htab_init(&x->ext_by_key, xent_key_hash, x->slab.base))
 		goto fail_tables;
 	rc = make_root(x);
 	if (rc < 0)

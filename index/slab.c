@@ -1,6 +1,7 @@
 /*
  * Size-classed object slabs for the index (slab.h).
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "slab.h"
+#include "store.h"     /* kv_log */
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -22,13 +24,16 @@
  * space, untouched pages of it never resident). */
 #define SLAB_CHUNK (256u * 1024)
 /*
- * Chunks are cut from regions mapped straight from the kernel, never from
- * malloc. A malloc'd chunk lands in the arena of whichever thread added a
- * page, between the short-lived objects of that thread's requests; there it
- * pins the heap, so that the arena cannot shrink when those are freed: a
- * 300K-page write flood left 390 MB of free arena memory resident behind
- * 150 MB in use (docs/benchmarks/scale.md). 16 MiB regions keep the count
- * of mappings low (a thousand at 10^8 pages; the kernel allows 65530).
+ * Chunks are cut from 16 MiB regions of one span reserved at slab_init,
+ * never from malloc. A malloc'd chunk lands in the arena of whichever
+ * thread added a page, between the short-lived objects of that thread's
+ * requests; there it pins the heap, so that the arena cannot shrink when
+ * those are freed: a 300K-page write flood left 390 MB of free arena
+ * memory resident behind 150 MB in use (docs/benchmarks/scale.md). One
+ * span also lets the hash tables name an object by a 32-bit offset
+ * (htab.h): the span is what such an offset reaches, 32 GiB, and is
+ * reserved without access (no RAM, no commit charge); each region becomes
+ * writable when the first chunk is cut from it.
  */
 #define SLAB_REGION (16u << 20)
 
@@ -37,20 +42,25 @@ static size_t class_size(size_t size)
 	return (size + 7) & ~(size_t)7;
 }
 
-void slab_init(struct slab *s)
+int slab_init(struct slab *s)
 {
+	void *span;
+
 	memset(s, 0, sizeof(*s));
+	span = mmap(NULL, SLAB_SPAN, PROT_NONE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (span == MAP_FAILED)
+		return -errno;
+	s->base = span;
+	return 0;
 }
 
 void slab_fini(struct slab *s)
 {
-	size_t i;
-
-	for (i = 0; i < s->nregions; i++) {
-		UNPOISON(s->regions[i], SLAB_REGION);
-		munmap(s->regions[i], SLAB_REGION);
+	if (s->base) {
+		UNPOISON(s->base, (size_t)s->nregions * SLAB_REGION);
+		munmap(s->base, SLAB_SPAN);
 	}
-	free(s->regions);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -60,22 +70,20 @@ static bool chunk_add(struct slab *s, struct slab_class *c)
 	char *chunk;
 
 	if (s->region_left < SLAB_CHUNK) {
-		if (s->nregions == s->regions_cap) {
-			size_t cap = s->regions_cap ? s->regions_cap * 2 : 16;
-			void **v = realloc(s->regions, cap * sizeof(*v));
-
-			if (!v)
-				return false;
-			s->regions = v;
-			s->regions_cap = cap;
+		chunk = s->base + (size_t)s->nregions * SLAB_REGION;
+		if ((size_t)(s->nregions + 1) * SLAB_REGION > SLAB_SPAN) {
+			if (!s->span_full)
+				kv_log(KV_LOG_ERR, "index: its %llu GiB of address space "
+				       "for page and extent records are full (about 200 "
+				       "million pages with 16-character names); no more "
+				       "pages can be added", (unsigned long long)(SLAB_SPAN >> 30));
+			s->span_full = true;
+			return false;
 		}
-		/* untouched pages of it cost no RAM */
-		chunk = mmap(NULL, SLAB_REGION, PROT_READ | PROT_WRITE,
-			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (chunk == MAP_FAILED)
+		if (mprotect(chunk, SLAB_REGION, PROT_READ | PROT_WRITE) < 0)
 			return false;
 		POISON(chunk, SLAB_REGION);
-		s->regions[s->nregions++] = chunk;
+		s->nregions++;
 		s->region_cur = chunk;
 		s->region_left = SLAB_REGION;
 	}

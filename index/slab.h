@@ -22,6 +22,7 @@
 #ifndef KV_SLAB_H
 #define KV_SLAB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define SLAB_MAX 512u             /* largest object */
@@ -34,15 +35,21 @@ struct slab_class {
 
 struct slab {
 	struct slab_class cls[SLAB_MAX / 8];
-	void **regions;           /* mapped; chunks are cut from them */
-	size_t nregions, regions_cap;
+	char *base;               /* the reserved span (SLAB_SPAN bytes) */
+	unsigned nregions;        /* regions of it in use, from base up */
+	bool span_full;           /* said so in the log already */
 	char *region_cur;         /* the newest region's uncut part */
 	size_t region_left;
 	size_t nchunks;           /* chunks cut so far */
 	size_t live;              /* bytes in objects handed out and not freed */
 };
 
-void slab_init(struct slab *s);
+/* Every object of a slab lies in [base, base + SLAB_SPAN): 32 GiB, what a
+ * 32-bit count of 8-byte units reaches (htab.h). */
+#define SLAB_SPAN (1ull << 35)
+
+/* Reserve the span (no RAM yet). 0 or -errno. */
+int slab_init(struct slab *s);
 /* Free every chunk (objects still out become invalid). */
 void slab_fini(struct slab *s);
 /* An object of size bytes (1..SLAB_MAX), 8-byte aligned, contents

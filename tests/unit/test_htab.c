@@ -75,7 +75,7 @@ static void test_growth_is_incremental(void **state)
 
 	(void)state;
 	assert_non_null(els);
-	assert_int_equal(htab_init(&t, el_hash), 0);
+	assert_int_equal(htab_init(&t, el_hash, els), 0);
 	for (i = 0; i < 4 * n; i++)
 		els[i].key = i + 1;
 	for (i = 0; i < n; i++) {
@@ -129,7 +129,11 @@ static void test_random_against_record(void **state)
 
 	(void)state;
 	assert_non_null(els);
-	assert_int_equal(htab_init(&t, el_hash), 0);
+	/* The elements at the top of the span a handle reaches: handles
+	 * with the high bit set must come back to the same element. */
+	assert_int_equal(htab_init(&t, el_hash, (void *)((uintptr_t)els - (HTAB_SPAN -
+						 N * sizeof(*els)))), 0);
+	assert_true(htab_handle(&t, &els[N - 1]) == UINT32_MAX - 1);
 	for (size_t i = 0; i < N; i++)
 		els[i].key = i + 1;
 	for (int op = 0; op < 200000; op++) {
@@ -188,7 +192,7 @@ static void walk_under_changes(unsigned seed, size_t step, size_t changes_per_st
 	assert_non_null(els);
 	assert_non_null(was);
 	assert_non_null(seen);
-	assert_int_equal(htab_init(&t, el_hash_runs), 0);
+	assert_int_equal(htab_init(&t, el_hash_runs, els), 0);
 	for (size_t i = 0; i < N; i++)
 		els[i].key = i + 1;
 	for (size_t i = 0; i < N; i += 1 + seed % 2) {   /* some growing */
@@ -285,7 +289,7 @@ static void test_walk_across_growth(void **state)
 	(void)state;
 	assert_non_null(els);
 	assert_non_null(seen);
-	assert_int_equal(htab_init(&t, el_hash_mixed), 0);
+	assert_int_equal(htab_init(&t, el_hash_mixed, els), 0);
 	for (i = 0; i < 4 * N; i++)
 		els[i].key = i + 1;
 	for (i = 0; i < N; i++)
