@@ -42,24 +42,32 @@ static size_t class_size(size_t size)
 	return (size + 7) & ~(size_t)7;
 }
 
-int slab_init(struct slab *s)
+int slab_init_span(struct slab *s, size_t span_bytes)
 {
 	void *span;
 
 	memset(s, 0, sizeof(*s));
-	span = mmap(NULL, SLAB_SPAN, PROT_NONE,
+	if (span_bytes < SLAB_REGION || span_bytes > SLAB_SPAN || span_bytes % SLAB_REGION)
+		return -EINVAL;
+	span = mmap(NULL, span_bytes, PROT_NONE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (span == MAP_FAILED)
 		return -errno;
 	s->base = span;
+	s->span = span_bytes;
 	return 0;
+}
+
+int slab_init(struct slab *s)
+{
+	return slab_init_span(s, SLAB_SPAN);
 }
 
 void slab_fini(struct slab *s)
 {
 	if (s->base) {
 		UNPOISON(s->base, (size_t)s->nregions * SLAB_REGION);
-		munmap(s->base, SLAB_SPAN);
+		munmap(s->base, s->span);
 	}
 	memset(s, 0, sizeof(*s));
 }
@@ -71,12 +79,13 @@ static bool chunk_add(struct slab *s, struct slab_class *c)
 
 	if (s->region_left < SLAB_CHUNK) {
 		chunk = s->base + (size_t)s->nregions * SLAB_REGION;
-		if ((size_t)(s->nregions + 1) * SLAB_REGION > SLAB_SPAN) {
+		if ((size_t)(s->nregions + 1) * SLAB_REGION > s->span) {
 			if (!s->span_full)
-				kv_log(KV_LOG_ERR, "index: its %llu GiB of address space "
-				       "for page and extent records are full (about 200 "
-				       "million pages with 16-character names); no more "
-				       "pages can be added", (unsigned long long)(SLAB_SPAN >> 30));
+				kv_log(KV_LOG_ERR, "index: the %llu MiB of address space "
+				       "for its page and extent records is full (32 GiB "
+				       "hold about 200 million pages with 16-character "
+				       "names); no more pages can be added",
+				       (unsigned long long)(s->span >> 20));
 			s->span_full = true;
 			return false;
 		}

@@ -35,7 +35,8 @@ struct slab_class {
 
 struct slab {
 	struct slab_class cls[SLAB_MAX / 8];
-	char *base;               /* the reserved span (SLAB_SPAN bytes) */
+	char *base;               /* the reserved span */
+	size_t span;              /* its bytes: SLAB_SPAN but in tests */
 	unsigned nregions;        /* regions of it in use, from base up */
 	bool span_full;           /* said so in the log already */
 	char *region_cur;         /* the newest region's uncut part */
@@ -50,6 +51,9 @@ struct slab {
 
 /* Reserve the span (no RAM yet). 0 or -errno. */
 int slab_init(struct slab *s);
+/* The same with a smaller span (a multiple of 16 MiB), for a test of a
+ * full one; -EINVAL for a size out of range. */
+int slab_init_span(struct slab *s, size_t span_bytes);
 /* Free every chunk (objects still out become invalid). */
 void slab_fini(struct slab *s);
 /* An object of size bytes (1..SLAB_MAX), 8-byte aligned, contents

@@ -3,6 +3,7 @@
  * hands out aligned, disjoint objects across many chunks, a freed object is
  * reused by its own class only, and the live byte count follows.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -90,12 +91,46 @@ static void test_free_list_reuse(void **state)
 	assert_int_equal(s.nchunks, 0);
 }
 
+/* A full span refuses more (NULL, once logged) and keeps what it holds;
+ * freed objects are still handed out again. 32 MiB here, 32 GiB in the
+ * index. */
+static void test_full_span(void **state)
+{
+	enum { SZ = 512 };
+	struct slab s;
+	unsigned char **p;
+	size_t n = 0, cap = (32u << 20) / SZ, i;
+
+	(void)state;
+	assert_int_equal(slab_init_span(&s, 1000), -EINVAL);
+	assert_int_equal(slab_init_span(&s, 32u << 20), 0);
+	p = calloc(cap + 1, sizeof(*p));
+	assert_non_null(p);
+	while (n <= cap && (p[n] = slab_alloc(&s, SZ)) != NULL) {
+		memset(p[n], (int)(n & 0xff), SZ);
+		n++;
+	}
+	assert_true(n > cap / 2 && n <= cap);    /* stopped at the span */
+	assert_true(s.span_full);
+	assert_int_equal(s.nregions, 2);
+	assert_null(slab_alloc(&s, SZ));
+	assert_null(slab_alloc(&s, 8));           /* no new chunk for any class */
+	for (i = 0; i < n; i++)
+		if (p[i][0] != (i & 0xff) || p[i][SZ - 1] != (i & 0xff))
+			fail_msg("object %zu changed", i);
+	slab_free(&s, p[7], SZ);
+	assert_ptr_equal(slab_alloc(&s, SZ), p[7]);
+	slab_fini(&s);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sizes_out_of_range),
 		cmocka_unit_test(test_objects_are_disjoint),
 		cmocka_unit_test(test_free_list_reuse),
+		cmocka_unit_test(test_full_span),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
