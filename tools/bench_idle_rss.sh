@@ -5,6 +5,10 @@
 # tier would hold the pages written); four engines write PAGES pages of
 # SIZE bytes each through the fast path (bench_idle_rss.py), then the
 # layers are synced. Run it against two builds, alternating.
+# Not tools/bench_rss.sh: that one floods through `kvfs import`, one
+# client, and reads RSS once; the memory this measures is left in the
+# malloc arenas of several fast-path threads serving engines at once, and
+# shows only when read again after the daemon has gone idle.
 # usage: tools/bench_idle_rss.sh KVFS_BINARY PAGES_PER_ENGINE SIZE(4096|65536)
 set -u
 K=$1 PAGES=$2 SIZE=$3
