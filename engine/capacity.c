@@ -330,6 +330,10 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	size_t next = 0;
 	int rc;
 
+	/* Eviction deletes pages whose extents the background load is still
+	 * counting: it waits for the load (new pages go on meanwhile). */
+	if (kvfs_loading(fs) && (rc = kvfs_load_wait(fs)) < 0)
+		return rc;
 	rc = collect_victims(fs, older_than_ns, &vs);
 	if (rc < 0)
 		return rc;

@@ -8,15 +8,20 @@
  * loaded loads that layer first (index/load.c), so nothing a whole index
  * would find is missed.
  *
- * Changes wait. The allocator is rebuilt from every extent, and the
- * refcount check counts every page, only once the walk is over; a change
- * before that could overwrite a live extent or break the count. FUSE
- * changes wait at most a second (a small store has loaded by then, so a
- * write right after the mount works) and then get EAGAIN
- * (kvfs_changes_refused: the kernel holds a directory lock around them,
- * which must not be held for the whole load); fast-path writes wait here
- * (kvfs_changes_wait), at most LOAD_WAITERS_MAX at once, the next gets
- * EAGAIN; mkdir goes ahead (models and layers are whole from the start).
+ * New pages are taken at once: their bytes go to segment files made since
+ * the open (the store allocates nowhere else before its reclaim), they
+ * share no extent the load is checking (index: frozen_below), and a page
+ * into a layer not loaded yet loads that layer first, so a name taken in
+ * a row is EEXIST as ever. Other changes wait. The allocator learns the
+ * older segments' free ranges, and the refcount check counts every page,
+ * only once the walk is over; replacing or removing a page before that
+ * would move a count under the check or free a range reclaim has not
+ * seen. FUSE changes wait at most a second (a small store has loaded by
+ * then) and then get EAGAIN (kvfs_changes_refused: the kernel holds a
+ * directory lock around them, which must not be held for the whole load);
+ * fast-path REPLACE writes wait here (kvfs_changes_wait), at most
+ * LOAD_WAITERS_MAX at once, the next gets EAGAIN; so does eviction. mkdir,
+ * times and modes go ahead (models and layers are whole from the start).
  *
  * A manifest that proves damaged on the way (a bad row, a refcount that
  * disagrees, PRAGMA quick_check) refuses every change, as a damage the

@@ -603,6 +603,11 @@ int kvfs_page_publish(struct kvfs *fs, uint64_t layer_ino, const char *name,
 	strcpy(n.name, name);
 	n.attr = *attr;
 	n.attr.mode &= 0444;   /* sealed pages are immutable */
+	/* Before ns_lock: a layer the background load has not reached is
+	 * read from the manifest now (never under ns_lock: it is I/O). */
+	rc = kv_index_layer_load(fs->idx, layer_ino);
+	if (rc < 0)
+		return rc;
 	kvfs_seal_plan_make(fs, kvfs_data_get(d), &plan);
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = publish_locked(fs, &n, d, charged, replace, &plan);

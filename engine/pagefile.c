@@ -101,8 +101,12 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	struct kvfs_file *f;
 	int rc = kvfs_check_name(name);
 
+	/* Even while the index loads: a new page touches nothing the load
+	 * checks, once its layer is in (the name may be taken there). */
 	if (rc == 0)
-		rc = kvfs_changes_refused(fs);
+		rc = kvfs_changes_damaged(fs);
+	if (rc == 0)
+		rc = kv_index_layer_load(fs->idx, parent);   /* I/O: before ns_lock */
 	if (rc < 0)
 		return rc;
 	f = file_new(0, true);
@@ -374,7 +378,7 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 	/* A write that can never succeed fails before it costs anything: it
 	 * must not wait for write-back room or make the evictor empty the
 	 * store for bytes that will be refused anyway. */
-	rc = kvfs_changes_refused(fs);
+	rc = kvfs_changes_damaged(fs);    /* only new pages are written */
 	if (rc == 0)
 		rc = write_possible(fs, fh, end);
 	if (rc < 0)

@@ -137,7 +137,7 @@ int kv_index_extent_candidates(struct kv_index *x, const uint8_t hash[KV_HASH_LE
 	pthread_rwlock_rdlock(&x->lock);
 	htab_probe_start(&x->ext_by_key, h, &p);
 	while (n < max && (e = htab_probe_next(&x->ext_by_key, &p)))
-		if (e->durable && e->ext.length == length &&
+		if (e->durable && e->ext.length == length && e->id >= x->frozen_below &&
 		    memcmp(e->hash, hash, KV_HASH_LEN) == 0)
 			xent_fill(e, &out[n++]);
 	pthread_rwlock_unlock(&x->lock);
@@ -168,6 +168,14 @@ static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *coun
 		kv_log(KV_LOG_ERR, "index: extent %" PRIu64 " refcount %" PRIu32
 		       " %+d is out of range", id, e->refcount, delta);
 		return v < 0 ? -EINVAL : -EOVERFLOW;
+	}
+	if (id < x->frozen_below) {
+		/* Not done while loading (only new pages are made, sharing no
+		 * such extent); were it done, the load's check must still
+		 * compare the manifest's count with the pages it finds. */
+		kv_log(KV_LOG_WARN, "index: extent %" PRIu64 " refcount %+d while the "
+		       "index loads", id, delta);
+		e->seen = (uint32_t)((int64_t)e->seen + delta) & 0x7fffffffu;
 	}
 	if (v == 0)
 		xent_drop(x, e);

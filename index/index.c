@@ -503,7 +503,9 @@ int kv_index_add(struct kv_index *x, const struct kv_node_info *n)
 	int rc;
 
 	pthread_rwlock_wrlock(&x->lock);
-	rc = idx_add_locked(x, n);
+	rc = idx_layer_unloaded_locked(x, n);
+	if (rc == 0)
+		rc = idx_add_locked(x, n);
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }

@@ -84,7 +84,9 @@ uint64_t kv_index_next_extent_id(struct kv_index *x);
  * -EINVAL for an empty name, ".", "..", one with '/', a layer whose name does
  * not spell n->layer, ino 0 or kind KV_KIND_ROOT; -ENOENT too for a page
  * naming an extent (extent_id, not 0) the table lacks: put it first. A
- * page's ext and hash are ignored (they are its extent's).
+ * page's ext and hash are ignored (they are its extent's). -EAGAIN for a
+ * page into a layer the background load has not loaded yet: the name may
+ * be taken in the manifest (kv_index_layer_load it first).
  */
 int kv_index_add(struct kv_index *x, const struct kv_node_info *n);
 
@@ -161,7 +163,9 @@ int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r);
 int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *out);
 /* Dedup candidates: up to max durable extents with this hash and payload
  * length, into out; returns how many. Equal hashes are not equal bytes:
- * the caller compares. */
+ * the caller compares. While the index loads in the background, only
+ * extents made since the load began: the load checks the others'
+ * refcounts against the manifest. */
 int kv_index_extent_candidates(struct kv_index *x, const uint8_t hash[KV_HASH_LEN],
 			       uint64_t length, struct kv_extent_rec *out, int max);
 /* The extent's payload and manifest row are durable: it may be shared. */
@@ -261,6 +265,10 @@ struct kv_index_loader;
 /* Whether ino's pages are all in the index: false only for a layer still
  * waiting for the background load (its nchildren is not known yet). */
 bool kv_index_layer_whole(struct kv_index *x, uint64_t ino);
+/* Load layer ino's pages now if the background load has not yet: 0 once
+ * they are in (or ino is no layer), or the error their load gave. Call
+ * holding none of the caller's locks: it may read the manifest. */
+int kv_index_layer_load(struct kv_index *x, uint64_t ino);
 int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 			struct kv_index_loader **out);
 /* One chunk: 1 while rows remain, 0 once every row is in and every

@@ -106,6 +106,11 @@ struct kv_index {
 	 * index; layers_unloaded only falls, and at 0 the loader is never read. */
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
+	/* While loading in the background (0 otherwise): extents with an id
+	 * below it were in the manifest when the load began, and its check
+	 * compares their refcounts with the pages it finds. New pages may come
+	 * meanwhile, but none shares such an extent (extent.c). */
+	uint64_t frozen_below;
 	/* Pages whose access time a read moved (touch_atime), each once,
 	 * for kv_index_touched_walk; beyond touched_max, only overflow. */
 	pthread_mutex_t touched_lock;     /* a leaf: taken under x->lock */
@@ -131,6 +136,10 @@ struct node *idx_node(const struct kv_index *x, uint64_t ino);
  * lookup or listing in it); 0 at once if they are, or if ino is no layer.
  * Call without the lock. load.c. */
 int idx_layer_ready(struct kv_index *x, uint64_t ino);
+/* -EAGAIN (logged) if n is a page for a layer whose pages the background
+ * load has not read yet: its name may be taken by a row not reached. 0
+ * otherwise (write lock held). load.c. */
+int idx_layer_unloaded_locked(struct kv_index *x, const struct kv_node_info *n);
 /* Free a loader kv_index_load_end did not (the index is being freed). */
 void idx_loader_free(struct kv_index_loader *l);
 /* List ino for kv_index_touched_walk (touched_lock taken here); false if

@@ -131,8 +131,8 @@ static int load_verify(struct kv_index *x, bool reset)
 
 	for (i = 0; i < htab_span(&x->ext_by_id); i++) {
 		e = htab_at(&x->ext_by_id, i);
-		if (!e)
-			continue;
+		if (!e || (x->frozen_below && e->id >= x->frozen_below))
+			continue;    /* made since the load began: no row to check */
 		if (rc == 0 && e->seen != e->refcount) {
 			kv_log(KV_LOG_ERR, "manifest: extent %" PRIu64 " has refcount %" PRIu32
 			       " but %" PRIu32 " pages refer to it", e->id, e->refcount, e->seen);
@@ -399,6 +399,28 @@ int idx_layer_ready(struct kv_index *x, uint64_t ino)
 	return rc;
 }
 
+int kv_index_layer_load(struct kv_index *x, uint64_t ino)
+{
+	return idx_layer_ready(x, ino);
+}
+
+int idx_layer_unloaded_locked(struct kv_index *x, const struct kv_node_info *n)
+{
+	static struct kv_log_limit limit;
+	const struct node *parent;
+
+	if (n->kind != KV_KIND_PAGE || !atomic_load(&x->layers_unloaded))
+		return 0;
+	parent = idx_node(x, n->parent);
+	if (!parent || parent->kind != KV_KIND_LAYER || !parent->u.d->unloaded)
+		return 0;
+	/* The caller must kv_index_layer_load it first, holding no lock:
+	 * loading here would read the manifest under the caller's locks. */
+	KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: page '%s' into layer %" PRIu64
+		       " before its pages were loaded (EAGAIN)", n->name, n->parent);
+	return -EAGAIN;
+}
+
 int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 			struct kv_index_loader **out)
 {
@@ -430,6 +452,7 @@ int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 			x->next_ino = max_ino + 1;
 		if (max_ext >= x->next_ext)
 			x->next_ext = max_ext + 1;
+		x->frozen_below = x->next_ext;
 		x->loader = l;
 	}
 out:
@@ -457,11 +480,17 @@ static int load_finish(struct kv_index_loader *l)
 		for (layer = model->u.d->first; layer; layer = layer->next)
 			layer_loaded_locked(x, layer);
 	pthread_rwlock_unlock(&x->lock);
-	/* Nothing changes the counts now (changes wait for the end, and no
-	 * layer is loaded any more): lookups may go on meanwhile. */
+	/* Nothing changes the counts now (no layer is loaded any more, and
+	 * the new pages share no extent below frozen_below): lookups and new
+	 * pages may go on meanwhile. */
 	pthread_rwlock_rdlock(&x->lock);
 	rc = load_verify(x, false);
 	pthread_rwlock_unlock(&x->lock);
+	if (rc == 0) {
+		pthread_rwlock_wrlock(&x->lock);
+		x->frozen_below = 0;     /* every extent may be shared now */
+		pthread_rwlock_unlock(&x->lock);
+	}
 	return rc;
 }
 

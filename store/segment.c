@@ -609,6 +609,7 @@ static int scan_add(struct kv_store *s, struct stripe *st, uint32_t num,
 	}
 	seg->file_size = (uint64_t)sb.st_size;
 	seg->bump = seg->file_size;
+	s->found += seg->file_size;
 	rc = table_append(st, seg);
 	if (rc) {
 		segment_unref(seg);
@@ -696,6 +697,7 @@ int segment_create(struct kv_store *s, struct stripe *st, struct segment **out)
 		return rc;
 	}
 	st->next_num++;
+	seg->fresh = !s->reclaimed;
 	*out = seg;
 	return 0;
 

@@ -39,6 +39,10 @@
  *      A stripe left out of a degraded open is the exception: what is on
  *      it is unknown, so it is neither checked nor reclaimed, and its
  *      marked extents are taken on trust until it is back.
+ *      Segment files made after the open are the other exception: the
+ *      allocator has handed out every range in them, so until reclaim it
+ *      allocates there only (a mount takes new pages while its manifest is
+ *      still being read), and reclaim leaves them alone.
  *
  *   5. Data from disk is validated, never asserted: a marked extent that is
  *      misaligned, beyond its segment size, in a missing or short file, or
@@ -290,6 +294,10 @@ static void log_enospc(struct kv_store *s, const char *why, uint64_t fp)
 bool segment_has_room(const struct kv_store *s, const struct segment *seg,
 		      uint64_t fp)
 {
+	/* Before reclaim only a segment made since the open is known: what
+	 * lies in the others, and where their live data ends, is not. */
+	if (!s->reclaimed && !seg->fresh)
+		return false;
 	return seg->largest_free >= fp || s->segment_size - seg->bump >= fp;
 }
 
@@ -373,13 +381,8 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 		return -EFBIG;
 	}
 	pthread_mutex_lock(&s->lock);
-	if (!s->reclaimed) {
-		kv_log(KV_LOG_ERR, "store: allocation before kv_store_reclaim");
-		rc = -EAGAIN;
-		goto out;
-	}
 	prealloc_make_room(s, fp);   /* used + preallocated stay in the budget */
-	if (s->capacity && s->used + fp > s->capacity) {
+	if (s->capacity && s->used + (s->reclaimed ? 0 : s->found) + fp > s->capacity) {
 		log_enospc(s, "capacity budget reached", fp);
 		goto out;
 	}
@@ -525,6 +528,14 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
+	if (!s->reclaimed && e->stripe < s->nstripes &&
+	    (seg = segment_find(&s->stripes[e->stripe], e->segment)) && !seg->fresh) {
+		/* Found at open, not yet reclaimed: the allocator does not know
+		 * this segment's ranges yet. The caller no longer names the
+		 * extent, so reclaim, which keeps only what is named, returns it. */
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
 	rc = extent_lookup(s, e, &seg);
 	if (rc) {
 		pthread_mutex_unlock(&s->lock);
@@ -595,6 +606,8 @@ int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e)
 		rc = mark_invalid(e, "beyond the segment size");
 	} else if (!(seg = segment_find(&s->stripes[e->stripe], e->segment))) {
 		rc = mark_invalid(e, "segment file missing");
+	} else if (seg->fresh) {
+		/* allocated since the open: counted live already */
 	} else if (seg->file_size < e->offset + fp) {
 		rc = mark_invalid(e, "segment file too short");
 	} else {
@@ -659,6 +672,10 @@ static int stripe_reclaim(struct kv_store *s, struct stripe *st,
 	while (i < st->nsegs) {
 		struct segment *seg = st->segs[i];
 
+		if (seg->fresh) {   /* made since the open: nothing in it is unknown */
+			i++;
+			continue;
+		}
 		if (seg->marks.n > 0) {
 			rc = segment_reclaim(s, st, seg, stats);
 			if (rc)
@@ -719,6 +736,9 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
 		rc = stripe_reclaim(s, &s->stripes[i], &stats);
 	if (rc)
 		goto out;
+	for (unsigned i = 0; i < s->nstripes; i++)
+		for (size_t j = 0; j < s->stripes[i].nsegs; j++)
+			s->stripes[i].segs[j]->fresh = false;
 	s->reclaimed = true;
 	kv_log(KV_LOG_INFO, "store: %" PRIu64 " extents (%" PRIu64 " bytes) "
 	       "live; reclaimed %" PRIu64 " bytes, removed %" PRIu64
@@ -743,7 +763,7 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u)
 	memset(u, 0, sizeof(*u));
 	u->nstripes = s->nstripes;
 	pthread_mutex_lock(&s->lock);
-	u->used = s->used;
+	u->used = s->used + (s->reclaimed ? 0 : s->found);
 	u->prealloc = s->pa.bytes + s->pa.inflight;
 	u->extents = s->extents;
 	for (unsigned i = 0; i < s->nstripes; i++)

@@ -19,6 +19,9 @@
  * decided by the manifest (index/); at open the caller marks every committed
  * extent with kv_store_mark_used() and then calls kv_store_reclaim(), which
  * returns all other space (written but never committed) to the filesystem.
+ * Allocation need not wait for that: until reclaim it takes only segment
+ * files made since the open, whose every range the allocator knows, so a
+ * mount can accept new pages while its manifest is still being read.
  *
  * Every function returns 0 or -errno unless stated otherwise, and logs a line
  * saying what failed and why through kv_log().
@@ -177,9 +180,9 @@ uint64_t kv_store_prealloc_env(void);
  * kv_store_mark_used unchecked, left alone by kv_store_reclaim, read as
  * -EIO (with a log line), freed without touching anything, and nothing is
  * allocated there. The open still fails if no stripe opens. Starts the
- * I/O thread. The allocator is not usable until
- * kv_store_reclaim() has run (with zero or more kv_store_mark_used() calls
- * before it). Falls back to buffered I/O with a warning where O_DIRECT is
+ * I/O thread. Until kv_store_reclaim() has run (with zero or more
+ * kv_store_mark_used() calls before it) the allocator uses new segment
+ * files only. Falls back to buffered I/O with a warning where O_DIRECT is
  * refused (EINVAL, e.g. tmpfs).
  */
 int kv_store_open(const struct kv_store_opts *o, struct kv_store **out);
@@ -192,7 +195,9 @@ void kv_store_close(struct kv_store *s);
  * its segment size, in a stripe that does not exist, or in a segment file
  * that is missing or too short; -ENOMEM; -EINVAL once kv_store_reclaim has
  * run. Two marked extents that overlap are refused by kv_store_reclaim,
- * which sorts each segment's marks once (O(n log n) for n marks).
+ * which sorts each segment's marks once (O(n log n) for n marks). An extent
+ * in a segment made since the open (allocated before reclaim) is accepted
+ * and ignored: it is live already.
  */
 int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e);
 
@@ -209,8 +214,9 @@ struct kv_reclaim_stats {
  * segments unlinked), and the allocator is built from what remains. Runs
  * once (-EINVAL the second time); st may be NULL. KV_ERR_CORRUPT (and a log
  * line naming both) if two marked extents overlap: then nothing has been
- * punched, truncated or unlinked yet. On error the allocator stays
- * unusable: close the store.
+ * punched, truncated or unlinked yet. Segments made since the open are
+ * left as they are. On error the allocator keeps to those: close the
+ * store.
  */
 int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
 
@@ -221,8 +227,10 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
  * since; and stripes out of allocation: missing, or failed, see
  * kv_store_stripe_state). -EIO when every stripe is out of allocation;
  * -ENOSPC when the capacity budget or every stripe is exhausted;
- * -EFBIG if length exceeds the segment size; -EAGAIN before
- * kv_store_reclaim(); -EINVAL for length 0. Thread-safe.
+ * -EFBIG if length exceeds the segment size; -EINVAL for length 0.
+ * Before kv_store_reclaim() it allocates in segment files made since the
+ * open only (making one as needed), and the capacity budget counts every
+ * segment file found at open as used. Thread-safe.
  */
 int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out);
 /*
@@ -233,7 +241,9 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out);
  * to it any more (the removing transaction is durable) and that no I/O on it
  * is in flight. -EINVAL (and a log line) for an extent that is not allocated,
  * e.g. a double free. A failed punch is only logged: the range is still
- * reused, and the next reclaim punches whatever is free then. Thread-safe.
+ * reused, and the next reclaim punches whatever is free then. Before
+ * kv_store_reclaim(), an extent in a segment found at open is left alone
+ * (0): that reclaim returns it, since nobody marks it. Thread-safe.
  */
 int kv_extent_free(struct kv_store *s, const struct kv_extent *e);
 

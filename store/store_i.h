@@ -69,6 +69,8 @@ struct segment {
 	atomic_int map_broken;  /* the file was cut short under the mapping */
 	struct kv_guard guard;  /* map, map_len, map_broken */
 	bool pa_busy;           /* the preallocator works on it, unlocked */
+	bool fresh;             /* made after open, before kv_store_reclaim: the
+	                         * allocator knows all of it, reclaim skips it */
 	bool pa_trim;           /* ... and must give its tail back after */
 };
 
@@ -163,6 +165,8 @@ struct kv_store {
 	uint64_t capacity;
 	bool direct;            /* open segments with O_DIRECT */
 	bool reclaimed;         /* allocator built; mark_used no longer allowed */
+	uint64_t found;         /* bytes of the segment files found at open:
+	                         * counted as used until reclaim knows better */
 	unsigned rr;            /* next stripe for alloc */
 	uint64_t used;          /* footprint bytes of live extents */
 	uint64_t extents;       /* live extents */

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A mount answers before its index is loaded (the background load,
 # engine/loading.c): layers not loaded yet are listed, looked up and read
-# whole; a change through FUSE gets EAGAIN after a second, mkdir goes ahead, and
-# a fast-path write waits for the load and then succeeds. A manifest that the
+# whole; new pages are taken at once, through FUSE and the fast path, and
+# survive a crash before the load ends; a change to a page already there
+# gets EAGAIN after a second through FUSE, and a fast-path REPLACE waits for
+# the load and then succeeds; mkdir goes ahead. A manifest that the
 # background load finds damaged keeps serving reads and refuses changes
 # (EIO), where -o eager_load refuses the mount. KVFS_TEST_LOAD_PAUSE_MS
 # holds the walk back, so the test sees a mount that is not loaded yet.
@@ -17,6 +19,8 @@ mount_kvfs
 mkdir -p "$MNT/m/00" "$MNT/m/01"
 $PAGETOOL write "$MNT/m/00" p 300 0 || fail "writing varied-size pages"
 $PAGETOOL write "$MNT/m/01" q 200 65536 || fail "writing 64 KiB pages"
+mkdir "$MNT/m/03"
+$PAGETOOL write "$MNT/m/03" r 50 4096 || fail "writing a third layer"
 [ "$(loading)" = 0 ] || fail "a fresh store is still loading"
 umount_kvfs
 
@@ -25,16 +29,20 @@ KVFS_TEST_LOAD_PAUSE_MS=15000 mount_kvfs
 [ "$(loading)" = 1 ] || fail "the load was not held back: this test would prove nothing"
 "$KVFS" stat "$MNT" | grep -q "^index *loading in the background" ||
 	fail "kvfs stat does not say the index is loading: $("$KVFS" stat "$MNT")"
-[ "$(ls "$MNT/m" | tr '\n' ' ')" = "00 01 " ] || fail "layers: $(ls "$MNT/m")"
+[ "$(ls "$MNT/m" | tr '\n' ' ')" = "00 01 03 " ] || fail "layers: $(ls "$MNT/m")"
 [ "$(ls "$MNT/m/01" | wc -l)" = 200 ] || fail "listing of a layer not loaded: $(ls "$MNT/m/01" | wc -l) names"
 [ "$($PAGETOOL verify "$MNT/m/00" p 300 0)" = 300 ] || fail "pages of a layer not loaded"
 [ "$($PAGETOOL verify "$MNT/m/01" q 200 65536)" = 200 ] || fail "64 KiB pages before the load"
 [ -e "$MNT/m/00/nope" ] && fail "a name that is in no row exists"
 [ "$(loading)" = 1 ] || fail "reads waited for the load (or it ended early): the rest proves nothing"
-# A change through FUSE waits a second, then is refused (it holds the
-# directory's lock in the kernel while it waits); mkdir goes ahead.
-expect_errno EAGAIN "os.open('$MNT/m/00/new', os.O_CREAT | os.O_WRONLY, 0o644)"
+# A new page through FUSE goes ahead; a change to a page already there
+# waits a second, then is refused (it holds the directory's lock in the
+# kernel while it waits); mkdir goes ahead.
+head -c 7000 /dev/urandom > "$T/fnew"
+cp "$T/fnew" "$MNT/m/00/fnew" || fail "a new page through FUSE while loading"
+cmp "$T/fnew" "$MNT/m/00/fnew" || fail "the page written through FUSE while loading"
 expect_errno EAGAIN "os.unlink('$MNT/m/00/p000001')"
+expect_errno EAGAIN "os.rename('$MNT/m/00/fnew', '$MNT/m/00/fnew2')"
 mkdir "$MNT/m/02" || fail "mkdir while loading"
 # So do times, modes and a new model's geometry: they touch no extent.
 touch -d @1000000000 "$MNT/m/00/p000002" || fail "touch while loading"
@@ -43,12 +51,16 @@ chmod 0600 "$MNT/m/00/p000003" || fail "chmod while loading"
 "$KVFS" model create "$MNT/g" --layers 2 --kv-heads 1 --head-dim 64 --dtype f16 \
 	--page-tokens 16 >/dev/null || fail "kvfs model create while loading"
 [ "$(loading)" = 1 ] || fail "a refused change waited for the load (or it ended early)"
-# A fast-path write waits for the whole index, then succeeds.
-python3 - "$MNT" "$(dirname "$0")" "$T/fast" <<'PY' > "$T/fastout" || fail "a fast-path write while loading: $(cat "$T/fastout")"
-import json, mmap, os, sys
+# Fast path: a new page is stored (durably) at once; a name that a layer
+# not loaded yet holds in the manifest is EEXIST (the layer is loaded
+# first); a REPLACE waits for the whole index, then succeeds.
+python3 - "$MNT" "$(dirname "$0")" "$T/fast" <<'PY' > "$T/fastout" || fail "fast-path writes while loading: $(cat "$T/fastout")"
+import errno, json, mmap, os, sys
 sys.path.insert(0, sys.argv[2])
 import kvfsabi as abi
 mnt = sys.argv[1]
+def loading():
+    return json.load(open(mnt + '/.kvfs/stats'))['namespace']['loading']
 dfd = os.open(os.path.join(mnt, 'm'), os.O_RDONLY | os.O_DIRECTORY)
 fd = abi.memfd(1 << 20)
 mem = mmap.mmap(fd, 1 << 20)
@@ -57,21 +69,32 @@ data = os.urandom(5000)
 mem[65536:65536 + len(data)] = data
 open(sys.argv[3], 'wb').write(data)
 d = abi.Desc(layer=0, name=b'new', dst_off=65536, dst_len=len(data))
-abi.place(mem, [d], 0, 32768)
-res = abi.batch(dfd, abi.WRITE, rid, 0, 1)
-abi.collect(mem, [d], 0)
-assert res['done'] == 1 and d.status == 0, (res, d.status)
-print(json.load(open(mnt + '/.kvfs/stats'))['namespace']['loading'])
+taken = abi.Desc(layer=3, name=b'r000005', dst_off=65536, dst_len=len(data))
+abi.place(mem, [d, taken], 0, 32768)
+res = abi.batch(dfd, abi.WRITE, rid, 0, 2, flags=abi.WRITE_DURABLE)
+abi.collect(mem, [d, taken], 0)
+assert d.status == 0, d.status
+assert taken.status == -errno.EEXIST, taken.status
+first = loading()
+rep = abi.Desc(layer=0, name=b'p000010', dst_off=65536, dst_len=len(data))
+abi.place(mem, [rep], 0, 32768)
+res = abi.batch(dfd, abi.WRITE, rid, 0, 1, flags=abi.WRITE_REPLACE)
+abi.collect(mem, [rep], 0)
+assert res['done'] == 1 and rep.status == 0, (res, rep.status)
+print(first, loading())
 PY
-[ "$(cat "$T/fastout")" = 0 ] || fail "a fast-path write returned before the load ended"
+[ "$(cat "$T/fastout")" = "1 0" ] ||
+	fail "a new page waited for the load, or a REPLACE did not (loading after each: $(cat "$T/fastout"))"
 cmp "$T/fast" "$MNT/m/00/new" || fail "the page written while loading"
+cmp "$T/fast" "$MNT/m/00/p000010" || fail "the page replaced once the load ended"
+[ "$($PAGETOOL verify "$MNT/m/03" r 50 4096)" = 50 ] || fail "the layer loaded for a write"
 head -c 5000 /dev/urandom > "$T/new2"
 cp "$T/new2" "$MNT/m/02/new2" || fail "a write after the load"
 cmp "$T/new2" "$MNT/m/02/new2" || fail "the page written after the load"
 rm "$MNT/m/01/q000007" || fail "unlink after the load"
 python3 -c 'import json, sys; v = json.load(open(sys.argv[1] + "/.kvfs/stats"))["namespace"]["load_ms"]; sys.exit(0 if v >= 15000 else 1)' "$MNT" ||
 	fail "load_ms does not count the held-back load"
-grep -q "loaded in the background: 500 pages" "$LOG" || fail "no log line for the load: $(grep -i load "$LOG")"
+grep -q "loaded in the background: 552 pages" "$LOG" || fail "no log line for the load: $(grep -i load "$LOG")"
 no_errors_in_log
 umount_kvfs
 "$KVFS" fsck "$STORE" >/dev/null || fail "fsck after a mount that loaded in the background"
@@ -80,6 +103,27 @@ mount_kvfs
 [ "$(stat -c %a "$MNT/m/00/p000003")" = 600 ] || fail "the mode set while loading, after a remount"
 getfattr --absolute-names --only-values -n user.kvfs.geometry "$MNT/g" | grep -q 'dtype=f16' ||
 	fail "the geometry set while loading, after a remount"
+cmp "$T/fnew" "$MNT/m/00/fnew" || fail "the FUSE page written while loading, after a remount"
+cmp "$T/fast" "$MNT/m/00/new" || fail "the fast-path page written while loading, after a remount"
+umount_kvfs
+
+# (1b) New pages made durable while loading survive a crash before the
+# load ends; the next mount's reclaim keeps them and fsck finds the store
+# clean.
+KVFS_TEST_LOAD_PAUSE_MS=15000 mount_kvfs
+[ "$(loading)" = 1 ] || fail "the load was not held back (1b)"
+$PAGETOOL write "$MNT/m/02" crash 40 65536 --fsync || fail "fsync'ed pages while loading"
+[ "$(loading)" = 1 ] || fail "the writes waited for the load (1b)"
+kill -9 "$DPID"
+wait "$DPID" 2>/dev/null || true
+DPID=
+fusermount3 -u -z "$MNT"
+"$KVFS" fsck "$STORE" >/dev/null || fail "fsck after a crash while loading: $("$KVFS" fsck "$STORE" 2>&1)"
+mount_kvfs
+wait_loaded
+[ "$($PAGETOOL verify "$MNT/m/02" crash 40 65536)" = 40 ] || fail "pages fsync'ed while loading, after a crash"
+[ "$($PAGETOOL verify "$MNT/m/03" r 50 4096)" = 50 ] || fail "the older pages after a crash while loading"
+cmp "$T/fnew" "$MNT/m/00/fnew" || fail "a page written while loading, after a crash in the next load"
 umount_kvfs
 
 # (2) A refcount that disagrees with the pages: found by the background
@@ -92,7 +136,7 @@ db.commit()
 PY
 mount_kvfs
 wait_loaded
-[ "$($PAGETOOL verify "$MNT/m/00" p 300 0)" = 300 ] || fail "reads of a damaged store"
+[ "$($PAGETOOL verify "$MNT/m/03" r 50 4096)" = 50 ] || fail "reads of a damaged store"
 expect_errno EIO "os.open('$MNT/m/00/after', os.O_CREAT | os.O_WRONLY, 0o644)"
 expect_errno EIO "os.unlink('$MNT/m/00/p000001')"
 grep -q "refcount" "$LOG" || fail "the log does not say what is damaged"
