@@ -777,8 +777,8 @@ static inline struct timespec kvfs_after_ns(int64_t ns)
  * writes and eviction, on kvfs's own threads; EAGAIN when 8 wait already,
  * ESHUTDOWN at unmount). kvfs_changes_damaged is the damage check alone,
  * for what is safe during the load: new pages (after kv_index_layer_load
- * of their layer), mkdir (models and layers are whole from the start),
- * times and modes. Each is 0 or a -errno.
+ * of their layer), renames that replace nothing, mkdir (models and layers
+ * are whole from the start), times and modes. Each is 0 or a -errno.
  */
 void kvfs_manifest_damaged(struct kvfs *fs, int err);
 int kvfs_changes_refused(struct kvfs *fs);

@@ -21,7 +21,9 @@
  * directory lock around them, which must not be held for the whole load);
  * fast-path REPLACE writes wait here (kvfs_changes_wait), at most
  * LOAD_WAITERS_MAX at once, the next gets EAGAIN; so does eviction. mkdir,
- * times and modes go ahead (models and layers are whole from the start).
+ * times, modes and renames that replace nothing go ahead (models and
+ * layers are whole from the start; a move touches no extent, and the walk
+ * skips rows of layers loaded whole).
  *
  * A manifest that proves damaged on the way (a bad row, a refcount that
  * disagrees, PRAGMA quick_check) refuses every change, as a damage the

@@ -455,6 +455,8 @@ static int do_rename(struct kvfs *fs, uint64_t parent, const char *name,
 	if (rc == 0) {
 		if (d.ino == n.ino)
 			return 0;
+		if (kvfs_loading(fs))
+			return -EAGAIN;   /* it would drop a count the load checks */
 		rc = drop_target(fs, &n, &d, replace);
 		if (rc < 0)
 			return rc;
@@ -496,14 +498,31 @@ static int do_rename(struct kvfs *fs, uint64_t parent, const char *name,
 int kvfs_ns_rename(struct kvfs *fs, uint64_t parent, const char *name,
 		   uint64_t newparent, const char *newname, bool replace)
 {
+	struct kv_node_info d;
 	int rc = kvfs_check_name(newname);
 
-	if (rc == 0)
+	/* While the index loads, a move that replaces nothing goes ahead (it
+	 * touches no extent: `rsync`, `mv` of a new page); one over a name
+	 * that exists waits, as a removal does. Both layers are loaded first,
+	 * before ns_lock (it is I/O). */
+	if (rc == 0 && kvfs_loading(fs)) {
+		rc = kv_index_layer_load(fs->idx, parent);
+		if (rc == 0)
+			rc = kv_index_layer_load(fs->idx, newparent);
+		if (rc == 0 && kv_index_lookup(fs->idx, newparent, newname, &d) == 0)
+			rc = kvfs_changes_refused(fs);
+		else if (rc == 0)
+			rc = kvfs_changes_damaged(fs);
+	} else if (rc == 0) {
 		rc = kvfs_changes_refused(fs);
+	}
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_rename(fs, parent, name, newparent, newname, replace);
 	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc == -EAGAIN)
+		kv_log(KV_LOG_DEBUG, "rename of %s over %s refused for now (EAGAIN): the "
+		       "index is still loading", name, newname);
 	return rc;
 }

@@ -784,14 +784,15 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 int kv_index_move(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 		  const char *new_name, int replace, uint64_t *replaced)
 {
-	uint64_t dummy;
+	uint64_t dummy, *out = replaced ? replaced : &dummy;
 	int rc;
 
-	if (!replaced)
-		replaced = &dummy;
-	*replaced = 0;
+	*out = 0;
 	pthread_rwlock_wrlock(&x->lock);
-	rc = move_locked(x, ino, new_parent, new_name, replace, replaced);
+	rc = idx_layer_unloaded_locked(x, &(struct kv_node_info){
+		.kind = KV_KIND_PAGE, .parent = new_parent });
+	if (rc == 0)
+		rc = move_locked(x, ino, new_parent, new_name, replace, out);
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }

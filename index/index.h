@@ -141,6 +141,7 @@ int kv_index_remove(struct kv_index *x, uint64_t ino);
  * -ENOTDIR if new_parent is a page, -EINVAL if it is a directory of the
  * wrong level; -EBUSY for the root. A moved layer takes the number its new
  * name spells (-EINVAL if none, -EEXIST if the model has it already).
+ * -EAGAIN (as kv_index_add) into a layer the background load has not read.
  */
 int kv_index_move(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 		  const char *new_name, int replace, uint64_t *replaced);

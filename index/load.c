@@ -257,11 +257,16 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 {
 	static const struct kv_manifest_visitor one = { .extent = lazy_extent };
 	struct kv_index_loader *l = arg;
-	struct node *n = idx_node(l->x, r->ino);
-
-	if (n && n->kind == KV_KIND_PAGE && n->parent->ino == r->layer_ino)
-		return 0;    /* taken by its layer's load or by the walk */
+	struct node *layer = idx_node(l->x, r->layer_ino), *n;
 	int rc;
+
+	/* A layer loaded whole has every row of it in already, or moved
+	 * elsewhere since (a rename while loading): this row is old news. */
+	if (layer && layer->kind == KV_KIND_LAYER && !layer->u.d->unloaded)
+		return 0;
+	n = idx_node(l->x, r->ino);
+	if (n && n->kind == KV_KIND_PAGE && n->parent->ino == r->layer_ino)
+		return 0;    /* taken by the walk, or by a load of its layer that failed */
 	/* A layer wanted before the background walked the extents: fetch
 	 * the page's extent row now (missing: load_page says so). */
 	if (r->extent_id != KV_EXTENT_EMPTY && l->phase <= PHASE_EXTENTS &&

@@ -4,7 +4,8 @@
 # whole; new pages are taken at once, through FUSE and the fast path, and
 # survive a crash before the load ends; a change to a page already there
 # gets EAGAIN after a second through FUSE, and a fast-path REPLACE waits for
-# the load and then succeeds; mkdir goes ahead. A manifest that the
+# the load and then succeeds; mkdir and renames that replace nothing go
+# ahead. A manifest that the
 # background load finds damaged keeps serving reads and refuses changes
 # (EIO), where -o eager_load refuses the mount. KVFS_TEST_LOAD_PAUSE_MS
 # holds the walk back, so the test sees a mount that is not loaded yet.
@@ -42,7 +43,14 @@ head -c 7000 /dev/urandom > "$T/fnew"
 cp "$T/fnew" "$MNT/m/00/fnew" || fail "a new page through FUSE while loading"
 cmp "$T/fnew" "$MNT/m/00/fnew" || fail "the page written through FUSE while loading"
 expect_errno EAGAIN "os.unlink('$MNT/m/00/p000001')"
-expect_errno EAGAIN "os.rename('$MNT/m/00/fnew', '$MNT/m/00/fnew2')"
+expect_errno EAGAIN "os.rename('$MNT/m/00/p000006', '$MNT/m/00/p000007')"
+# A move that replaces nothing touches no extent: it goes ahead, within a
+# layer and across layers, for a new page and for pages the snapshot of
+# the load holds (its walk must not bring them back under the old name).
+cp "$MNT/m/00/p000004" "$T/p4" && cp "$MNT/m/00/p000005" "$T/p5" || fail "reading pages to move"
+mv "$MNT/m/00/fnew" "$MNT/m/00/fnew2" || fail "rename of a new page while loading"
+mv "$MNT/m/00/p000004" "$MNT/m/00/moved4" || fail "rename within a layer while loading"
+mv "$MNT/m/00/p000005" "$MNT/m/01/moved5" || fail "rename across layers while loading"
 mkdir "$MNT/m/02" || fail "mkdir while loading"
 # So do times, modes and a new model's geometry: they touch no extent.
 touch -d @1000000000 "$MNT/m/00/p000002" || fail "touch while loading"
@@ -103,7 +111,10 @@ mount_kvfs
 [ "$(stat -c %a "$MNT/m/00/p000003")" = 600 ] || fail "the mode set while loading, after a remount"
 getfattr --absolute-names --only-values -n user.kvfs.geometry "$MNT/g" | grep -q 'dtype=f16' ||
 	fail "the geometry set while loading, after a remount"
-cmp "$T/fnew" "$MNT/m/00/fnew" || fail "the FUSE page written while loading, after a remount"
+cmp "$T/fnew" "$MNT/m/00/fnew2" || fail "the FUSE page written and renamed while loading, after a remount"
+cmp "$T/p4" "$MNT/m/00/moved4" || fail "a page renamed while loading, after a remount"
+cmp "$T/p5" "$MNT/m/01/moved5" || fail "a page moved across layers while loading, after a remount"
+[ -e "$MNT/m/00/p000004" ] || [ -e "$MNT/m/00/p000005" ] && fail "a renamed page is back under its old name"
 cmp "$T/fast" "$MNT/m/00/new" || fail "the fast-path page written while loading, after a remount"
 umount_kvfs
 
@@ -123,7 +134,7 @@ mount_kvfs
 wait_loaded
 [ "$($PAGETOOL verify "$MNT/m/02" crash 40 65536)" = 40 ] || fail "pages fsync'ed while loading, after a crash"
 [ "$($PAGETOOL verify "$MNT/m/03" r 50 4096)" = 50 ] || fail "the older pages after a crash while loading"
-cmp "$T/fnew" "$MNT/m/00/fnew" || fail "a page written while loading, after a crash in the next load"
+cmp "$T/fnew" "$MNT/m/00/fnew2" || fail "a page written while loading, after a crash in the next load"
 umount_kvfs
 
 # (2) A refcount that disagrees with the pages: found by the background

@@ -6,7 +6,7 @@
  * (kv_index_load_begin/step): a layer wanted before the walk reaches it,
  * or after the walk took part of it, is whole and has every page once,
  * also with threads looking up and listing while the walk runs; new pages
- * made while it runs.
+ * made and pages moved while it runs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -441,6 +441,40 @@ static void test_lazy_new_pages(void **state)
 	store_done(&s);
 }
 
+/* A page moved while the index loads, into another layer: refused until
+ * that layer is in; then the walk, whose snapshot still has the page under
+ * its old name, does not bring it back there. */
+static void test_lazy_move(void **state)
+{
+	struct kv_layer_rec la = { .ino = 4, .model_ino = 2, .layer = 6, .name = "06",
+				   .attr = { .mode = 0750 } };
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	struct store s;
+
+	store_make(&s);
+	store_fill(&s);
+	assert_int_equal(kv_manifest_begin(s.m), 0);
+	assert_int_equal(kv_manifest_put_layer(s.m, &la), 0);
+	assert_int_equal(kv_manifest_commit(s.m), 0);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(kv_index_layer_load(x, 3), 0);
+	assert_int_equal(kv_index_move(x, 10, 4, "moved", 0, NULL), -EAGAIN);
+	assert_int_equal(kv_index_layer_load(x, 4), 0);
+	assert_int_equal(kv_index_move(x, 10, 4, "moved", 0, NULL), 0);
+	assert_int_equal(lazy_run(l), 0);
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), -ENOENT);
+	assert_int_equal(kv_index_lookup(x, 4, "moved", &n), 0);
+	assert_int_equal(n.ino, 10);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 3);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
 /* The usual rows with sql applied, a loader begun on them. */
 static struct kv_index_loader *damaged_begin(struct kv_index *x, struct store *s,
 					     const char *sql, struct kv_manifest **lm)
@@ -506,6 +540,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lazy_layer_mid_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_concurrent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_new_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_move, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_refcount_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_missing_extent, setup, teardown),
 	};
