@@ -455,7 +455,7 @@ static int do_rename(struct kvfs *fs, uint64_t parent, const char *name,
 	if (rc == 0) {
 		if (d.ino == n.ino)
 			return 0;
-		if (kvfs_loading(fs))
+		if (replace && kvfs_loading(fs))
 			return -EAGAIN;   /* it would drop a count the load checks */
 		rc = drop_target(fs, &n, &d, replace);
 		if (rc < 0)
@@ -509,7 +509,7 @@ int kvfs_ns_rename(struct kvfs *fs, uint64_t parent, const char *name,
 		rc = kv_index_layer_load(fs->idx, parent);
 		if (rc == 0)
 			rc = kv_index_layer_load(fs->idx, newparent);
-		if (rc == 0 && kv_index_lookup(fs->idx, newparent, newname, &d) == 0)
+		if (rc == 0 && replace && kv_index_lookup(fs->idx, newparent, newname, &d) == 0)
 			rc = kvfs_changes_refused(fs);
 		else if (rc == 0)
 			rc = kvfs_changes_damaged(fs);

@@ -609,7 +609,7 @@ static int scan_add(struct kv_store *s, struct stripe *st, uint32_t num,
 	}
 	seg->file_size = (uint64_t)sb.st_size;
 	seg->bump = seg->file_size;
-	s->found += seg->file_size;
+	s->found += (uint64_t)sb.st_blocks * 512;   /* holes punched are free */
 	rc = table_append(st, seg);
 	if (rc) {
 		segment_unref(seg);

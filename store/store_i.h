@@ -165,8 +165,8 @@ struct kv_store {
 	uint64_t capacity;
 	bool direct;            /* open segments with O_DIRECT */
 	bool reclaimed;         /* allocator built; mark_used no longer allowed */
-	uint64_t found;         /* bytes of the segment files found at open:
-	                         * counted as used until reclaim knows better */
+	uint64_t found;         /* bytes allocated to the segment files found at
+	                         * open: counted as used until reclaim knows */
 	unsigned rr;            /* next stripe for alloc */
 	uint64_t used;          /* footprint bytes of live extents */
 	uint64_t extents;       /* live extents */

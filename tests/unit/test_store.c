@@ -280,7 +280,7 @@ static void test_recovery_reclaim(void **state)
 	assert_int_equal(e.segment, 2);
 	assert_int_equal(e.offset, 0);
 	write_one(s, len, 7, &f);
-	assert_int_equal(e.segment, 2);
+	assert_int_equal(f.segment, 2);
 	assert_int_equal(f.offset, len);
 	assert_int_equal(kv_store_sync(s, (struct kv_extent[]){ e, f }, 2), 0);
 	assert_int_equal(kv_extent_free(s, &f), 0);  /* a failed write's: reused */
