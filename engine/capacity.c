@@ -332,10 +332,8 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 
 	/* Eviction deletes pages whose extents the background load is still
 	 * counting: it waits for the load (new pages go on meanwhile). */
-	if (kvfs_loading(fs) && (rc = kvfs_load_wait(fs)) < 0)
-		return rc;
-	if ((rc = kvfs_changes_damaged(fs)) < 0)
-		return rc;   /* the load failed, or the manifest is damaged */
+	if ((rc = kvfs_changes_wait(fs)) < 0)
+		return rc;   /* or the load failed, or the manifest is damaged */
 	rc = collect_victims(fs, older_than_ns, &vs);
 	if (rc < 0)
 		return rc;

@@ -503,7 +503,7 @@ int kv_index_add(struct kv_index *x, const struct kv_node_info *n)
 	int rc;
 
 	pthread_rwlock_wrlock(&x->lock);
-	rc = idx_layer_unloaded_locked(x, n);
+	rc = n->kind == KV_KIND_PAGE ? idx_layer_unloaded_locked(x, n->parent, n->name) : 0;
 	if (rc == 0)
 		rc = idx_add_locked(x, n);
 	pthread_rwlock_unlock(&x->lock);
@@ -789,8 +789,7 @@ int kv_index_move(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 
 	*out = 0;
 	pthread_rwlock_wrlock(&x->lock);
-	rc = idx_layer_unloaded_locked(x, &(struct kv_node_info){
-		.kind = KV_KIND_PAGE, .parent = new_parent });
+	rc = idx_layer_unloaded_locked(x, new_parent, new_name);   /* only pages go there */
 	if (rc == 0)
 		rc = move_locked(x, ino, new_parent, new_name, replace, out);
 	pthread_rwlock_unlock(&x->lock);

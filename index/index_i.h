@@ -136,10 +136,10 @@ struct node *idx_node(const struct kv_index *x, uint64_t ino);
  * lookup or listing in it); 0 at once if they are, or if ino is no layer.
  * Call without the lock. load.c. */
 int idx_layer_ready(struct kv_index *x, uint64_t ino);
-/* -EAGAIN (logged) if n is a page for a layer whose pages the background
- * load has not read yet: its name may be taken by a row not reached. 0
- * otherwise (write lock held). load.c. */
-int idx_layer_unloaded_locked(struct kv_index *x, const struct kv_node_info *n);
+/* -EAGAIN (logged) if parent is a layer whose pages the background load
+ * has not read yet, so that page name may be taken by a row not reached;
+ * 0 otherwise (write lock held). load.c. */
+int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent, const char *name);
 /* Free a loader kv_index_load_end did not (the index is being freed). */
 void idx_loader_free(struct kv_index_loader *l);
 /* List ino for kv_index_touched_walk (touched_lock taken here); false if

@@ -409,20 +409,20 @@ int kv_index_layer_load(struct kv_index *x, uint64_t ino)
 	return idx_layer_ready(x, ino);
 }
 
-int idx_layer_unloaded_locked(struct kv_index *x, const struct kv_node_info *n)
+int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent, const char *name)
 {
 	static struct kv_log_limit limit;
-	const struct node *parent;
+	const struct node *l;
 
-	if (n->kind != KV_KIND_PAGE || !atomic_load(&x->layers_unloaded))
+	if (!atomic_load(&x->layers_unloaded))
 		return 0;
-	parent = idx_node(x, n->parent);
-	if (!parent || parent->kind != KV_KIND_LAYER || !parent->u.d->unloaded)
+	l = idx_node(x, parent);
+	if (!l || l->kind != KV_KIND_LAYER || !l->u.d->unloaded)
 		return 0;
 	/* The caller must kv_index_layer_load it first, holding no lock:
 	 * loading here would read the manifest under the caller's locks. */
 	KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: page '%s' into layer %" PRIu64
-		       " before its pages were loaded (EAGAIN)", n->name, n->parent);
+		       " before its pages were loaded (EAGAIN)", name, parent);
 	return -EAGAIN;
 }
 

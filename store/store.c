@@ -382,7 +382,7 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out)
 	}
 	pthread_mutex_lock(&s->lock);
 	prealloc_make_room(s, fp);   /* used + preallocated stay in the budget */
-	if (s->capacity && s->used + (s->reclaimed ? 0 : s->found) + fp > s->capacity) {
+	if (s->capacity && s->used + s->found + fp > s->capacity) {
 		log_enospc(s, "capacity budget reached", fp);
 		goto out;
 	}
@@ -739,6 +739,7 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
 	for (unsigned i = 0; i < s->nstripes; i++)
 		for (size_t j = 0; j < s->stripes[i].nsegs; j++)
 			s->stripes[i].segs[j]->fresh = false;
+	s->found = 0;            /* what is live there is in used now */
 	s->reclaimed = true;
 	kv_log(KV_LOG_INFO, "store: %" PRIu64 " extents (%" PRIu64 " bytes) "
 	       "live; reclaimed %" PRIu64 " bytes, removed %" PRIu64
@@ -763,7 +764,7 @@ void kv_store_usage(struct kv_store *s, struct kv_store_usage *u)
 	memset(u, 0, sizeof(*u));
 	u->nstripes = s->nstripes;
 	pthread_mutex_lock(&s->lock);
-	u->used = s->used + (s->reclaimed ? 0 : s->found);
+	u->used = s->used + s->found;
 	u->prealloc = s->pa.bytes + s->pa.inflight;
 	u->extents = s->extents;
 	for (unsigned i = 0; i < s->nstripes; i++)
