@@ -135,9 +135,10 @@ static int mkfs_meta(const char *dir, const struct kvfs_mkfs_opts *o,
 		       m->nstripes, KV_MAX_STRIPES);
 		return -EINVAL;
 	}
-	if (m->segment_size < KV_SEGMENT_SIZE_MIN || m->segment_size % KV_ALIGN) {
-		kv_log(KV_LOG_ERR, "mkfs: segment size %llu must be >= 1 MiB and a multiple of 4 KiB",
-		       (unsigned long long)m->segment_size);
+	if (m->segment_size < KV_SEGMENT_SIZE_MIN || m->segment_size > KV_SEGMENT_SIZE_MAX ||
+	    m->segment_size % KV_ALIGN) {
+		kv_log(KV_LOG_ERR, "mkfs: segment size %llu must be >= 1 MiB, <= 512 GiB and "
+		       "a multiple of 4 KiB", (unsigned long long)m->segment_size);
 		return -EINVAL;
 	}
 	for (i = 0; i < m->nstripes; i++) {

@@ -39,27 +39,53 @@ struct xent *idx_xent_find(const struct kv_index *x, uint64_t id)
 static void xent_fill(const struct xent *e, struct kv_extent_rec *out)
 {
 	out->id = e->id;
-	out->ext = e->ext;
+	out->ext = idx_xent_ext(e);
 	memcpy(out->hash, e->hash, KV_HASH_LEN);
 	out->refcount = e->refcount;
 }
 
 static void xent_drop(struct kv_index *x, struct xent *e)
 {
+	struct kv_extent ext = idx_xent_ext(e);
+
 	htab_remove(&x->ext_by_id, e);
 	htab_remove(&x->ext_by_key, e);
 	x->st.extents--;
-	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
+	x->st.extent_bytes -= kv_extent_footprint(&ext);
 	slab_free(&x->slab, e, sizeof(*e));
 }
 
+/* r's location fits a struct xent (checked by xent_fits). */
 static void xent_set(struct kv_index *x, struct xent *e, const struct kv_extent_rec *r)
 {
-	x->st.extent_bytes -= kv_extent_footprint(&e->ext);
-	e->ext = r->ext;
+	struct kv_extent old = idx_xent_ext(e);
+
+	x->st.extent_bytes -= kv_extent_footprint(&old);
+	e->stripe = (uint8_t)r->ext.stripe;
+	e->segment = r->ext.segment;
+	e->offset_blocks = (uint32_t)(r->ext.offset / KV_ALIGN);
+	e->length_lo = (uint32_t)r->ext.length;
+	e->length_hi = (uint8_t)(r->ext.length >> 32);
 	memcpy(e->hash, r->hash, KV_HASH_LEN);
 	e->refcount = r->refcount;
-	x->st.extent_bytes += kv_extent_footprint(&e->ext);
+	x->st.extent_bytes += kv_extent_footprint(&r->ext);
+}
+
+/* Whether r's location fits the packed record (struct xent): no store
+ * makes one that does not (a segment file of 16 TiB, a page of 1 TiB, a
+ * stripe beyond KV_MAX_STRIPES), but a refusal must be an error, never a
+ * wrong place. */
+static int xent_fits(const struct kv_extent_rec *r)
+{
+	if (r->ext.stripe >= KV_MAX_STRIPES || r->ext.offset / KV_ALIGN > UINT32_MAX ||
+	    r->ext.length >> 40) {
+		kv_log(KV_LOG_ERR, "index: extent %" PRIu64 " (stripe %" PRIu32 ", offset %"
+		       PRIu64 ", length %" PRIu64 ") is beyond what the index records: "
+		       "at most %u stripes, offsets below 16 TiB, lengths below 1 TiB",
+		       r->id, r->ext.stripe, r->ext.offset, r->ext.length, KV_MAX_STRIPES);
+		return -EOVERFLOW;
+	}
+	return 0;
 }
 
 int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
@@ -71,6 +97,8 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 	if (r->id == 0 || r->ext.length == 0 || r->ext.offset % KV_ALIGN ||
 	    r->refcount == 0)
 		return -EINVAL;
+	if ((rc = xent_fits(r)) < 0)
+		return rc;
 	/* next_ext is above every id put: a new one needs no probe (a
 	 * mount loads ids in ascending order, so every one is new). */
 	e = r->id < x->next_ext ? idx_xent_find(x, r->id) : NULL;
@@ -137,7 +165,7 @@ int kv_index_extent_candidates(struct kv_index *x, const uint8_t hash[KV_HASH_LE
 	pthread_rwlock_rdlock(&x->lock);
 	htab_probe_start(&x->ext_by_key, h, &p);
 	while (n < max && (e = htab_probe_next(&x->ext_by_key, &p)))
-		if (e->durable && e->ext.length == length && e->id >= x->frozen_below &&
+		if (e->durable && idx_xent_length(e) == length && e->id >= x->frozen_below &&
 		    memcmp(e->hash, hash, KV_HASH_LEN) == 0)
 			xent_fill(e, &out[n++]);
 	pthread_rwlock_unlock(&x->lock);

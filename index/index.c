@@ -37,8 +37,10 @@ static uint32_t name_hash(uint64_t parent, const char *name, size_t len);
 static uint64_t node_name_hash(const void *e)
 {
 	const struct node *n = e;
+	char name[KV_NAME_MAX + 1];
+	size_t len = idx_node_name(n, name);
 
-	return name_hash(n->parent->ino, n->name, strlen(n->name));
+	return name_hash(n->parent->ino, name, len);
 }
 
 static uint64_t xent_id_hash(const void *e)
@@ -50,7 +52,7 @@ static uint64_t xent_key_hash(const void *e)
 {
 	const struct xent *x = e;
 
-	return idx_key_hash(x->hash, x->ext.length);
+	return idx_key_hash(x->hash, idx_xent_length(x));
 }
 
 static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
@@ -83,8 +85,7 @@ static struct node *name_find(const struct kv_index *x, uint64_t parent,
 
 	htab_probe_start(&x->by_name, h, &p);
 	while ((n = htab_probe_next(&x->by_name, &p)))
-		if (n->parent->ino == parent &&
-		    strncmp(n->name, name, len) == 0 && n->name[len] == '\0')
+		if (n->parent->ino == parent && idx_node_name_eq(n, name, len))
 			return n;
 	return NULL;
 }
@@ -141,7 +142,7 @@ static void page_data_fill(const struct kv_index *x, const struct node *n,
 	}
 	e = idx_xent_find(x, n->u.p.extent_id);
 	if (e) {       /* kv_index_add and _update refuse a page without it */
-		o->ext = e->ext;
+		o->ext = idx_xent_ext(e);
 		memcpy(o->hash, e->hash, KV_HASH_LEN);
 	}
 }
@@ -153,7 +154,7 @@ static void snapshot(const struct kv_index *x, const struct node *n,
 	o->ino = n->ino;
 	o->parent = n->parent ? n->parent->ino : 0;
 	o->kind = (enum kv_kind)n->kind;
-	strcpy(o->name, n->name);
+	idx_node_name(n, o->name);
 	o->attr.mode = n->mode;
 	o->attr.uid = n->uid;
 	o->attr.gid = n->gid;
@@ -184,12 +185,12 @@ static void dir_data_free(struct node *n)
 static void node_free(struct kv_index *x, struct node *n)
 {
 	dir_data_free(n);
-	slab_free(&x->slab, n, idx_node_bytes(strlen(n->name)));
+	slab_free(&x->slab, n, idx_node_bytes(idx_node_name_stored(n)));
 }
 
 static struct node *node_new(struct kv_index *x, const struct kv_node_info *in, size_t len)
 {
-	struct node *n = slab_alloc(&x->slab, idx_node_bytes(len));
+	struct node *n = slab_alloc(&x->slab, idx_node_bytes(idx_name_stored(in->name, len)));
 
 	if (!n)
 		return NULL;
@@ -197,8 +198,7 @@ static struct node *node_new(struct kv_index *x, const struct kv_node_info *in, 
 	n->ino = in->ino;
 	n->kind = (uint8_t)in->kind;
 	set_attr(n, &in->attr);
-	memcpy(n->name, in->name, len);
-	n->name[len] = '\0';
+	idx_node_name_set(n, in->name, len);
 	if (in->kind == KV_KIND_PAGE) {
 		n->state = (uint8_t)in->state;
 		n->u.p.size = in->size;
@@ -365,11 +365,11 @@ static int64_t now_ns(void)
 
 static int make_root(struct kv_index *x)
 {
-	struct node *r = slab_alloc(&x->slab, idx_node_bytes(0));
+	struct node *r = slab_alloc(&x->slab, idx_node_bytes(1));
 
 	if (!r)
 		return -ENOMEM;
-	memset(r, 0, idx_node_bytes(0));
+	memset(r, 0, idx_node_bytes(1));
 	r->kind = KV_KIND_ROOT;
 	r->u.d = calloc(1, sizeof(*r->u.d));
 	if (!r->u.d) {
@@ -700,7 +700,7 @@ static struct node *node_regrow(struct kv_index *x, struct node *n, struct node 
 	if (is_dir(nn))
 		for (c = nn->u.d->first; c; c = c->next)
 			c->parent = nn;
-	slab_free(&x->slab, n, idx_node_bytes(strlen(n->name)));
+	slab_free(&x->slab, n, idx_node_bytes(idx_node_name_stored(n)));
 	return nn;
 }
 
@@ -750,6 +750,7 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 {
 	struct move mv = { .name = name, .len = strnlen(name, KV_NAME_MAX + 1) };
 	struct node *n, *nn = NULL;
+	size_t stored;
 	int rc;
 
 	rc = move_check(x, &mv, ino, new_parent, replace);
@@ -757,8 +758,9 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 		return rc;
 	/* Another length, another allocation: a node's slab size always
 	 * follows from its name (node_free). */
-	if (mv.len != strlen(mv.n->name)) {
-		nn = slab_alloc(&x->slab, idx_node_bytes(mv.len));
+	stored = idx_name_stored(name, mv.len);
+	if (stored != idx_node_name_stored(mv.n)) {
+		nn = slab_alloc(&x->slab, idx_node_bytes(stored));
 		if (!nn)
 			return -ENOMEM;
 	}
@@ -771,8 +773,7 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 	child_unlink(n);
 	if (nn)
 		n = node_regrow(x, n, nn);
-	memcpy(n->name, name, mv.len);
-	n->name[mv.len] = '\0';
+	idx_node_name_set(n, name, mv.len);
 	if (n->kind == KV_KIND_LAYER)
 		n->u.d->layer = mv.layer;
 	child_link(mv.dir, n);

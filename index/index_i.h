@@ -9,6 +9,7 @@
 #define KV_INDEX_I_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,7 +38,8 @@ struct dir_data {
 
 /*
  * 85 bytes + name on LP64, cut from the index's slab (slab.h) in 8-byte
- * steps: 104 bytes with a 16-character name, where malloc took 128. Millions
+ * steps: 96 bytes with a 16-hex-digit name (packed: node_name.c), where
+ * malloc took 128 for the plain name. Millions
  * of these exist, so fields are packed by hand: the 8-byte fields first, the
  * small ones after them, the name straight after those (no padding between);
  * attr is not a struct kv_obj_attr, which carries 4 bytes of padding and a
@@ -59,7 +61,7 @@ struct node {
 	uint8_t kind;                 /* enum kv_kind */
 	uint8_t state;                /* enum kv_page_state, pages */
 	uint8_t flags;                /* NODE_ATIME_LISTED; __atomic */
-	char name[];
+	char name[];                  /* read it through node_name.c */
 };
 
 _Static_assert(sizeof(void *) != 8 || offsetof(struct node, name) == 85,
@@ -69,25 +71,68 @@ _Static_assert(sizeof(void *) != 8 || offsetof(struct node, name) == 85,
  * the last kv_index_touched_walk. Set and cleared under the read lock
  * (atomically), by touch_atime and the walk. */
 #define NODE_ATIME_LISTED 0x01u
+/* Its name starts with hex digits kept two to a byte (node_name.c). Set
+ * and cleared under the write lock, atomically beside the flag above. */
+#define NODE_NAME_HEX 0x02u
 
-/* Bytes of a node whose name is len bytes long (its slab size). */
-static inline size_t idx_node_bytes(size_t len)
+/* Bytes of a node whose name takes `stored` bytes (idx_name_stored): its
+ * slab size. */
+static inline size_t idx_node_bytes(size_t stored)
 {
-	return offsetof(struct node, name) + len + 1;
+	return offsetof(struct node, name) + stored;
 }
 
-/* 56 bytes, from the slab (malloc took 64). */
+/* A node's name (node_name.c): hex digits are packed two to a byte. */
+/* Bytes name[0..len) takes in a node, with its terminator. */
+size_t idx_name_stored(const char *name, size_t len);
+/* Store name[0..len) in n, whose allocation has idx_name_stored(name, len)
+ * bytes of name (write lock). */
+void idx_node_name_set(struct node *n, const char *name, size_t len);
+/* Bytes n's name takes (its allocation is idx_node_bytes of it). */
+size_t idx_node_name_stored(const struct node *n);
+/* Length of n's name. */
+size_t idx_node_name_len(const struct node *n);
+/* n's name into out (KV_NAME_MAX + 1 bytes), NUL-terminated; its length. */
+size_t idx_node_name(const struct node *n, char *out);
+/* Whether n's name is name[0..len). */
+bool idx_node_name_eq(const struct node *n, const char *name, size_t len);
+
+/*
+ * 48 bytes, from the slab (malloc took 64 for the 56 it was). The location
+ * is packed: a struct kv_extent is 24 bytes, but the offset is a multiple
+ * of KV_ALIGN within a segment file (32 bits of blocks reach 16 TiB), the
+ * length fits 40 bits (1 TiB) and a stripe number 8 (KV_MAX_STRIPES is
+ * 64). idx_xent_put_locked refuses what does not fit; read the location
+ * with idx_xent_ext and idx_xent_length.
+ */
 struct xent {
 	uint64_t id;
-	struct kv_extent ext;
 	uint8_t hash[KV_HASH_LEN];
 	uint32_t refcount;
 	uint32_t seen : 31;           /* kv_index_load: pages found referring to it */
 	uint32_t durable : 1;         /* its row is committed: dedup may share it */
+	uint32_t segment;
+	uint32_t offset_blocks;       /* offset / KV_ALIGN */
+	uint32_t length_lo;           /* length: low 32 bits */
+	uint8_t length_hi;            /* length: bits 32..39 */
+	uint8_t stripe;
 };
 
-_Static_assert(sizeof(void *) != 8 || sizeof(struct xent) == 56,
-	       "an extent record should stay at 56 bytes");
+_Static_assert(sizeof(void *) != 8 || sizeof(struct xent) == 48,
+	       "an extent record should stay at 48 bytes");
+_Static_assert(KV_MAX_STRIPES <= 256, "a stripe number must fit struct xent");
+
+static inline uint64_t idx_xent_length(const struct xent *e)
+{
+	return (uint64_t)e->length_hi << 32 | e->length_lo;
+}
+
+static inline struct kv_extent idx_xent_ext(const struct xent *e)
+{
+	return (struct kv_extent){ .stripe = e->stripe, .segment = e->segment,
+				   .offset = (uint64_t)e->offset_blocks * KV_ALIGN,
+				   .length = idx_xent_length(e) };
+}
 
 struct kv_index_loader;
 

@@ -19,18 +19,16 @@ static struct kv_dirent *dirents_copy(const struct node *dir, size_t *count)
 	char *names;
 
 	for (c = dir->u.d->first; c; c = c->next)
-		bytes += strlen(c->name) + 1;
+		bytes += idx_node_name_len(c) + 1;
 	d = malloc(bytes);
 	if (!d)
 		return NULL;
 	names = (char *)(d + n);
 	for (c = dir->u.d->first; c; c = c->next, i++) {
-		size_t len = strlen(c->name) + 1;
-
 		d[i].ino = c->ino;
 		d[i].kind = (enum kv_kind)c->kind;
-		d[i].name = memcpy(names, c->name, len);
-		names += len;
+		d[i].name = names;
+		names += idx_node_name(c, names) + 1;
 	}
 	*count = n;
 	return d;

@@ -105,13 +105,13 @@ static int load_page(void *arg, const struct kv_page_rec *r)
 		rc = idx_add_locked(x, &n);
 		return rc ? load_fail(rc, "page", r->ino, r->name, r->layer_ino) : 0;
 	}
-	if (!e || e->ext.length != r->size) {
+	if (!e || idx_xent_length(e) != r->size) {
 		kv_log(KV_LOG_ERR, "manifest: page %" PRIu64 " '%s': extent %" PRIu64 " %s",
 		       r->ino, r->name, r->extent_id,
 		       e ? "has a different length than the page" : "is missing");
 		return KV_ERR_CORRUPT;
 	}
-	n.ext = e->ext;
+	n.ext = idx_xent_ext(e);
 	memcpy(n.hash, e->hash, KV_HASH_LEN);
 	memcpy(n.name, r->name, sizeof(n.name));
 	rc = idx_add_locked(x, &n);

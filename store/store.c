@@ -150,10 +150,11 @@ static int opts_check(const struct kv_store_opts *o, uint64_t segsize)
 		       "without spaces", UUID_MAX);
 		return -EINVAL;
 	}
-	if (segsize < KV_SEGMENT_SIZE_MIN || segsize % KV_ALIGN) {
+	if (segsize < KV_SEGMENT_SIZE_MIN || segsize > KV_SEGMENT_SIZE_MAX ||
+	    segsize % KV_ALIGN) {
 		kv_log(KV_LOG_ERR, "store: segment size %" PRIu64 " must be a "
-		       "multiple of %u and at least %llu", segsize, KV_ALIGN,
-		       KV_SEGMENT_SIZE_MIN);
+		       "multiple of %u, at least %llu and at most %llu", segsize, KV_ALIGN,
+		       KV_SEGMENT_SIZE_MIN, KV_SEGMENT_SIZE_MAX);
 		return -EINVAL;
 	}
 	return 0;

@@ -39,6 +39,9 @@
 #define KV_HASH_LEN 16u           /* XXH3-128 */
 #define KV_SEGMENT_SIZE_DEFAULT (1ull << 30)
 #define KV_SEGMENT_SIZE_MIN (1ull << 20)
+/* The index packs an extent's offset and length (index/index_i.h, struct
+ * xent): lengths below 1 TiB, offsets below 16 TiB. */
+#define KV_SEGMENT_SIZE_MAX (1ull << 39)
 
 /* Project-specific error codes, below the errno range (LMDB style). */
 #define KV_ERR_BASE      (-30700)

@@ -737,6 +737,7 @@ int kvfs_cmd_bench(int argc, char **argv)
 		.engines = 4, .streams = 2, .conc_secs = 3, .conc_ops = (1u << CO_COUNT) - 1,
 		.meta_pages = 1000000, .meta_size = 4096, .meta_layer_pages = 100000,
 		.meta_threads = 4, .meta_batch = 65536,
+		.meta_name_digits = 16,
 	};
 	struct bench b = { .o = &o, .cold = true };
 	struct sigaction sa = { .sa_handler = on_signal };

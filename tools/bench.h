@@ -103,6 +103,7 @@ struct bench_opts {
 	unsigned meta_layer_pages;  /* meta case: pages per layer (the listed one) */
 	unsigned meta_threads;      /* meta case: writer and LOOKUP threads */
 	unsigned meta_batch;        /* meta case: descriptors per LOOKUP call */
+	unsigned meta_name_digits;  /* meta case: hex digits of a page name */
 	bool json, keep;
 	enum progress_mode pm;      /* --progress, --quiet, or on a terminal */
 };

@@ -23,9 +23,9 @@
  *   fsck    `kvfs fsck STORE` without --verify-data on the unmounted
  *           store, caches dropped: pages per second
  *
- * Pages are named as an engine names its blocks: block b is a 64-bit hash
- * written as 16 hex digits, and the block has a page of that name in every
- * layer. N pages are N / L blocks of L layers, L = N / --meta-layer-pages
+ * Pages are named as an engine names its blocks: block b is a hash written
+ * as 16 hex digits (--meta-name-digits: up to 64), and the block has a page
+ * of that name in every layer. N pages are N / L blocks of L layers, L = N / --meta-layer-pages
  * rounded up (N is rounded down to a multiple of L). Each 4 KiB block of
  * every page carries the page's number, so dedup shares nothing, as with
  * real KV.
@@ -48,6 +48,7 @@ struct meta {
 	struct bench *b;
 	char model[PATH_MAX + 16];
 	unsigned layers, width;      /* width: digits of a layer directory's name */
+	unsigned name_digits;        /* a page name's hex digits (16 to 64) */
 	unsigned long blocks, pages;
 	uint64_t size, stride;
 	unsigned threads;
@@ -78,15 +79,26 @@ struct meta_worker {
 	double max_call;             /* its slowest call, seconds */
 };
 
-/* splitmix64: a bijection, so distinct blocks get distinct names that look
- * like an engine's block hashes (no order, no common prefix). */
-static void block_name(unsigned long blk, char *out, size_t len)
-{
-	uint64_t z = (uint64_t)blk + 0x9E3779B97F4A7C15ull;
+#define NAME_BUF 80              /* a block name: up to 64 hex digits */
 
+static uint64_t splitmix64(uint64_t z)
+{
+	z += 0x9E3779B97F4A7C15ull;
 	z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ z >> 27) * 0x94D049BB133111EBull;
-	snprintf(out, len, "%016llx", (unsigned long long)(z ^ z >> 31));
+	return z ^ z >> 31;
+}
+
+/* splitmix64 is a bijection, so distinct blocks get distinct names that
+ * look like an engine's block hashes (no order, no common prefix): 16 hex
+ * digits per word, --meta-name-digits of them (SGLang's keys are 64). */
+static void block_name(const struct meta *m, unsigned long blk, char *out)
+{
+	unsigned i;
+
+	for (i = 0; i < m->name_digits / 16; i++)
+		snprintf(out + 16 * i, NAME_BUF - 16 * i, "%016llx",
+			 (unsigned long long)splitmix64((uint64_t)blk + ((uint64_t)i << 56)));
 }
 
 static void layer_path(const struct meta *m, unsigned l, char *out, size_t len)
@@ -153,7 +165,7 @@ static int worker_setup(struct meta_worker *w, struct meta *m)
 static int meta_call(struct meta_worker *w, unsigned long first, unsigned n)
 {
 	struct meta *m = w->m;
-	char *base = kvfs_region_base(w->region), name[32];
+	char *base = kvfs_region_base(w->region), name[NAME_BUF];
 	struct kvfs_batch_result res;
 	unsigned i, l, k = 0;
 	double t0, took;
@@ -161,7 +173,7 @@ static int meta_call(struct meta_worker *w, unsigned long first, unsigned n)
 
 	kvfs_batch_reset(w->kb);
 	for (i = 0; i < n; i++) {
-		block_name(first + i, name, sizeof(name));
+		block_name(m, first + i, name);
 		for (l = 0; l < m->layers; l++, k++) {
 			uint64_t src = w->src0 + (uint64_t)k * m->stride;
 
@@ -191,7 +203,7 @@ static int meta_call(struct meta_worker *w, unsigned long first, unsigned n)
 	for (i = 0; i < k; i++) {
 		rc = kvfs_batch_status(w->kb, i, NULL);
 		if (rc != 0) {
-			block_name(first + i / m->layers, name, sizeof(name));
+			block_name(m, first + i / m->layers, name);
 			bench_err("meta: %s layer %u page %s: %s", m->lookup ? "LOOKUP" : "WRITE",
 				  i % m->layers, name, strerror(-rc));
 			return rc;
@@ -422,7 +434,7 @@ static int remount(struct meta *m)
 	struct kvfs_batch *kb = NULL;
 	struct kvfs_batch_result res;
 	size_t data_off = (kvfs_batch_ctl_bytes(1) + 4095) & ~(size_t)4095;
-	char name[32];
+	char name[NAME_BUF];
 	double t0;
 	int rc;
 
@@ -442,7 +454,7 @@ static int remount(struct meta *m)
 		rc = kvfs_region_create(m->client, data_off + m->size, &r);
 	if (rc == 0)
 		rc = kvfs_batch_new(r, 0, 1, &kb);
-	block_name(0, name, sizeof(name));
+	block_name(m, 0, name);
 	if (rc == 0)
 		rc = kvfs_batch_add(kb, 0, name, 0, 0);
 	if (rc == 0)
@@ -608,9 +620,9 @@ static void report(const struct meta *m)
 		return;
 	}
 	printf("\nmetadata: %lu pages of %llu bytes in one model, %u layer%s of %lu "
-	       "(names: 16 hex digits per block), %u threads\n", m->pages,
+	       "(names: %u hex digits per block), %u threads\n", m->pages,
 	       (unsigned long long)m->size, m->layers, m->layers > 1 ? "s" : "", m->blocks,
-	       m->threads);
+	       m->name_digits, m->threads);
 	printf("  create   %9.2f s  %10.0f pages/s (fast-path batch writes, then fsync;\n"
 	       "           slowest write call %.3f s)\n", m->create_s,
 	       (double)m->pages / m->create_s, m->create_max_call_s);
@@ -651,7 +663,8 @@ static void report(const struct meta *m)
 int meta_case(struct bench *b)
 {
 	const struct bench_opts *o = b->o;
-	struct meta m = { .b = b, .size = o->meta_size, .threads = o->meta_threads };
+	struct meta m = { .b = b, .size = o->meta_size, .threads = o->meta_threads,
+			  .name_digits = o->meta_name_digits };
 	unsigned long v;
 	int rc;
 

@@ -12,7 +12,7 @@ const char bench_usage[] =
 	"                  [--writers W] [--mix-writers M] [--mix-secs T]\n"
 	"                  [--engines E] [--streams S] [--conc-secs T] [--conc-ops read,write]\n"
 	"                  [--meta-pages N] [--meta-size SIZE] [--meta-layer-pages P]\n"
-	"                  [--meta-threads T] [--meta-batch K]\n"
+	"                  [--meta-threads T] [--meta-batch K] [--meta-name-digits D]\n"
 	"                  [--quick] [--keep] [--json] [--progress | --quiet]\n"
 	"  Makes a store, mounts it and measures, for each page size, these cases:\n"
 	"  read   writes the pages through the mount and as one plain file per page,\n"
@@ -39,10 +39,9 @@ const char bench_usage[] =
 	"         batch writes, named like an engine's block hashes, P per layer;\n"
 	"         then the daemon's RAM per page (RSS after minus before, VmHWM;\n"
 	"         again 3 s later, idle; again after a remount), the time a cold\n"
-	"         remount takes to answer\n"
-	"         to answer a first LOOKUP and to store a new page durably, a cold\n"
-	"         ls of a P-page layer, prefix\n"
-	"         LOOKUP keys/s (K descriptors per call, T threads) and `kvfs fsck`\n"
+	"         remount takes to answer, to answer a first LOOKUP and to store a\n"
+	"         new page durably, a cold ls of a P-page layer, prefix LOOKUP\n"
+	"         keys/s (K descriptors per call, T threads) and `kvfs fsck`\n"
 	"         pages/s (no --verify-data) on the unmounted store\n"
 	"  The daemon's I/O scheduler follows KVFS_SCHED (fifo: no read priority).\n"
 	"  Run as root so caches can be dropped.\n"
@@ -73,6 +72,8 @@ const char bench_usage[] =
 	"  --meta-threads T  meta case: writer and LOOKUP threads (default 4, at most 64)\n"
 	"  --meta-batch K meta case: descriptors per LOOKUP call (default 65536),\n"
 	"                 rounded down to whole blocks (a multiple of the layers)\n"
+	"  --meta-name-digits D  meta case: hex digits of a page name: 16 (default),\n"
+	"                 32, 48 or 64 (SGLang's keys)\n"
 	"  --quick        64 pages per size, 4 layers, 1 run, no wait, 0.5 s mixed\n"
 	"                 and conc phases (a smoke test)\n"
 	"  --keep         leave the workspace (store, log, files) in place\n"
@@ -172,8 +173,8 @@ static int check_meta_opts(const struct bench_opts *o, bool given)
 
 	if (given && !(o->cases & 1u << C_META)) {
 		fprintf(stderr, "kvfs bench: --meta-pages, --meta-size, --meta-layer-pages, "
-			"--meta-threads and --meta-batch belong to the meta case: add "
-			"--cases meta\n");
+			"--meta-threads, --meta-batch and --meta-name-digits belong to the "
+			"meta case: add --cases meta\n");
 		return -EINVAL;
 	}
 	/* layer numbers are 5 digits (docs/abi.md) */
@@ -213,6 +214,7 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "meta-layer-pages", required_argument, NULL, 'L' },
 		{ "meta-threads", required_argument, NULL, 'H' },
 		{ "meta-batch", required_argument, NULL, 'K' },
+		{ "meta-name-digits", required_argument, NULL, 'G' },
 		{ "quick", no_argument, NULL, 'Q' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
@@ -322,6 +324,13 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->meta_batch = (unsigned)v;
 			set_meta = true;
 			break;
+		case 'G':
+			rc = parse_uint(optarg, 16, 64, &v);
+			if (rc == 0 && v % 16)
+				rc = -EINVAL;
+			o->meta_name_digits = (unsigned)v;
+			set_meta = true;
+			break;
 		case 'Q': quick = true; break;
 		case 'k': o->keep = true; break;
 		case 'j': o->json = true; break;
@@ -340,7 +349,8 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 				: c == 'Z' ? " (64 bytes to 1M)"
 				: c == 'L' ? " (1 to 1048576 pages; K = 10^3, M = 10^6)"
 				: c == 'H' ? " (1 to " STR(WRITERS_MAX) " threads)"
-				: c == 'K' ? " (1 to 1048576 descriptors)" : "");
+				: c == 'K' ? " (1 to 1048576 descriptors)"
+				: c == 'G' ? " (16, 32, 48 or 64)" : "");
 	}
 	if (rc == 0 && optind != argc)
 		rc = -EINVAL;
@@ -402,12 +412,13 @@ void print_header(const struct bench *b)
 		       "\"cold\":%s,\"writers\":%u,\"mix_writers\":%u,\"mix_secs\":%.2f,"
 		       "\"engines\":%u,\"streams\":%u,\"conc_secs\":%.2f,"
 		       "\"meta_pages\":%llu,\"meta_size\":%llu,\"meta_layer_pages\":%u,"
-		       "\"meta_threads\":%u,\"meta_batch\":%u,"
+		       "\"meta_threads\":%u,\"meta_batch\":%u,\"meta_name_digits\":%u,"
 		       "\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
 		       b->cold ? "true" : "false", o->writers, o->mix_writers, o->mix_secs,
 		       o->engines, o->streams, o->conc_secs,
 		       (unsigned long long)o->meta_pages, (unsigned long long)o->meta_size,
-		       o->meta_layer_pages, o->meta_threads, o->meta_batch, sched_mode());
+		       o->meta_layer_pages, o->meta_threads, o->meta_batch, o->meta_name_digits,
+		       sched_mode());
 		return;
 	}
 	printf("kvfs bench in %s: %u layers, raw qd %u, %u run%s per method (median), "

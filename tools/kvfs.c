@@ -59,7 +59,7 @@ static void usage(FILE *f)
 	"  --stripe DIR         a directory for segment files, once per SSD; pages\n" \
 	"                       are placed round-robin (default: STORE/stripe0)\n" \
 	"  --segment-size SIZE  largest segment file; a page must fit in one\n" \
-	"                       (default 1G, at least 1M)\n" \
+	"                       (default 1G, at least 1M, at most 512G)\n" \
 	"  --capacity SIZE      budget on the bytes the store occupies (default: 95%\n" \
 	"                       of the stripes' free space now; -o capacity may\n" \
 	"                       override it for a mount)\n" \

@@ -57,6 +57,11 @@ static void test_markers(void **state)
 	assert_int_equal(kv_store_open(&t.o, &s), -EINVAL);
 	t.paths[1] = t.dirs[1];
 
+	/* segments the index cannot place extents in (index_i.h, struct xent) */
+	t.o.segment_size = KV_SEGMENT_SIZE_MAX + KV_ALIGN;
+	assert_int_equal(kv_store_open(&t.o, &s), -EINVAL);
+	t.o.segment_size = MIB;
+
 	/* missing marker */
 	assert_int_equal(unlink(p), 0);
 	log_buf[0] = '\0';
