@@ -129,6 +129,16 @@ done:
 	return 0;
 }
 
+uint64_t kv_index_next_extent_id(struct kv_index *x)
+{
+	uint64_t v;
+
+	pthread_rwlock_wrlock(&x->lock);
+	v = x->next_ext++;
+	pthread_rwlock_unlock(&x->lock);
+	return v;
+}
+
 int kv_index_extent_put(struct kv_index *x, const struct kv_extent_rec *r)
 {
 	int rc;

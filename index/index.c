@@ -195,6 +195,7 @@ static struct node *node_new(struct kv_index *x, const struct kv_node_info *in, 
 	if (!n)
 		return NULL;
 	memset(n, 0, offsetof(struct node, name));
+	n->prev = n->next = IDX_NIL;
 	n->ino = in->ino;
 	n->kind = (uint8_t)in->kind;
 	set_attr(n, &in->attr);
@@ -219,34 +220,35 @@ static struct node *node_new(struct kv_index *x, const struct kv_node_info *in, 
 	return n;
 }
 
-static void child_link(struct node *dir, struct node *n)
+static void child_link(struct kv_index *x, struct node *dir, struct node *n)
 {
 	struct dir_data *d = dir->u.d;
 
 	n->parent = dir;
-	n->next = NULL;
-	n->prev = d->last;
+	n->next = IDX_NIL;
+	n->prev = idx_link(x, d->last);
 	if (d->last)
-		d->last->next = n;
+		d->last->next = idx_link(x, n);
 	else
 		d->first = n;
 	d->last = n;
 	d->nchildren++;
 }
 
-static void child_unlink(struct node *n)
+static void child_unlink(struct kv_index *x, struct node *n)
 {
 	struct dir_data *d = n->parent->u.d;
+	struct node *prev = idx_prev(x, n), *next = idx_next(x, n);
 
-	if (n->prev)
-		n->prev->next = n->next;
+	if (prev)
+		prev->next = n->next;
 	else
-		d->first = n->next;
-	if (n->next)
-		n->next->prev = n->prev;
+		d->first = next;
+	if (next)
+		next->prev = n->prev;
 	else
-		d->last = n->prev;
-	n->prev = n->next = NULL;
+		d->last = prev;
+	n->prev = n->next = IDX_NIL;
 	d->nchildren--;
 }
 
@@ -269,12 +271,12 @@ static void account(struct kv_index *x, const struct node *n, int sign)
 }
 
 /* A model may not hold two layer dirs for one layer number ("1" and "01"). */
-static bool layer_taken(const struct node *model, uint32_t num,
+static bool layer_taken(const struct kv_index *x, const struct node *model, uint32_t num,
 			const struct node *skip1, const struct node *skip2)
 {
 	const struct node *c;
 
-	for (c = model->u.d->first; c; c = c->next)
+	for (c = model->u.d->first; c; c = idx_next(x, c))
 		if (c != skip1 && c != skip2 && c->u.d->layer == num)
 			return true;
 	return false;
@@ -284,7 +286,7 @@ static void node_drop(struct kv_index *x, struct node *n)
 {
 	htab_remove(&x->by_ino, n);
 	htab_remove(&x->by_name, n);
-	child_unlink(n);
+	child_unlink(x, n);
 	account(x, n, -1);
 	node_free(x, n);
 }
@@ -335,7 +337,7 @@ int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 	if (in->kind == KV_KIND_LAYER) {
 		if (kv_layer_name_parse(in->name, &num) < 0 || num != in->layer)
 			return -EINVAL;
-		if (layer_taken(parent, num, NULL, NULL))
+		if (layer_taken(x, parent, num, NULL, NULL))
 			return -EEXIST;
 	}
 	/* Reserve first so that nothing below can fail half-way. */
@@ -344,7 +346,7 @@ int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 	n = node_new(x, in, len);
 	if (!n)
 		return -ENOMEM;
-	child_link(parent, n);        /* first: the name table hashes the parent */
+	child_link(x, parent, n);     /* first: the name table hashes the parent */
 	htab_insert(&x->by_ino, n);
 	htab_insert(&x->by_name, n);
 	account(x, n, +1);
@@ -370,6 +372,7 @@ static int make_root(struct kv_index *x)
 	if (!r)
 		return -ENOMEM;
 	memset(r, 0, idx_node_bytes(1));
+	r->prev = r->next = IDX_NIL;
 	r->kind = KV_KIND_ROOT;
 	r->u.d = calloc(1, sizeof(*r->u.d));
 	if (!r->u.d) {
@@ -459,8 +462,8 @@ void kv_index_free(struct kv_index *x)
 	idx_loader_free(x->loader);
 	/* Only directories own memory outside the slab, and they are all in
 	 * the tree: no pass over every page. */
-	for (model = x->root->u.d->first; model; model = model->next) {
-		for (layer = model->u.d->first; layer; layer = layer->next)
+	for (model = x->root->u.d->first; model; model = idx_next(x, model)) {
+		for (layer = model->u.d->first; layer; layer = idx_next(x, layer))
 			dir_data_free(layer);
 		dir_data_free(model);
 	}
@@ -482,16 +485,6 @@ uint64_t kv_index_next_ino(struct kv_index *x)
 
 	pthread_rwlock_wrlock(&x->lock);
 	v = x->next_ino++;
-	pthread_rwlock_unlock(&x->lock);
-	return v;
-}
-
-uint64_t kv_index_next_extent_id(struct kv_index *x)
-{
-	uint64_t v;
-
-	pthread_rwlock_wrlock(&x->lock);
-	v = x->next_ext++;
 	pthread_rwlock_unlock(&x->lock);
 	return v;
 }
@@ -698,7 +691,7 @@ static struct node *node_regrow(struct kv_index *x, struct node *n, struct node 
 	memcpy(nn, n, offsetof(struct node, name));
 	htab_replace(&x->by_ino, n, nn);
 	if (is_dir(nn))
-		for (c = nn->u.d->first; c; c = c->next)
+		for (c = nn->u.d->first; c; c = idx_next(x, c))
 			c->parent = nn;
 	slab_free(&x->slab, n, idx_node_bytes(idx_node_name_stored(n)));
 	return nn;
@@ -739,7 +732,7 @@ static int move_check(struct kv_index *x, struct move *mv, uint64_t ino,
 	if (mv->n->kind == KV_KIND_LAYER) {
 		if (kv_layer_name_parse(mv->name, &mv->layer) < 0)
 			return -EINVAL;
-		if (layer_taken(mv->dir, mv->layer, mv->n, mv->old))
+		if (layer_taken(x, mv->dir, mv->layer, mv->n, mv->old))
 			return -EEXIST;
 	}
 	return mv->old ? replace_ok(mv->n, mv->old, replace) : 0;
@@ -770,13 +763,13 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 	}
 	n = mv.n;
 	htab_remove(&x->by_name, n);
-	child_unlink(n);
+	child_unlink(x, n);
 	if (nn)
 		n = node_regrow(x, n, nn);
 	idx_node_name_set(n, name, mv.len);
 	if (n->kind == KV_KIND_LAYER)
 		n->u.d->layer = mv.layer;
-	child_link(mv.dir, n);
+	child_link(x, mv.dir, n);
 	/* Cannot fail: the table holds no more entries than before the move. */
 	htab_insert(&x->by_name, n);
 	return 0;

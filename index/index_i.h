@@ -37,19 +37,21 @@ struct dir_data {
 };
 
 /*
- * 85 bytes + name on LP64, cut from the index's slab (slab.h) in 8-byte
- * steps: 96 bytes with a 16-hex-digit name (packed: node_name.c), where
- * malloc took 128 for the plain name. Millions
+ * 77 bytes + name on LP64, cut from the index's slab (slab.h) in 8-byte
+ * steps: 88 bytes with a 16-hex-digit name (packed: node_name.c), where
+ * malloc took 128 for the plain name and 8-byte sibling links. Millions
  * of these exist, so fields are packed by hand: the 8-byte fields first, the
  * small ones after them, the name straight after those (no padding between);
  * attr is not a struct kv_obj_attr, which carries 4 bytes of padding and a
  * 32-bit mode where permission bits need 12. The name table's hash is
  * computed again from parent and name when the table needs it, not kept.
+ * Siblings are linked by 32-bit handles into the slab (idx_next, idx_prev):
+ * the parent stays a pointer, because the name table's hash function,
+ * which sees only the node, reads the parent's inode through it.
  */
 struct node {
 	uint64_t ino;
 	struct node *parent;          /* NULL for the root */
-	struct node *prev, *next;     /* siblings in parent's child list */
 	int64_t ctime_ns, mtime_ns;
 	int64_t atime_ns;             /* __atomic: KV_UPD_ATIME runs under the read lock */
 	union {
@@ -57,15 +59,21 @@ struct node {
 		struct dir_data *d;   /* the root, models and layers */
 	} u;
 	uint32_t uid, gid;
+	uint32_t prev, next;          /* siblings in parent's child list: handles, IDX_NIL */
 	uint16_t mode;                /* permission bits */
 	uint8_t kind;                 /* enum kv_kind */
 	uint8_t state;                /* enum kv_page_state, pages */
-	uint8_t flags;                /* NODE_ATIME_LISTED; __atomic */
+	uint8_t flags;                /* NODE_ATIME_LISTED, NODE_NAME_HEX; __atomic */
 	char name[];                  /* read it through node_name.c */
 };
 
-_Static_assert(sizeof(void *) != 8 || offsetof(struct node, name) == 85,
-	       "a page node should stay at 85 bytes + name");
+_Static_assert(sizeof(void *) != 8 || offsetof(struct node, name) == 77,
+	       "a page node should stay at 77 bytes + name");
+
+/* No sibling. A node's handle is never this: a node (78 bytes at least)
+ * cannot start in the span's last 8 bytes. */
+#define IDX_NIL UINT32_MAX
+_Static_assert(offsetof(struct node, name) + 1 > 8, "IDX_NIL must not name a node");
 
 /* The page's inode is in kv_index.touched: its access time moved since
  * the last kv_index_touched_walk. Set and cleared under the read lock
@@ -167,6 +175,27 @@ struct kv_index {
 /* The most inodes kv_index.touched lists (8 MiB) before the next
  * kv_index_touched_walk walks every page instead. */
 #define IDX_TOUCHED_MAX (1u << 20)
+
+/* A node's siblings, and the handle that links to a node (read lock). */
+static inline struct node *idx_link_node(const struct kv_index *x, uint32_t h)
+{
+	return h == IDX_NIL ? NULL : (struct node *)htab_elem(&x->by_ino, h);
+}
+
+static inline struct node *idx_next(const struct kv_index *x, const struct node *n)
+{
+	return idx_link_node(x, n->next);
+}
+
+static inline struct node *idx_prev(const struct kv_index *x, const struct node *n)
+{
+	return idx_link_node(x, n->prev);
+}
+
+static inline uint32_t idx_link(const struct kv_index *x, const struct node *n)
+{
+	return n ? htab_handle(&x->by_ino, n) : IDX_NIL;
+}
 
 
 /* Hash of an extent's (checksum, length) key, for ext_by_key. */

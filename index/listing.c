@@ -11,20 +11,21 @@
 #include "index_i.h"
 
 /* Entries and names in one allocation: kv_dirents_free is one free(). */
-static struct kv_dirent *dirents_copy(const struct node *dir, size_t *count)
+static struct kv_dirent *dirents_copy(const struct kv_index *x, const struct node *dir,
+				      size_t *count)
 {
 	const struct node *c;
 	struct kv_dirent *d;
 	size_t n = dir->u.d->nchildren, bytes = n * sizeof(*d), i = 0;
 	char *names;
 
-	for (c = dir->u.d->first; c; c = c->next)
+	for (c = dir->u.d->first; c; c = idx_next(x, c))
 		bytes += idx_node_name_len(c) + 1;
 	d = malloc(bytes);
 	if (!d)
 		return NULL;
 	names = (char *)(d + n);
-	for (c = dir->u.d->first; c; c = c->next, i++) {
+	for (c = dir->u.d->first; c; c = idx_next(x, c), i++) {
 		d[i].ino = c->ino;
 		d[i].kind = (enum kv_kind)c->kind;
 		d[i].name = names;
@@ -50,7 +51,7 @@ int kv_index_readdir(struct kv_index *x, uint64_t dir, struct kv_dirent **out,
 		rc = -ENOENT;
 	else if (d->kind == KV_KIND_PAGE)
 		rc = -ENOTDIR;
-	else if (d->u.d->nchildren && !(*out = dirents_copy(d, n)))
+	else if (d->u.d->nchildren && !(*out = dirents_copy(x, d, n)))
 		rc = -ENOMEM;
 	pthread_rwlock_unlock(&x->lock);
 	return rc;

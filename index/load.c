@@ -481,8 +481,8 @@ static int load_finish(struct kv_index_loader *l)
 	/* Through the tree: a pass over every node would hold the write
 	 * lock, and every lookup, for a while at 10^8 pages. */
 	pthread_rwlock_wrlock(&x->lock);
-	for (model = x->root->u.d->first; model; model = model->next)
-		for (layer = model->u.d->first; layer; layer = layer->next)
+	for (model = x->root->u.d->first; model; model = idx_next(x, model))
+		for (layer = model->u.d->first; layer; layer = idx_next(x, layer))
 			layer_loaded_locked(x, layer);
 	pthread_rwlock_unlock(&x->lock);
 	/* Nothing changes the counts now (no layer is loaded any more, and

@@ -153,8 +153,9 @@ static int opts_check(const struct kv_store_opts *o, uint64_t segsize)
 	if (segsize < KV_SEGMENT_SIZE_MIN || segsize > KV_SEGMENT_SIZE_MAX ||
 	    segsize % KV_ALIGN) {
 		kv_log(KV_LOG_ERR, "store: segment size %" PRIu64 " must be a "
-		       "multiple of %u, at least %llu and at most %llu", segsize, KV_ALIGN,
-		       KV_SEGMENT_SIZE_MIN, KV_SEGMENT_SIZE_MAX);
+		       "multiple of %u, at least %llu and at most %llu (the index records "
+		       "offsets in a segment below 16 TiB and pages below 1 TiB)", segsize,
+		       KV_ALIGN, KV_SEGMENT_SIZE_MIN, KV_SEGMENT_SIZE_MAX);
 		return -EINVAL;
 	}
 	return 0;

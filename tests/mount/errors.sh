@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Store-level errors: a full store, a newer manifest schema, a busy
-# mountpoint, a missing store; unlink of a page that is still open.
+# Store-level errors: a segment size the index cannot record, a full
+# store, a newer manifest schema, a busy mountpoint, a missing store; unlink
+# of a page that is still open.
 . "$(dirname "$0")/lib.sh"
 command -v sqlite3 >/dev/null || skip "sqlite3 is not installed (apt-get install sqlite3)"
+
+# Segment files of at most 512 GiB: the index packs extent locations.
+"$KVFS" mkfs "$T/seg-big" --segment-size 513G >/dev/null 2>"$T/seg.err" &&
+	fail "mkfs took a 513 GiB segment size"
+grep -q "512 GiB" "$T/seg.err" || fail "mkfs did not say why: $(cat "$T/seg.err")"
+"$KVFS" mkfs "$T/seg-max" --segment-size 512G >/dev/null || fail "mkfs refused 512 GiB segments"
 
 mkfs --capacity 1M
 # Cache mode (the default): the older page makes room for the newer one.

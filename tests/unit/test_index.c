@@ -168,7 +168,8 @@ static void test_hex_names(void **state)
 		assert_string_equal(n.name, names[i]);
 		assert_int_equal(kv_index_get(x, 100 + i, &n), 0);
 		assert_string_equal(n.name, names[i]);
-		assert_int_equal(add_page(x, 200 + i, 3, names[i], 1), -EEXIST);
+		n = info(KV_KIND_PAGE, 200 + i, 3, names[i]);   /* empty: no extent */
+		assert_int_equal(kv_index_add(x, &n), -EEXIST);
 	}
 	for (i = 0; i < sizeof(misses) / sizeof(misses[0]); i++)
 		assert_int_equal(kv_index_lookup(x, 3, misses[i], &n), -ENOENT);
@@ -296,6 +297,66 @@ static void test_readdir(void **state)
 	kv_dirents_free(d, n);
 	assert_int_equal(kv_index_readdir(x, 10, &d, &n), -ENOTDIR);
 	assert_int_equal(kv_index_readdir(x, 99, &d, &n), -ENOENT);
+}
+
+/* readdir shows exactly the inodes in want[], in that order. */
+static void expect_children(struct kv_index *x, uint64_t dir, const uint64_t *want, size_t n)
+{
+	struct kv_node_info info_dir;
+	struct kv_dirent *d;
+	size_t got, i;
+
+	assert_int_equal(kv_index_readdir(x, dir, &d, &got), 0);
+	assert_int_equal(got, n);
+	for (i = 0; i < n; i++)
+		assert_int_equal(d[i].ino, want[i]);
+	kv_dirents_free(d, got);
+	assert_int_equal(kv_index_get(x, dir, &info_dir), 0);
+	assert_int_equal(info_dir.nchildren, n);
+}
+
+/* A directory's children are linked by slab handles (index_i.h,
+ * idx_next): removing the head, the tail and the middle, and moving a
+ * node to an allocation of another size, keep the order and the count. */
+static void test_child_list(void **state)
+{
+	struct kv_index *x = *state;
+	uint64_t i;
+
+	assert_int_equal(add_model(x, 2, "m"), 0);
+	assert_int_equal(add_layer(x, 3, 2, 0), 0);
+	assert_int_equal(add_layer(x, 4, 2, 1), 0);
+	for (i = 10; i < 16; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%" PRIu64, i);
+		assert_int_equal(add_page(x, i, 3, name, 10), 0);
+	}
+	expect_children(x, 3, (uint64_t[]){ 10, 11, 12, 13, 14, 15 }, 6);
+	assert_int_equal(kv_index_remove(x, 10), 0);          /* head */
+	expect_children(x, 3, (uint64_t[]){ 11, 12, 13, 14, 15 }, 5);
+	assert_int_equal(kv_index_remove(x, 15), 0);          /* tail */
+	expect_children(x, 3, (uint64_t[]){ 11, 12, 13, 14 }, 4);
+	assert_int_equal(kv_index_remove(x, 12), 0);          /* middle */
+	expect_children(x, 3, (uint64_t[]){ 11, 13, 14 }, 3);
+	/* a rename to a longer name regrows the node; it goes to the end */
+	assert_int_equal(kv_index_move(x, 13, 3, "a-much-longer-name-than-before", 0, NULL), 0);
+	expect_children(x, 3, (uint64_t[]){ 11, 14, 13 }, 3);
+	/* across layers, head then tail, and back */
+	assert_int_equal(kv_index_move(x, 11, 4, "p11", 0, NULL), 0);
+	assert_int_equal(kv_index_move(x, 13, 4, "p13", 0, NULL), 0);
+	expect_children(x, 3, (uint64_t[]){ 14 }, 1);
+	expect_children(x, 4, (uint64_t[]){ 11, 13 }, 2);
+	assert_int_equal(kv_index_remove(x, 14), 0);
+	expect_children(x, 3, NULL, 0);
+	assert_int_equal(kv_index_move(x, 13, 3, "p13", 0, NULL), 0);
+	expect_children(x, 3, (uint64_t[]){ 13 }, 1);
+	expect_children(x, 4, (uint64_t[]){ 11 }, 1);
+	/* the layers themselves, and a model with both */
+	expect_children(x, 2, (uint64_t[]){ 3, 4 }, 2);
+	assert_int_equal(kv_index_remove(x, 11), 0);
+	assert_int_equal(kv_index_remove(x, 4), 0);
+	expect_children(x, 2, (uint64_t[]){ 3 }, 1);
 }
 
 static void test_remove(void **state)
@@ -869,6 +930,7 @@ int main(void)
 		cmocka_unit_test(test_hex_name_coding),
 		cmocka_unit_test_setup_teardown(test_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readdir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_dirs, setup, teardown),

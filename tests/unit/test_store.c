@@ -60,6 +60,9 @@ static void test_markers(void **state)
 	/* segments the index cannot place extents in (index_i.h, struct xent) */
 	t.o.segment_size = KV_SEGMENT_SIZE_MAX + KV_ALIGN;
 	assert_int_equal(kv_store_open(&t.o, &s), -EINVAL);
+	t.o.segment_size = KV_SEGMENT_SIZE_MAX;
+	assert_int_equal(kv_store_open(&t.o, &s), 0);
+	kv_store_close(s);
 	t.o.segment_size = MIB;
 
 	/* missing marker */
