@@ -20,10 +20,11 @@
  *                  manifest connection: the walk, or a layer a lookup
  *                  wants first; taken inside kv_index_lookup/readdir and
  *                  kv_index_layer_load before the rwlock, which it takes
- *                  per chunk of rows. A new page's layer is loaded before
- *                  ns_lock is taken (it is I/O); kv_index_add refuses a
- *                  page into a layer not loaded (EAGAIN) rather than load
- *                  it under the caller's locks.
+ *                  per chunk of rows. The layer of a new page, of a page
+ *                  removed or moved, and a layer removed, are loaded
+ *                  before ns_lock is taken (it is I/O); kv_index_add,
+ *                  _remove and _move refuse a layer not loaded (EAGAIN)
+ *                  rather than load it under the caller's locks.
  *   index rwlock   inside kv_index_*; lookups take only this.
  *   index touched  (index/listing.c) the list of pages reads set an access
  *                  time on; taken inside the rwlock (a read lock) or alone.
@@ -769,16 +770,15 @@ static inline struct timespec kvfs_after_ns(int64_t ns)
  * with EIO (logged at most once a minute) rather than acknowledged and then
  * lost. kvfs_manifest_damaged records it.
  *
- * While the index loads in the background (engine/loading.c) a change to
- * a page already there must wait. kvfs_changes_refused waits at most a
- * second, then gives EAGAIN: the FUSE requests that call it hold a
- * directory lock in the kernel, and a long wait would block every first
- * lookup in that directory. kvfs_changes_wait waits (fast-path REPLACE
- * writes and eviction, on kvfs's own threads; EAGAIN when 8 wait already,
- * ESHUTDOWN at unmount). kvfs_changes_damaged is the damage check alone,
- * for what is safe during the load: new pages (after kv_index_layer_load
- * of their layer), renames that replace nothing, mkdir (models and layers
- * are whole from the start), times and modes. Each is 0 or a -errno.
+ * While the index loads in the background (engine/loading.c) only
+ * eviction waits: what it frees in segments found at mount comes back at
+ * the end, so it would evict on and on. kvfs_changes_refused waits a
+ * second, then gives EAGAIN (gc: a FUSE thread must not wait longer);
+ * kvfs_changes_wait waits (eviction, on its own thread; EAGAIN when 8
+ * wait, ESHUTDOWN at unmount). kvfs_changes_damaged is the damage check
+ * alone, for the rest: new pages, removals, renames and truncates (after
+ * kv_index_layer_load of the layers they touch), mkdir, times and modes.
+ * Each is 0 or a -errno.
  */
 void kvfs_manifest_damaged(struct kvfs *fs, int err);
 int kvfs_changes_refused(struct kvfs *fs);

@@ -8,22 +8,26 @@
  * loaded loads that layer first (index/load.c), so nothing a whole index
  * would find is missed.
  *
- * New pages are taken at once: their bytes go to segment files made since
- * the open (the store allocates nowhere else before its reclaim), they
- * share no extent the load is checking (index: frozen_below), and a page
- * into a layer not loaded yet loads that layer first, so a name taken in
- * a row is EEXIST as ever. Other changes wait. The allocator learns the
- * older segments' free ranges, and the refcount check counts every page,
- * only once the walk is over; replacing or removing a page before that
- * would move a count under the check or free a range reclaim has not
- * seen. FUSE changes wait at most a second (a small store has loaded by
- * then) and then get EAGAIN (kvfs_changes_refused: the kernel holds a
- * directory lock around them, which must not be held for the whole load);
- * fast-path REPLACE writes wait here (kvfs_changes_wait), at most
- * LOAD_WAITERS_MAX at once, the next gets EAGAIN; so does eviction. mkdir,
- * times, modes and renames that replace nothing go ahead (models and
- * layers are whole from the start; a move touches no extent, and the walk
- * skips rows of layers loaded whole).
+ * Changes are taken at once too:
+ *   - New pages: their bytes go to segment files made since the open (the
+ *     store allocates nowhere else before its reclaim), they share no
+ *     extent the load is checking (index: frozen_below), and a page into a
+ *     layer not loaded yet loads that layer first, so a name taken in a row
+ *     is EEXIST as ever.
+ *   - Removals, replacements, truncates and moves: the layers they touch
+ *     are loaded first (the index refuses them in a layer not loaded), so
+ *     the walk, which skips the rows of layers loaded whole, brings nothing
+ *     back. A page that goes moves its extent's refcount and the load's
+ *     count of pages naming it alike; an extent whose last page went is
+ *     retired, not dropped (the walk over the snapshot would put it back),
+ *     and is still marked at the reclaim after the load. Its space comes
+ *     back through the store: freed before the reclaim, the reclaim
+ *     returns it (store/reclaim.c); after, it is an ordinary free.
+ *   - mkdir, times and modes: models and layers are whole from the start.
+ * Eviction alone waits for the load (kvfs_changes_wait, at most
+ * LOAD_WAITERS_MAX at once, the next gets EAGAIN; gc: EAGAIN after a
+ * second): what it frees in the segments found at mount does not count
+ * until the reclaim, so it would evict on and on to make room.
  *
  * A manifest that proves damaged on the way (a bad row, a refcount that
  * disagrees, PRAGMA quick_check) refuses every change, as a damage the

@@ -4,7 +4,7 @@
  * in-memory index (visibility), then queue the manifest change (durability,
  * in the same order: commit.c note 1). Each function takes ns_lock itself
  * and refuses every change with EIO once the manifest is damaged
- * (kvfs_changes_refused). Permission checks are the front end's (the
+ * (kvfs_changes_damaged). Permission checks are the front end's (the
  * kernel's default_permissions for FUSE); names are checked here.
  */
 #include <errno.h>
@@ -104,11 +104,10 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change *c,
 		    struct kv_node_info *out)
 {
-	/* Modes, owners and times even while the index loads (touch, chmod,
-	 * cp -a): they change no extent, and the node is loaded (the kernel
-	 * found it by a lookup). A size is a write: not until then. */
-	int rc = c->valid & KVFS_ATTR_SIZE ? kvfs_changes_refused(fs)
-					   : kvfs_changes_damaged(fs);
+	/* Even while the index loads: the node is loaded (the kernel found
+	 * it by a lookup), and a size that drops a page's extent moves the
+	 * count the load checks with it (index: kv_index_extent_ref). */
+	int rc = kvfs_changes_damaged(fs);
 
 	if (rc < 0)
 		return rc;
@@ -221,10 +220,30 @@ static int do_rmdir(struct kvfs *fs, uint64_t parent, const char *name)
 	return rc;
 }
 
+/*
+ * While the index loads, a removal's layer is loaded first, before ns_lock
+ * (it is I/O): a layer not loaded yet looks empty, and a page removed from
+ * it would come back with its rows (the index refuses both with EAGAIN).
+ */
+static int load_for_removal(struct kvfs *fs, uint64_t dir, const char *name)
+{
+	struct kv_node_info n;
+
+	if (!kvfs_loading(fs))
+		return 0;
+	if (!name)
+		return kv_index_layer_load(fs->idx, dir);
+	if (kv_index_lookup(fs->idx, dir, name, &n) < 0 || n.kind != KV_KIND_LAYER)
+		return 0;    /* nothing there, or no layer: the change says so */
+	return kv_index_layer_load(fs->idx, n.ino);
+}
+
 int kvfs_ns_rmdir(struct kvfs *fs, uint64_t parent, const char *name)
 {
-	int rc = kvfs_changes_refused(fs);
+	int rc = kvfs_changes_damaged(fs);
 
+	if (rc == 0)
+		rc = load_for_removal(fs, parent, name);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);
@@ -247,8 +266,10 @@ static int do_unlink(struct kvfs *fs, uint64_t parent, const char *name)
 
 int kvfs_ns_unlink(struct kvfs *fs, uint64_t parent, const char *name)
 {
-	int rc = kvfs_changes_refused(fs);
+	int rc = kvfs_changes_damaged(fs);
 
+	if (rc == 0)
+		rc = load_for_removal(fs, parent, NULL);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);
@@ -455,8 +476,6 @@ static int do_rename(struct kvfs *fs, uint64_t parent, const char *name,
 	if (rc == 0) {
 		if (d.ino == n.ino)
 			return 0;
-		if (replace && kvfs_loading(fs))
-			return -EAGAIN;   /* it would drop a count the load checks */
 		rc = drop_target(fs, &n, &d, replace);
 		if (rc < 0)
 			return rc;
@@ -498,31 +517,23 @@ static int do_rename(struct kvfs *fs, uint64_t parent, const char *name,
 int kvfs_ns_rename(struct kvfs *fs, uint64_t parent, const char *name,
 		   uint64_t newparent, const char *newname, bool replace)
 {
-	struct kv_node_info d;
 	int rc = kvfs_check_name(newname);
 
-	/* While the index loads, a move that replaces nothing goes ahead (it
-	 * touches no extent: `rsync`, `mv` of a new page); one over a name
-	 * that exists waits, as a removal does. Both layers are loaded first,
-	 * before ns_lock (it is I/O). */
-	if (rc == 0 && kvfs_loading(fs)) {
-		rc = kv_index_layer_load(fs->idx, parent);
-		if (rc == 0)
-			rc = kv_index_layer_load(fs->idx, newparent);
-		if (rc == 0 && replace && kv_index_lookup(fs->idx, newparent, newname, &d) == 0)
-			rc = kvfs_changes_refused(fs);
-		else if (rc == 0)
-			rc = kvfs_changes_damaged(fs);
-	} else if (rc == 0) {
-		rc = kvfs_changes_refused(fs);
-	}
+	/* While the index loads, both layers (and a layer the move would
+	 * replace) are loaded first: the page leaves one, and a page it
+	 * replaces leaves the other (load_for_removal). */
+	if (rc == 0)
+		rc = kvfs_changes_damaged(fs);
+	if (rc == 0)
+		rc = load_for_removal(fs, parent, NULL);
+	if (rc == 0)
+		rc = load_for_removal(fs, newparent, NULL);
+	if (rc == 0 && replace)
+		rc = load_for_removal(fs, newparent, newname);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_rename(fs, parent, name, newparent, newname, replace);
 	pthread_mutex_unlock(&fs->ns_lock);
-	if (rc == -EAGAIN)
-		kv_log(KV_LOG_DEBUG, "rename of %s over %s refused for now (EAGAIN): the "
-		       "index is still loading", name, newname);
 	return rc;
 }

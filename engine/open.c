@@ -332,10 +332,14 @@ int kvfs_recover_space(struct kvfs *fs)
 	bool walked;
 	int rc;
 
+	/* Extents retired while the index loaded are marked too: their
+	 * removal may not be durable yet. Freed before the reclaim, the
+	 * store returns them anyway; after it, they are freed as any other. */
 	rc = kv_index_extent_walk(fs->idx, mark_extent, fs->store);
 	walked = rc == 0;
 	if (walked)
 		rc = kv_store_reclaim(fs->store, &rs);   /* refuses overlaps first */
+	kv_index_retired_drop(fs->idx);
 	if (rc < 0 && (!walked || rc == KV_ERR_CORRUPT)) {
 		kv_log(KV_LOG_ERR, "manifest extents do not match the segment files of %s: %s; "
 		       "nothing was changed (see docs/format.md, recovery)",

@@ -467,11 +467,10 @@ int kvfs_fast_write(struct kvfs *fs, const struct kvfs_fast_req *req, uint64_t m
 
 	w.replace = a->flags & KVFS_WRITE_REPLACE;
 	w.durable = a->flags & KVFS_WRITE_DURABLE;
-	/* New pages go ahead while the index loads; replacing one waits for
-	 * the load (on kvfs's own thread: it may), since it drops a refcount
-	 * the load is still checking. Without REPLACE a name that exists is
-	 * EEXIST, so nothing old is touched. */
-	rc = w.replace ? kvfs_changes_wait(fs) : kvfs_changes_damaged(fs);
+	/* Even while the index loads: each page's layer is loaded before it
+	 * is published, and a page replaced moves the refcount the load
+	 * checks with it (index: kv_index_extent_ref). */
+	rc = kvfs_changes_damaged(fs);
 	if (rc < 0)
 		return rc;
 	rc = fp_batch_begin(&w.b, fs, req, a, KVFS_BATCH_WRITE);

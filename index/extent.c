@@ -2,7 +2,8 @@
  * The index's extent table: extents by id, and a multimap by (XXH3-128,
  * length) that dedup uses to find candidates. Only extents whose manifest
  * row is committed (durable) are offered for sharing. Refcounts count the pages
- * naming an extent; the table forgets an extent when its count reaches 0.
+ * naming an extent; the table forgets an extent when its count reaches 0
+ * (while the index loads, it retires it instead: xent_retire).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -156,7 +157,7 @@ int kv_index_extent_get(struct kv_index *x, uint64_t id, struct kv_extent_rec *o
 
 	pthread_rwlock_rdlock(&x->lock);
 	e = idx_xent_find(x, id);
-	if (e) {
+	if (e && !e->retired) {
 		xent_fill(e, out);
 		rc = 0;
 	}
@@ -188,18 +189,73 @@ int kv_index_extent_durable(struct kv_index *x, uint64_t id)
 
 	pthread_rwlock_wrlock(&x->lock);
 	e = idx_xent_find(x, id);
+	if (e && e->retired)
+		e = NULL;
 	if (e)
 		e->durable = true;
 	pthread_rwlock_unlock(&x->lock);
 	return e ? 0 : -ENOENT;
 }
 
+/* Room to retire one more extent: the removal fails whole (ENOMEM) rather
+ * than drop an extent the load's walk would bring back. */
+static int retired_reserve(struct kv_index *x)
+{
+	size_t cap = x->retired_cap ? 2 * x->retired_cap : 64;
+	struct xent **v;
+
+	if (x->nretired < x->retired_cap)
+		return 0;
+	v = realloc(x->retired, cap * sizeof(*v));
+	if (!v) {
+		kv_log(KV_LOG_ERR, "index: no memory to retire an extent while the index "
+		       "loads (%zu retired)", x->nretired);
+		return -ENOMEM;
+	}
+	x->retired = v;
+	x->retired_cap = cap;
+	return 0;
+}
+
+/*
+ * The last page of an extent the load is still checking went (room
+ * reserved). Dropped, the extent would come back from the load's snapshot
+ * (its extents walk) as live, and its range would not be marked at the
+ * reclaim, which may run before the removal is durable and the extent
+ * freed. So it stays in ext_by_id, found by the load alone.
+ */
+static void xent_retire(struct kv_index *x, struct xent *e)
+{
+	struct kv_extent ext = idx_xent_ext(e);
+
+	htab_remove(&x->ext_by_key, e);
+	e->refcount = 0;
+	e->retired = 1;
+	x->st.extents--;
+	x->st.extent_bytes -= kv_extent_footprint(&ext);
+	x->retired[x->nretired++] = e;
+}
+
+void kv_index_retired_drop(struct kv_index *x)
+{
+	pthread_rwlock_wrlock(&x->lock);
+	for (size_t i = 0; i < x->nretired; i++) {
+		htab_remove(&x->ext_by_id, x->retired[i]);
+		slab_free(&x->slab, x->retired[i], sizeof(struct xent));
+	}
+	free(x->retired);
+	x->retired = NULL;
+	x->nretired = x->retired_cap = 0;
+	pthread_rwlock_unlock(&x->lock);
+}
+
 static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *count)
 {
 	struct xent *e = idx_xent_find(x, id);
 	int64_t v;
+	int rc;
 
-	if (!e)
+	if (!e || e->retired)
 		return -ENOENT;
 	v = (int64_t)e->refcount + delta;
 	if (v < 0 || v > UINT32_MAX) {
@@ -208,14 +264,15 @@ static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *coun
 		return v < 0 ? -EINVAL : -EOVERFLOW;
 	}
 	if (id < x->frozen_below) {
-		/* Not done while loading (only new pages are made, sharing no
-		 * such extent); were it done, the load's check must still
-		 * compare the manifest's count with the pages it finds. */
-		kv_log(KV_LOG_WARN, "index: extent %" PRIu64 " refcount %+d while the "
-		       "index loads", id, delta);
+		/* The load's check compares the manifest's count with the
+		 * pages it finds: a page that goes (or comes) moves both. */
+		if (v == 0 && (rc = retired_reserve(x)) < 0)
+			return rc;
 		e->seen = (uint32_t)((int64_t)e->seen + delta) & 0x7fffffffu;
 	}
-	if (v == 0)
+	if (v == 0 && id < x->frozen_below)
+		xent_retire(x, e);
+	else if (v == 0)
 		xent_drop(x, e);
 	else
 		e->refcount = (uint32_t)v;

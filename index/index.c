@@ -476,6 +476,7 @@ void kv_index_free(struct kv_index *x)
 	pthread_rwlock_destroy(&x->lock);
 	pthread_mutex_destroy(&x->touched_lock);
 	free(x->touched);
+	free(x->retired);
 	free(x);
 }
 
@@ -645,24 +646,17 @@ int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id)
 	return rc;
 }
 
-static int remove_locked(struct kv_index *x, struct node *n)
-{
-	if (n == x->root)
-		return -EBUSY;
-	if (is_dir(n) && n->u.d->nchildren)
-		return -ENOTEMPTY;
-	node_drop(x, n);
-	return 0;
-}
-
 int kv_index_remove(struct kv_index *x, uint64_t ino)
 {
 	struct node *n;
-	int rc;
+	int rc = -ENOENT;
 
 	pthread_rwlock_wrlock(&x->lock);
 	n = ino_find(x, ino);
-	rc = n ? remove_locked(x, n) : -ENOENT;
+	if (n == x->root)
+		rc = -EBUSY;
+	else if (n && (rc = idx_removable_locked(x, n)) == 0)
+		node_drop(x, n);
 	pthread_rwlock_unlock(&x->lock);
 	return rc;
 }
@@ -735,7 +729,14 @@ static int move_check(struct kv_index *x, struct move *mv, uint64_t ino,
 		if (layer_taken(x, mv->dir, mv->layer, mv->n, mv->old))
 			return -EEXIST;
 	}
-	return mv->old ? replace_ok(mv->n, mv->old, replace) : 0;
+	/* A page in a layer not loaded yet would come back with its layer's
+	 * load (a layer moves whole: its rows name it by inode). */
+	if (mv->n->kind == KV_KIND_PAGE && idx_node_unloaded_locked(x, mv->n))
+		return -EAGAIN;
+	if (!mv->old)
+		return 0;
+	rc = replace_ok(mv->n, mv->old, replace);
+	return rc ? rc : idx_removable_locked(x, mv->old);
 }
 
 static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,

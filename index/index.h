@@ -125,7 +125,9 @@ int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id);
 
 /*
  * Remove a node. -ENOTEMPTY for a directory with children, -EBUSY for the
- * root. A page's extent refcount is the caller's to drop (kv_index_extent_ref).
+ * root, -EAGAIN for a layer whose pages the background load has not loaded
+ * yet, or a page in one (kv_index_layer_load it first). A page's extent
+ * refcount is the caller's to drop (kv_index_extent_ref).
  */
 int kv_index_remove(struct kv_index *x, uint64_t ino);
 
@@ -176,6 +178,10 @@ int kv_index_extent_durable(struct kv_index *x, uint64_t id);
  * (may be NULL). When it reaches 0 the extent is dropped from the table (the
  * caller frees its space once the manifest no longer refers to it). -ENOENT
  * if absent; -EINVAL (logged, nothing changed) if the count would go below 0.
+ * While the index loads in the background, an extent the manifest held
+ * when the load began is retired at 0 instead: no call finds it, but
+ * kv_index_extent_walk still shows it (with refcount 0) until
+ * kv_index_retired_drop; -ENOMEM (nothing changed) if it cannot be kept.
  */
 int kv_index_extent_ref(struct kv_index *x, uint64_t id, int delta,
 			uint32_t *count);
@@ -190,12 +196,17 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st);
 
 /*
  * Visit every extent, in no particular order (for recovery:
- * kv_store_mark_used). Stops on non-zero and returns it. fn runs under the
- * index's read lock: it must not call back into the index.
+ * kv_store_mark_used), retired ones too (refcount 0): their removal may
+ * not be durable yet when the store's reclaim runs. Stops on non-zero and
+ * returns it. fn runs under the index's read lock: it must not call back
+ * into the index.
  */
 int kv_index_extent_walk(struct kv_index *x,
 			 int (*fn)(void *arg, const struct kv_extent_rec *r),
 			 void *arg);
+/* Forget the retired extents (see kv_index_extent_ref), once the reclaim
+ * has marked them: their space comes back through kv_extent_free. */
+void kv_index_retired_drop(struct kv_index *x);
 
 /* What kv_index_page_walk shows of a page. */
 struct kv_page_brief {
@@ -256,11 +267,12 @@ int kv_index_load(struct kv_index *x, struct kv_manifest *m);
  * gives. The loader reads m (a connection of its own, which it holds in one
  * read snapshot) until kv_index_load_end; the caller closes m after that.
  *
- * Until kv_index_load_step has returned 0, the caller must change nothing
- * in the index but atimes: the refcount check at the end counts the pages
- * the walk found. A page reached by inode alone (kv_index_get) is found
- * once its layer is loaded; inodes come from lookups and listings, which
- * load it.
+ * Until kv_index_load_step has returned 0, the refcount check at the end
+ * counts the pages the walk finds: new pages share no extent the manifest
+ * held (kv_index_extent_candidates), and a page removed or moved must be in
+ * a layer loaded whole (kv_index_remove, kv_index_move: -EAGAIN otherwise).
+ * A page reached by inode alone (kv_index_get) is found once its layer is
+ * loaded; inodes come from lookups and listings, which load it.
  */
 struct kv_index_loader;
 /* Whether ino's pages are all in the index: false only for a layer still

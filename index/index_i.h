@@ -124,6 +124,10 @@ struct xent {
 	uint32_t length_lo;           /* length: low 32 bits */
 	uint8_t length_hi;            /* length: bits 32..39 */
 	uint8_t stripe;
+	/* Its last page went while the index loaded (extent.c): out of the
+	 * key table and every lookup, kept by id until the mount's reclaim
+	 * has marked it (kv_index_retired_drop). */
+	uint8_t retired;
 };
 
 _Static_assert(sizeof(void *) != 8 || sizeof(struct xent) == 48,
@@ -164,6 +168,11 @@ struct kv_index {
 	 * compares their refcounts with the pages it finds. New pages may come
 	 * meanwhile, but none shares such an extent (extent.c). */
 	uint64_t frozen_below;
+	/* Extents below frozen_below whose count reached 0 meanwhile: kept
+	 * in ext_by_id (a walk over the load's snapshot must not bring them
+	 * back, and the reclaim after it must still mark them). */
+	struct xent **retired;
+	size_t nretired, retired_cap;
 	/* Pages whose access time a read moved (touch_atime), each once,
 	 * for kv_index_touched_walk; beyond touched_max, only overflow. */
 	pthread_mutex_t touched_lock;     /* a leaf: taken under x->lock */
@@ -214,6 +223,15 @@ int idx_layer_ready(struct kv_index *x, uint64_t ino);
  * has not read yet, so that page name may be taken by a row not reached;
  * 0 otherwise (write lock held). load.c. */
 int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent, const char *name);
+/* Whether n is a layer whose pages are not all loaded, or a page in one:
+ * removing or moving it then is -EAGAIN (kv_index_layer_load its layer
+ * first), since the layer's load would bring the page back from the
+ * manifest's snapshot, and an unloaded layer looks empty. */
+bool idx_node_unloaded_locked(const struct kv_index *x, const struct node *n);
+/* May n go (write lock)? -EAGAIN as above, -ENOTEMPTY for a directory with
+ * children, -ENOMEM; a layer that may go while the walk still reads rows
+ * is noted, so that its rows are known for old news, not damage. */
+int idx_removable_locked(struct kv_index *x, const struct node *n);
 /* Free a loader kv_index_load_end did not (the index is being freed). */
 void idx_loader_free(struct kv_index_loader *l);
 /* List ino for kv_index_touched_walk (touched_lock taken here); false if

@@ -105,10 +105,12 @@ static int load_page(void *arg, const struct kv_page_rec *r)
 		rc = idx_add_locked(x, &n);
 		return rc ? load_fail(rc, "page", r->ino, r->name, r->layer_ino) : 0;
 	}
-	if (!e || idx_xent_length(e) != r->size) {
+	if (!e || e->retired || idx_xent_length(e) != r->size) {
 		kv_log(KV_LOG_ERR, "manifest: page %" PRIu64 " '%s': extent %" PRIu64 " %s",
 		       r->ino, r->name, r->extent_id,
-		       e ? "has a different length than the page" : "is missing");
+		       !e ? "is missing" : e->retired ? "has no pages left by its refcount "
+		       "(the pages it counted were removed since the mount)"
+		       : "has a different length than the page");
 		return KV_ERR_CORRUPT;
 	}
 	n.ext = idx_xent_ext(e);
@@ -208,6 +210,11 @@ struct kv_index_loader {
 	struct kv_manifest_scan *by_id;   /* one extent, for a layer wanted early */
 	uint64_t nodes, extents;          /* rows counted (PHASE_COUNTS) */
 	bool ended;                       /* kv_index_load_end ran */
+	/* Layers removed while the walk still reads rows (the index's write
+	 * lock): their rows are old news, where a page naming no layer is
+	 * damage. Few: a layer goes only empty and loaded whole. */
+	uint64_t *gone;
+	size_t ngone, gone_cap;
 };
 
 void idx_loader_free(struct kv_index_loader *l)
@@ -216,6 +223,7 @@ void idx_loader_free(struct kv_index_loader *l)
 		return;
 	kv_manifest_scan_close(l->scan);
 	kv_manifest_scan_close(l->by_id);
+	free(l->gone);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);
@@ -261,9 +269,13 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 	int rc;
 
 	/* A layer loaded whole has every row of it in already, or moved
-	 * elsewhere since (a rename while loading): this row is old news. */
+	 * elsewhere since (a rename while loading): this row is old news. So
+	 * is a row of a layer removed since (whole, then emptied). */
 	if (layer && layer->kind == KV_KIND_LAYER && !layer->u.d->unloaded)
 		return 0;
+	for (size_t i = 0; !layer && i < l->ngone; i++)
+		if (l->gone[i] == r->layer_ino)
+			return 0;
 	n = idx_node(l->x, r->ino);
 	if (n && n->kind == KV_KIND_PAGE && n->parent->ino == r->layer_ino)
 		return 0;    /* taken by the walk, or by a load of its layer that failed */
@@ -424,6 +436,40 @@ int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent, const char *n
 	KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: page '%s' into layer %" PRIu64
 		       " before its pages were loaded (EAGAIN)", name, parent);
 	return -EAGAIN;
+}
+
+bool idx_node_unloaded_locked(const struct kv_index *x, const struct node *n)
+{
+	if (!atomic_load(&x->layers_unloaded))
+		return false;
+	if (n->kind == KV_KIND_PAGE)
+		n = n->parent;
+	return n->kind == KV_KIND_LAYER && n->u.d->unloaded;
+}
+
+int idx_removable_locked(struct kv_index *x, const struct node *n)
+{
+	struct kv_index_loader *l = x->loader;
+	uint64_t *v;
+	size_t cap;
+
+	if (idx_node_unloaded_locked(x, n))
+		return -EAGAIN;
+	if (n->kind != KV_KIND_PAGE && n->u.d->nchildren)
+		return -ENOTEMPTY;
+	/* frozen_below: the walk may still read rows (load_finish ends it) */
+	if (n->kind != KV_KIND_LAYER || !l || !x->frozen_below)
+		return 0;
+	if (l->ngone == l->gone_cap) {
+		cap = l->gone_cap ? 2 * l->gone_cap : 16;
+		v = realloc(l->gone, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		l->gone = v;
+		l->gone_cap = cap;
+	}
+	l->gone[l->ngone++] = n->ino;
+	return 0;
 }
 
 int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,

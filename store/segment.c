@@ -759,5 +759,6 @@ void segment_unref(struct segment *seg)
 		close(seg->fd);
 	rangevec_release(&seg->freel);
 	rangevec_release(&seg->marks);
+	rangevec_release(&seg->early);
 	free(seg);
 }

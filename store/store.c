@@ -475,8 +475,8 @@ static int extent_lookup(struct kv_store *s, const struct kv_extent *e,
  * punch, the range is still reused by the allocator, and the next reclaim
  * retries for ranges that are free then.
  */
-static int punch(struct stripe *st, struct segment *seg, uint64_t off,
-		 uint64_t len)
+int segment_punch(struct stripe *st, struct segment *seg, uint64_t off,
+		  uint64_t len)
 {
 	static atomic_bool warned;
 	int rc;
@@ -533,10 +533,10 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 	if (!s->reclaimed && e->stripe < s->nstripes &&
 	    (seg = segment_find(&s->stripes[e->stripe], e->segment)) && !seg->fresh) {
 		/* Found at open, not yet reclaimed: the allocator does not know
-		 * this segment's ranges yet. The caller no longer names the
-		 * extent, so reclaim, which keeps only what is named, returns it. */
+		 * this segment's ranges yet. Reclaim returns it (reclaim.c). */
+		rc = early_free_locked(s, seg, e);
 		pthread_mutex_unlock(&s->lock);
-		return 0;
+		return rc;
 	}
 	rc = extent_lookup(s, e, &seg);
 	if (rc) {
@@ -547,7 +547,7 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 	atomic_fetch_add(&seg->refs, 1);  /* keep the fd across the punch */
 	pthread_mutex_unlock(&s->lock);
 
-	punch(st, seg, e->offset, fp);  /* rule 6: before the range is free */
+	segment_punch(st, seg, e->offset, fp);  /* rule 6: before the range is free */
 
 	pthread_mutex_lock(&s->lock);
 	rc = rangevec_insert_free(&seg->freel, e->offset, fp);
@@ -571,188 +571,6 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 out:
 	pthread_mutex_unlock(&s->lock);
 	segment_unref(seg);
-	return rc;
-}
-
-/* ---- recovery ---- */
-
-static int mark_invalid(const struct kv_extent *e, const char *why)
-{
-	kv_log(KV_LOG_ERR, "manifest extent stripe %" PRIu32 " segment %" PRIu32
-	       " offset %" PRIu64 " length %" PRIu64 ": %s", e->stripe,
-	       e->segment, e->offset, e->length, why);
-	return KV_ERR_CORRUPT;
-}
-
-int kv_store_mark_used(struct kv_store *s, const struct kv_extent *e)
-{
-	uint64_t fp = kv_extent_footprint(e);
-	struct segment *seg;
-	int rc = 0;
-
-	pthread_mutex_lock(&s->lock);
-	if (s->reclaimed) {
-		kv_log(KV_LOG_ERR, "store: kv_store_mark_used after reclaim");
-		rc = -EINVAL;
-	} else if (e->stripe >= s->nstripes) {
-		rc = mark_invalid(e, "no such stripe");
-	} else if (s->stripes[e->stripe].missing) {
-		/* Unchecked and kept: the stripe is not here to check against,
-		 * and its pages must still be there when it comes back. */
-		s->used += fp;
-		s->extents++;
-	} else if (e->length == 0 || e->offset % KV_ALIGN) {
-		rc = mark_invalid(e, "empty or misaligned");
-	} else if (e->length > s->segment_size ||
-		   e->offset > s->segment_size - fp) {
-		rc = mark_invalid(e, "beyond the segment size");
-	} else if (!(seg = segment_find(&s->stripes[e->stripe], e->segment))) {
-		rc = mark_invalid(e, "segment file missing");
-	} else if (seg->fresh) {
-		/* allocated since the open: counted live already */
-	} else if (seg->file_size < e->offset + fp) {
-		rc = mark_invalid(e, "segment file too short");
-	} else {
-		/* overlaps are found by kv_store_reclaim, after one sort */
-		rc = rangevec_push(&seg->marks, e->offset, fp);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return rc;
-}
-
-static uint64_t allocated_bytes(int fd)
-{
-	struct stat sb;
-
-	return fstat(fd, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
-}
-
-/* Punch the gaps between marked extents, truncate after the last one. */
-static int segment_reclaim(struct kv_store *s, struct stripe *st,
-			   struct segment *seg, struct kv_reclaim_stats *stats)
-{
-	uint64_t before = allocated_bytes(seg->fd), after, pos = 0;
-	int rc;
-
-	for (size_t i = 0; i < seg->marks.n; i++) {
-		const struct range *m = &seg->marks.v[i];
-
-		if (m->off > pos) {
-			rc = punch(st, seg, pos, m->off - pos);
-			if (rc && rc != -EOPNOTSUPP)
-				return rc;
-			rc = rangevec_push(&seg->freel, pos, m->off - pos);
-			if (rc)
-				return rc;
-		}
-		pos = m->off + m->len;
-		s->used += m->len;
-	}
-	if (seg->file_size > pos && ftruncate(seg->fd, (off_t)pos) < 0) {
-		rc = -errno;
-		kv_log(KV_LOG_ERR, "%s/seg-%08" PRIu32 ": cannot truncate to %"
-		       PRIu64 ": %s", st->path, seg->num, pos, kv_strerror(rc));
-		return rc;
-	}
-	seg->live = seg->marks.n;
-	s->extents += seg->marks.n;
-	seg->bump = pos;
-	seg->largest_free = rangevec_largest(&seg->freel);
-	rangevec_release(&seg->marks);
-	after = allocated_bytes(seg->fd);
-	if (before > after)
-		stats->bytes_reclaimed += before - after;
-	return 0;
-}
-
-static int stripe_reclaim(struct kv_store *s, struct stripe *st,
-			  struct kv_reclaim_stats *stats)
-{
-	size_t i = 0;
-	int rc;
-
-	while (i < st->nsegs) {
-		struct segment *seg = st->segs[i];
-
-		if (seg->fresh) {   /* made since the open: nothing in it is unknown */
-			i++;
-			continue;
-		}
-		if (seg->marks.n > 0) {
-			rc = segment_reclaim(s, st, seg, stats);
-			if (rc)
-				return rc;
-			i++;
-			continue;
-		}
-		uint64_t bytes = allocated_bytes(seg->fd);
-
-		rc = segment_unlink(st, seg);  /* drops it from segs[] */
-		if (rc)
-			return rc;
-		stats->segments_removed++;
-		stats->bytes_reclaimed += bytes;
-	}
-	return 0;
-}
-
-/*
- * Sort every segment's marks and refuse two that overlap, before anything
- * is punched: a manifest that claims one byte twice changes nothing.
- */
-static int marks_check(struct kv_store *s)
-{
-	for (unsigned i = 0; i < s->nstripes; i++) {
-		const struct stripe *st = &s->stripes[i];
-
-		for (size_t j = 0; j < st->nsegs; j++) {
-			struct rangevec *m = &st->segs[j]->marks;
-			size_t k = rangevec_sort_check(m);
-
-			if (k == 0)
-				continue;
-			kv_log(KV_LOG_ERR, "manifest extents on stripe %u segment %"
-			       PRIu32 " at offset %" PRIu64 " (%" PRIu64 " bytes on "
-			       "disk) and offset %" PRIu64 " (%" PRIu64 " bytes) overlap",
-			       i, st->segs[j]->num, m->v[k - 1].off, m->v[k - 1].len,
-			       m->v[k].off, m->v[k].len);
-			return KV_ERR_CORRUPT;
-		}
-	}
-	return 0;
-}
-
-int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
-{
-	struct kv_reclaim_stats stats = { 0 };
-	int rc = 0;
-
-	pthread_mutex_lock(&s->lock);
-	if (s->reclaimed) {
-		kv_log(KV_LOG_ERR, "store: kv_store_reclaim called twice");
-		rc = -EINVAL;
-		goto out;
-	}
-	rc = marks_check(s);
-	for (unsigned i = 0; i < s->nstripes && !rc; i++)
-		rc = stripe_reclaim(s, &s->stripes[i], &stats);
-	if (rc)
-		goto out;
-	for (unsigned i = 0; i < s->nstripes; i++)
-		for (size_t j = 0; j < s->stripes[i].nsegs; j++)
-			s->stripes[i].segs[j]->fresh = false;
-	s->found = 0;            /* what is live there is in used now */
-	s->reclaimed = true;
-	kv_log(KV_LOG_INFO, "store: %" PRIu64 " extents (%" PRIu64 " bytes) "
-	       "live; reclaimed %" PRIu64 " bytes, removed %" PRIu64
-	       " empty segments", s->extents, s->used, stats.bytes_reclaimed,
-	       stats.segments_removed);
-out:
-	pthread_mutex_unlock(&s->lock);
-	if (rc == 0)
-		prealloc_start(s);   /* without it writes only extend files */
-	if (out)
-		*out = stats;
 	return rc;
 }
 

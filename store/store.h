@@ -213,7 +213,8 @@ struct kv_reclaim_stats {
 };
 /*
  * Recovery, step 2: every byte of every segment not covered by a marked
- * extent is returned to the filesystem (punched, tail truncated, empty
+ * extent (less those kv_extent_free returned since the open) is returned
+ * to the filesystem (punched, tail truncated, empty
  * segments unlinked), and the allocator is built from what remains. Runs
  * once (-EINVAL the second time); st may be NULL. KV_ERR_CORRUPT (and a log
  * line naming both) if two marked extents overlap: then nothing has been
@@ -245,8 +246,10 @@ int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out);
  * is in flight. -EINVAL (and a log line) for an extent that is not allocated,
  * e.g. a double free. A failed punch is only logged: the range is still
  * reused, and the next reclaim punches whatever is free then. Before
- * kv_store_reclaim(), an extent in a segment found at open is left alone
- * (0): that reclaim returns it, since nobody marks it. Thread-safe.
+ * kv_store_reclaim(), an extent in a segment found at open is only
+ * remembered (0, or -ENOMEM: it stays allocated until the next mount):
+ * that reclaim returns it, marked or not, so a caller may mark every
+ * extent its manifest held at open, freed since or not. Thread-safe.
  */
 int kv_extent_free(struct kv_store *s, const struct kv_extent *e);
 

@@ -1,7 +1,7 @@
 /*
  * Private internals of the extent store, shared by store.c (lifecycle,
- * allocator, recovery), segment.c (stripe directories, segment files, range
- * lists), uring.c (the I/O thread), health.c (stripes out of allocation)
+ * allocator), reclaim.c (recovery), segment.c (stripe directories, segment
+ * files, range lists), uring.c (the I/O thread), health.c (stripes out of allocation)
  * and fault.c (test fault injection). Nothing outside store/ includes this.
  *
  * Locking: kv_store.lock protects the allocator (every field of struct
@@ -57,6 +57,8 @@ struct segment {
 	struct rangevec freel;  /* punched ranges below bump, coalesced */
 	struct rangevec marks;  /* recovery only: extents marked used, in the
 	                         * order marked until reclaim sorts them */
+	struct rangevec early;  /* recovery only: extents freed before reclaim,
+	                         * in the order freed (reclaim.c) */
 	/* prealloc.c: the file is fallocate'd up to here; bump..prealloc_end
 	 * is preallocated and unused (0: nothing preallocated) */
 	uint64_t prealloc_end;
@@ -223,6 +225,17 @@ uint64_t rangevec_take(struct rangevec *rv, uint64_t len, uint64_t *off);
 uint64_t rangevec_span(const struct rangevec *rv, uint64_t off);
 uint64_t rangevec_largest(const struct rangevec *rv);
 void rangevec_release(struct rangevec *rv);
+
+/* ---- store.c ---- */
+/* Return blocks to the filesystem, best effort: 0 or -errno (logged). */
+int segment_punch(struct stripe *st, struct segment *seg, uint64_t off,
+		  uint64_t len);
+
+/* ---- reclaim.c ---- */
+/* Remember extent e, in seg (found at open), as freed before reclaim:
+ * reclaim returns it even if it is marked. 0 or -ENOMEM (logged). */
+int early_free_locked(struct kv_store *s, struct segment *seg,
+		      const struct kv_extent *e);
 
 /* ---- headroom.c ---- */
 /* Would an extent of fp bytes leave the stripe's filesystem less free

@@ -6,7 +6,7 @@
  * (kv_index_load_begin/step): a layer wanted before the walk reaches it,
  * or after the walk took part of it, is whole and has every page once,
  * also with threads looking up and listing while the walk runs; new pages
- * made and pages moved while it runs.
+ * made, and pages moved and removed, while it runs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -475,6 +475,143 @@ static void test_lazy_move(void **state)
 	store_done(&s);
 }
 
+/* The usual rows, and layer 4 "6" with q13, which shares extent 2 with
+ * p12. */
+static void store_shared_layer(struct store *s)
+{
+	store_make(s);
+	store_fill(s);
+	store_sql(s, "INSERT INTO layers VALUES (4, 2, 6, '6', 488, 0, 0, 0, 0, 0, "
+		  "kvfs_ident_layer(4, 2, 6, '6'));"
+		  "INSERT INTO pages VALUES (13, 4, 'q13', 2, 32768, 292, 0, 0, 0, 0, 0, "
+		  "kvfs_ident_page(13, 4, 'q13', 2, 32768));"
+		  "UPDATE extents SET refcount = 2 WHERE id = 2;");
+}
+
+static int count_extent(void *arg, const struct kv_extent_rec *r)
+{
+	(void)r;
+	++*(int *)arg;
+	return 0;
+}
+
+/* Pages removed while the index loads, before the walk reaches the
+ * extents: an extent whose last page went is retired, so the walk does not
+ * bring it back (nor the check find its count wrong), and the extent walk
+ * still shows it until kv_index_retired_drop (the reclaim must mark it). A
+ * layer not loaded yet is not removed: it only looks empty. */
+static void test_lazy_remove(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_extent_rec r, c[4];
+	struct kv_node_info n;
+	struct store s;
+	uint32_t count;
+	int nx = 0;
+
+	store_shared_layer(&s);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(kv_index_remove(x, 4), -EAGAIN);   /* looks empty */
+	assert_int_equal(kv_index_layer_load(x, 3), 0);
+	for (uint64_t ino = 10; ino <= 12; ino++) {
+		assert_int_equal(kv_index_get(x, ino, &n), 0);
+		assert_int_equal(kv_index_remove(x, ino), 0);
+		assert_int_equal(kv_index_extent_ref(x, n.extent_id, -1, &count), 0);
+		assert_int_equal(count, ino == 10 || ino == 12 ? 1 : 0);
+	}
+	/* extent 1 is retired: found by nothing but the extent walk */
+	assert_int_equal(kv_index_extent_get(x, 1, &r), -ENOENT);
+	assert_int_equal(kv_index_extent_ref(x, 1, +1, &count), -ENOENT);
+	hash_of(1, r.hash);
+	assert_int_equal(kv_index_extent_candidates(x, r.hash, 32768, c, 4), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.extents, 1);
+	/* The walk, whose snapshot still has extent 1 and its pages, agrees. */
+	assert_int_equal(lazy_run(l), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 1);
+	assert_int_equal(st.extents, 1);
+	assert_int_equal(kv_index_extent_get(x, 2, &r), 0);
+	assert_int_equal(r.refcount, 1);
+	assert_int_equal(kv_index_lookup(x, 3, "p11", &n), -ENOENT);
+	assert_int_equal(kv_index_extent_walk(x, count_extent, &nx), 0);
+	assert_int_equal(nx, 2);
+	kv_index_retired_drop(x);
+	nx = 0;
+	assert_int_equal(kv_index_extent_walk(x, count_extent, &nx), 0);
+	assert_int_equal(nx, 1);
+	assert_int_equal(kv_index_remove(x, 4), -ENOTEMPTY);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+/* A layer emptied and removed while the index loads: the walk then meets
+ * rows naming a layer that is gone, which are old news, not damage. */
+static void test_lazy_rmdir(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	struct store s;
+	uint32_t count;
+
+	store_shared_layer(&s);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(kv_index_layer_load(x, 4), 0);
+	assert_int_equal(kv_index_remove(x, 4), -ENOTEMPTY);
+	assert_int_equal(kv_index_remove(x, 13), 0);
+	assert_int_equal(kv_index_extent_ref(x, 2, -1, &count), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(kv_index_remove(x, 4), 0);
+	assert_int_equal(lazy_run(l), 0);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.layers, 1);
+	assert_int_equal(st.pages, 3);
+	assert_int_equal(kv_index_lookup(x, 3, "p12", &n), 0);
+	assert_int_equal(kv_index_get(x, 13, &n), -ENOENT);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+/* A page the walk took, in a layer it has not finished: removing or moving
+ * it waits for its layer (EAGAIN), whose load would bring it back. */
+static void test_lazy_remove_mid_walk(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_manifest *lm;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	struct store s;
+	uint32_t count;
+
+	store_make(&s);
+	store_fill(&s);
+	store_many(&s, 5000);
+	l = lazy_begin(x, &s, &lm);
+	for (int i = 0; i < 3; i++)    /* counts, extents, part of layer 3 */
+		assert_int_equal(kv_index_load_step(l), 1);
+	assert_int_equal(kv_index_get(x, 10, &n), 0);
+	assert_false(kv_index_layer_whole(x, 3));
+	assert_int_equal(kv_index_remove(x, 10), -EAGAIN);
+	assert_int_equal(kv_index_move(x, 10, 3, "elsewhere", 0, NULL), -EAGAIN);
+	assert_int_equal(kv_index_layer_load(x, 3), 0);
+	assert_int_equal(kv_index_remove(x, 10), 0);
+	assert_int_equal(kv_index_extent_ref(x, 1, -1, &count), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(lazy_run(l), 0);
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), -ENOENT);
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, 5002);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
 /* The usual rows with sql applied, a loader begun on them. */
 static struct kv_index_loader *damaged_begin(struct kv_index *x, struct store *s,
 					     const char *sql, struct kv_manifest **lm)
@@ -541,6 +678,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lazy_concurrent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_new_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_move, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_remove, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_remove_mid_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_rmdir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_refcount_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_missing_extent, setup, teardown),
 	};
