@@ -776,7 +776,7 @@ static inline struct timespec kvfs_after_ns(int64_t ns)
  * second, then gives EAGAIN (gc: a FUSE thread must not wait longer);
  * kvfs_changes_wait waits (eviction, on its own thread; EAGAIN when 8
  * wait, ESHUTDOWN at unmount). kvfs_changes_damaged is the damage check
- * alone, for the rest: new pages, removals, renames and truncates (after
+ * alone, for the rest: new pages, removals and renames (after
  * kv_index_layer_load of the layers they touch), mkdir, times and modes.
  * Each is 0 or a -errno.
  */

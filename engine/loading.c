@@ -14,7 +14,7 @@
  *     extent the load is checking (index: frozen_below), and a page into a
  *     layer not loaded yet loads that layer first, so a name taken in a row
  *     is EEXIST as ever.
- *   - Removals, replacements, truncates and moves: the layers they touch
+ *   - Removals, replacements and moves: the layers they touch
  *     are loaded first (the index refuses them in a layer not loaded), so
  *     the walk, which skips the rows of layers loaded whole, brings nothing
  *     back. A page that goes moves its extent's refcount and the load's

@@ -105,8 +105,8 @@ int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change
 		    struct kv_node_info *out)
 {
 	/* Even while the index loads: the node is loaded (the kernel found
-	 * it by a lookup), and a size that drops a page's extent moves the
-	 * count the load checks with it (index: kv_index_extent_ref). */
+	 * it by a lookup), and only a page still being written takes a size
+	 * (sealed pages are EPERM), which no row names yet. */
 	int rc = kvfs_changes_damaged(fs);
 
 	if (rc < 0)

@@ -197,42 +197,36 @@ int kv_index_extent_durable(struct kv_index *x, uint64_t id)
 	return e ? 0 : -ENOENT;
 }
 
-/* Room to retire one more extent: the removal fails whole (ENOMEM) rather
- * than drop an extent the load's walk would bring back. */
-static int retired_reserve(struct kv_index *x)
-{
-	size_t cap = x->retired_cap ? 2 * x->retired_cap : 64;
-	struct xent **v;
-
-	if (x->nretired < x->retired_cap)
-		return 0;
-	v = realloc(x->retired, cap * sizeof(*v));
-	if (!v) {
-		kv_log(KV_LOG_ERR, "index: no memory to retire an extent while the index "
-		       "loads (%zu retired)", x->nretired);
-		return -ENOMEM;
-	}
-	x->retired = v;
-	x->retired_cap = cap;
-	return 0;
-}
-
 /*
- * The last page of an extent the load is still checking went (room
- * reserved). Dropped, the extent would come back from the load's snapshot
- * (its extents walk) as live, and its range would not be marked at the
- * reclaim, which may run before the removal is durable and the extent
- * freed. So it stays in ext_by_id, found by the load alone.
+ * The last page of an extent the manifest held at the mount went before
+ * the reclaim. Dropped, the extent would come back from the load's
+ * snapshot (its extents walk) as live, and its range would not be marked
+ * at the reclaim, which may run before the removal is durable and the
+ * extent freed. So it stays in ext_by_id, found by the load and the
+ * extent walk alone, until kv_index_retired_drop. Without memory to list
+ * it, it stays until the index is freed: 48 bytes, never a wrong answer.
  */
 static void xent_retire(struct kv_index *x, struct xent *e)
 {
 	struct kv_extent ext = idx_xent_ext(e);
+	size_t cap = x->retired_cap ? 2 * x->retired_cap : 64;
+	struct xent **v;
 
 	htab_remove(&x->ext_by_key, e);
 	e->refcount = 0;
 	e->retired = 1;
 	x->st.extents--;
 	x->st.extent_bytes -= kv_extent_footprint(&ext);
+	if (x->nretired == x->retired_cap) {
+		v = realloc(x->retired, cap * sizeof(*v));
+		if (!v) {
+			kv_log(KV_LOG_WARN, "index: no memory to list extent %" PRIu64
+			       " as retired: its record stays until unmount", e->id);
+			return;
+		}
+		x->retired = v;
+		x->retired_cap = cap;
+	}
 	x->retired[x->nretired++] = e;
 }
 
@@ -246,6 +240,7 @@ void kv_index_retired_drop(struct kv_index *x)
 	free(x->retired);
 	x->retired = NULL;
 	x->nretired = x->retired_cap = 0;
+	x->retire_below = 0;     /* marked: from now on an extent goes at 0 */
 	pthread_rwlock_unlock(&x->lock);
 }
 
@@ -253,7 +248,6 @@ static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *coun
 {
 	struct xent *e = idx_xent_find(x, id);
 	int64_t v;
-	int rc;
 
 	if (!e || e->retired)
 		return -ENOENT;
@@ -263,14 +257,11 @@ static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *coun
 		       " %+d is out of range", id, e->refcount, delta);
 		return v < 0 ? -EINVAL : -EOVERFLOW;
 	}
-	if (id < x->frozen_below) {
-		/* The load's check compares the manifest's count with the
-		 * pages it finds: a page that goes (or comes) moves both. */
-		if (v == 0 && (rc = retired_reserve(x)) < 0)
-			return rc;
+	/* The load's check compares the manifest's count with the pages it
+	 * finds: a page that goes (or comes) moves both. */
+	if (id < x->frozen_below)
 		e->seen = (uint32_t)((int64_t)e->seen + delta) & 0x7fffffffu;
-	}
-	if (v == 0 && id < x->frozen_below)
+	if (v == 0 && id < x->retire_below)
 		xent_retire(x, e);
 	else if (v == 0)
 		xent_drop(x, e);

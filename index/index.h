@@ -178,10 +178,9 @@ int kv_index_extent_durable(struct kv_index *x, uint64_t id);
  * (may be NULL). When it reaches 0 the extent is dropped from the table (the
  * caller frees its space once the manifest no longer refers to it). -ENOENT
  * if absent; -EINVAL (logged, nothing changed) if the count would go below 0.
- * While the index loads in the background, an extent the manifest held
- * when the load began is retired at 0 instead: no call finds it, but
- * kv_index_extent_walk still shows it (with refcount 0) until
- * kv_index_retired_drop; -ENOMEM (nothing changed) if it cannot be kept.
+ * From kv_index_load_begin until kv_index_retired_drop, an extent the
+ * manifest held when the load began is retired at 0 instead: no call
+ * finds it, but kv_index_extent_walk still shows it (with refcount 0).
  */
 int kv_index_extent_ref(struct kv_index *x, uint64_t id, int delta,
 			uint32_t *count);
@@ -205,7 +204,8 @@ int kv_index_extent_walk(struct kv_index *x,
 			 int (*fn)(void *arg, const struct kv_extent_rec *r),
 			 void *arg);
 /* Forget the retired extents (see kv_index_extent_ref), once the reclaim
- * has marked them: their space comes back through kv_extent_free. */
+ * has marked them (their space comes back through kv_extent_free), and
+ * retire none from now on. */
 void kv_index_retired_drop(struct kv_index *x);
 
 /* What kv_index_page_walk shows of a page. */

@@ -168,9 +168,12 @@ struct kv_index {
 	 * compares their refcounts with the pages it finds. New pages may come
 	 * meanwhile, but none shares such an extent (extent.c). */
 	uint64_t frozen_below;
-	/* Extents below frozen_below whose count reached 0 meanwhile: kept
-	 * in ext_by_id (a walk over the load's snapshot must not bring them
-	 * back, and the reclaim after it must still mark them). */
+	/* Until the reclaim after the load has marked every extent
+	 * (kv_index_retired_drop; 0 otherwise): extents with an id below it
+	 * were in the manifest when the load began, and one whose count
+	 * reaches 0 is retired, not dropped (extent.c). It outlives
+	 * frozen_below: removals go on between the walk and the reclaim. */
+	uint64_t retire_below;
 	struct xent **retired;
 	size_t nretired, retired_cap;
 	/* Pages whose access time a read moved (touch_atime), each once,

@@ -210,11 +210,12 @@ struct kv_index_loader {
 	struct kv_manifest_scan *by_id;   /* one extent, for a layer wanted early */
 	uint64_t nodes, extents;          /* rows counted (PHASE_COUNTS) */
 	bool ended;                       /* kv_index_load_end ran */
-	/* Layers removed while the walk still reads rows (the index's write
-	 * lock): their rows are old news, where a page naming no layer is
-	 * damage. Few: a layer goes only empty and loaded whole. */
+	/* Layers with a row (inode below ino_below) removed while the walk
+	 * still reads rows, sorted (the index's write lock): their rows are
+	 * old news, where a page naming no layer is damage. */
 	uint64_t *gone;
 	size_t ngone, gone_cap;
+	uint64_t ino_below;
 };
 
 void idx_loader_free(struct kv_index_loader *l)
@@ -261,6 +262,22 @@ static int lazy_extent(void *arg, const struct kv_extent_rec *r)
 	return load_extent(l->x, r);
 }
 
+/* The first position in l->gone not below ino (ngone: none). */
+static size_t gone_find(const struct kv_index_loader *l, uint64_t ino)
+{
+	size_t lo = 0, hi = l->ngone;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (l->gone[mid] < ino)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < l->ngone && l->gone[lo] == ino ? lo : l->ngone;
+}
+
 static int lazy_page(void *arg, const struct kv_page_rec *r)
 {
 	static const struct kv_manifest_visitor one = { .extent = lazy_extent };
@@ -273,9 +290,8 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 	 * is a row of a layer removed since (whole, then emptied). */
 	if (layer && layer->kind == KV_KIND_LAYER && !layer->u.d->unloaded)
 		return 0;
-	for (size_t i = 0; !layer && i < l->ngone; i++)
-		if (l->gone[i] == r->layer_ino)
-			return 0;
+	if (!layer && gone_find(l, r->layer_ino) < l->ngone)
+		return 0;
 	n = idx_node(l->x, r->ino);
 	if (n && n->kind == KV_KIND_PAGE && n->parent->ino == r->layer_ino)
 		return 0;    /* taken by the walk, or by a load of its layer that failed */
@@ -451,14 +467,15 @@ int idx_removable_locked(struct kv_index *x, const struct node *n)
 {
 	struct kv_index_loader *l = x->loader;
 	uint64_t *v;
-	size_t cap;
+	size_t cap, i;
 
 	if (idx_node_unloaded_locked(x, n))
 		return -EAGAIN;
 	if (n->kind != KV_KIND_PAGE && n->u.d->nchildren)
 		return -ENOTEMPTY;
-	/* frozen_below: the walk may still read rows (load_finish ends it) */
-	if (n->kind != KV_KIND_LAYER || !l || !x->frozen_below)
+	/* frozen_below: the walk may still read rows (load_finish ends it);
+	 * a layer made since the mount has none */
+	if (n->kind != KV_KIND_LAYER || !l || !x->frozen_below || n->ino >= l->ino_below)
 		return 0;
 	if (l->ngone == l->gone_cap) {
 		cap = l->gone_cap ? 2 * l->gone_cap : 16;
@@ -468,7 +485,10 @@ int idx_removable_locked(struct kv_index *x, const struct node *n)
 		l->gone = v;
 		l->gone_cap = cap;
 	}
-	l->gone[l->ngone++] = n->ino;
+	for (i = l->ngone; i > 0 && l->gone[i - 1] > n->ino; i--)
+		l->gone[i] = l->gone[i - 1];
+	l->gone[i] = n->ino;
+	l->ngone++;
 	return 0;
 }
 
@@ -503,7 +523,8 @@ int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 			x->next_ino = max_ino + 1;
 		if (max_ext >= x->next_ext)
 			x->next_ext = max_ext + 1;
-		x->frozen_below = x->next_ext;
+		x->frozen_below = x->retire_below = x->next_ext;
+		l->ino_below = x->next_ino;
 		x->loader = l;
 	}
 out:

@@ -13,7 +13,8 @@
  * extent its manifest held at open, removed or not, until the removal is
  * durable) without a free racing the reclaim: freed before, the range is
  * returned by the reclaim; freed after, it was marked, so it is a plain
- * free of a live range.
+ * free of a live range. On a stripe missing from a degraded open nothing
+ * is punched either way; only the counts its marks add are taken off.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -229,6 +230,9 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *out)
 		for (size_t j = 0; j < s->stripes[i].nsegs; j++)
 			s->stripes[i].segs[j]->fresh = false;
 	s->found = 0;            /* what is live there is in used now */
+	s->used -= s->missing_early.bytes <= s->used ? s->missing_early.bytes : s->used;
+	s->extents -= s->missing_early.extents <= s->extents ? s->missing_early.extents
+							       : s->extents;
 	s->reclaimed = true;
 	kv_log(KV_LOG_INFO, "store: %" PRIu64 " extents (%" PRIu64 " bytes) "
 	       "live; reclaimed %" PRIu64 " bytes, removed %" PRIu64

@@ -524,9 +524,15 @@ int kv_extent_free(struct kv_store *s, const struct kv_extent *e)
 	pthread_mutex_lock(&s->lock);
 	if (e->stripe < s->nstripes && s->stripes[e->stripe].missing) {
 		/* Nothing to punch here: the reclaim of the next mount with
-		 * the stripe back returns the range, as for any unmarked one. */
-		s->used -= fp <= s->used ? fp : s->used;
-		s->extents -= s->extents > 0;
+		 * the stripe back returns the range, as for any unmarked one.
+		 * Before this reclaim its mark may be still to come. */
+		if (!s->reclaimed) {
+			s->missing_early.bytes += fp;
+			s->missing_early.extents++;
+		} else {
+			s->used -= fp <= s->used ? fp : s->used;
+			s->extents -= s->extents > 0;
+		}
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}

@@ -172,6 +172,10 @@ struct kv_store {
 	unsigned rr;            /* next stripe for alloc */
 	uint64_t used;          /* footprint bytes of live extents */
 	uint64_t extents;       /* live extents */
+	struct {                /* freed on a missing stripe before reclaim: its
+	                         * marks count them, reclaim takes them off */
+		uint64_t bytes, extents;
+	} missing_early;
 	uint64_t enospc_logged; /* CLOCK_MONOTONIC ns of the last ENOSPC log */
 	uint64_t noalloc_logged; /* ... of the last "no stripe left" log */
 	_Atomic uint64_t headroom;  /* bytes kept free for the manifest (headroom.c) */

@@ -136,6 +136,43 @@ static void test_recovery_early_free(void **state)
 	kv_store_close(s);
 }
 
+/*
+ * A degraded open: an extent on the missing stripe freed before its mark
+ * and the reclaim. Nothing is punched there; the counts must end as if it
+ * had never been marked (they once kept its mark for the whole mount).
+ */
+static void test_recovery_early_free_missing(void **state)
+{
+	struct kv_extent on0, on1;
+	struct kv_store_usage u;
+	char marker[300], away[300];
+	struct kv_store *s;
+	struct tstore t;
+
+	tstore_init(&t, "early-missing", 2, MIB);
+	s = tstore_open(&t);
+	write_one(s, 4096, 1, &on0);
+	write_one(s, 8192, 2, &on1);
+	assert_int_equal(on1.stripe, 1);
+	kv_store_close(s);
+	snprintf(marker, sizeof(marker), "%s/kvfs-stripe", t.dirs[1]);
+	snprintf(away, sizeof(away), "%s/../marker-away", t.dirs[1]);
+	assert_int_equal(rename(marker, away), 0);
+	t.o.create = false;
+	t.o.degraded = true;
+	assert_int_equal(kv_store_open(&t.o, &s), 0);
+	assert_int_equal(kv_extent_free(s, &on1), 0);
+	assert_int_equal(kv_store_mark_used(s, &on0), 0);
+	assert_int_equal(kv_store_mark_used(s, &on1), 0);
+	assert_int_equal(kv_store_reclaim(s, NULL), 0);
+	kv_store_usage(s, &u);
+	assert_int_equal(u.extents, 1);
+	assert_int_equal(u.used, kv_extent_footprint(&on0));
+	check_one(s, &on0, 1);
+	kv_store_close(s);
+	assert_int_equal(rename(away, marker), 0);
+}
+
 static void test_mark_used_corrupt(void **state)
 {
 	struct kv_extent a, b, bad;
@@ -356,6 +393,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_recovery_reclaim),
 		cmocka_unit_test(test_recovery_early_free),
+		cmocka_unit_test(test_recovery_early_free_missing),
 		cmocka_unit_test(test_mark_used_corrupt),
 		cmocka_unit_test(test_mark_out_of_order),
 		cmocka_unit_test(test_mark_far_apart),
