@@ -330,10 +330,11 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	size_t next = 0;
 	int rc;
 
-	/* Eviction deletes pages whose extents the background load is still
-	 * counting: it waits for the load (new pages go on meanwhile). */
-	if ((rc = kvfs_changes_wait(fs)) < 0)
-		return rc;   /* or the load failed, or the manifest is damaged */
+	/* Even while the index loads: victims come from layers loaded whole
+	 * (kv_index_page_walk), and what they free counts at once
+	 * (store/reclaim.c), so eviction stops at its target. */
+	if ((rc = kvfs_changes_damaged(fs)) < 0)
+		return rc;
 	rc = collect_victims(fs, older_than_ns, &vs);
 	if (rc < 0)
 		return rc;
@@ -378,8 +379,8 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 	    (mode != KVFS_GC_OLDER && mode != KVFS_GC_TARGET) ||
 	    (mode == KVFS_GC_OLDER && a->older_than_ns <= 0))
 		return -EINVAL;
-	if ((rc = kvfs_changes_refused(fs)) < 0)
-		return rc;   /* eviction changes the namespace: not while loading */
+	if ((rc = kvfs_changes_damaged(fs)) < 0)
+		return rc;
 	usage_now(fs, &a->used_before);
 	rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
 			mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &pages);

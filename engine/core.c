@@ -150,34 +150,3 @@ int kvfs_changes_damaged(struct kvfs *fs)
 	return -EIO;
 }
 
-/* How long a change through FUSE waits for the background load before
- * EAGAIN: a small store has loaded by then. Not longer: the kernel holds
- * the directory's lock meanwhile. */
-#define CHANGES_LOAD_WAIT_MS 1000
-
-int kvfs_changes_refused(struct kvfs *fs)
-{
-	static struct kv_log_limit limit;
-
-	if (kvfs_loading(fs)) {
-		int rc = kvfs_load_wait_for(fs, CHANGES_LOAD_WAIT_MS);
-
-		if (rc == -ESHUTDOWN)
-			return rc;
-		if (rc == -EAGAIN) {
-			KV_LOG_LIMITED(&limit, KV_LOG_WARN, "a change to %s is refused for now "
-				       "(EAGAIN): its index is still loading (%.1f s so far); "
-				       "retry once .kvfs/stats says namespace.loading 0",
-				       fs->store_dir, (double)kvfs_load_ms(fs) / 1000);
-			return rc;
-		}
-	}
-	return kvfs_changes_damaged(fs);
-}
-
-int kvfs_changes_wait(struct kvfs *fs)
-{
-	int rc = kvfs_load_wait(fs);
-
-	return rc == -EAGAIN || rc == -ESHUTDOWN ? rc : kvfs_changes_damaged(fs);
-}

@@ -44,8 +44,7 @@
  *   regions lock   (fast/region.c) the region table; logging happens after it
  *   notifier lock  (fuse/notifier.c) its FIFO of names; they are sent outside it
  *   load.lock      (engine/loading.c) whether the background load is done;
- *                  changes wait on its condition variable holding nothing
- *                  else (kvfs_changes_refused runs before any lock)
+ *                  taken alone
  *   log limiter    (store/log.c) KV_LOG_LIMITED's windows
  *   store and index locks below (store/, index/): taken only inside their
  *                  own calls
@@ -770,19 +769,11 @@ static inline struct timespec kvfs_after_ns(int64_t ns)
  * with EIO (logged at most once a minute) rather than acknowledged and then
  * lost. kvfs_manifest_damaged records it.
  *
- * While the index loads in the background (engine/loading.c) only
- * eviction waits: what it frees in segments found at mount comes back at
- * the end, so it would evict on and on. kvfs_changes_refused waits a
- * second, then gives EAGAIN (gc: a FUSE thread must not wait longer);
- * kvfs_changes_wait waits (eviction, on its own thread; EAGAIN when 8
- * wait, ESHUTDOWN at unmount). kvfs_changes_damaged is the damage check
- * alone, for the rest: new pages, removals and renames (after
- * kv_index_layer_load of the layers they touch), mkdir, times and modes.
- * Each is 0 or a -errno.
+ * kvfs_changes_damaged is that check (0 or a -errno); nothing waits for
+ * the background load (engine/loading.c): new pages, removals, renames and
+ * eviction go ahead once the layers they touch are loaded.
  */
 void kvfs_manifest_damaged(struct kvfs *fs, int err);
-int kvfs_changes_refused(struct kvfs *fs);
-int kvfs_changes_wait(struct kvfs *fs);
 int kvfs_changes_damaged(struct kvfs *fs);
 
 /* engine/open.c: rebuild the allocator from the index's extents and give

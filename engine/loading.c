@@ -23,11 +23,11 @@
  *     and is still marked at the reclaim after the load. Its space comes
  *     back through the store: freed before the reclaim, the reclaim
  *     returns it (store/reclaim.c); after, it is an ordinary free.
+ *   - Eviction and gc: victims come from layers loaded whole
+ *     (kv_index_page_walk), and what they free in the segments found at
+ *     mount counts at once, though its blocks go back to the disk only at
+ *     the reclaim (store/reclaim.c).
  *   - mkdir, times and modes: models and layers are whole from the start.
- * Eviction alone waits for the load (kvfs_changes_wait, at most
- * LOAD_WAITERS_MAX at once, the next gets EAGAIN; gc: EAGAIN after a
- * second): what it frees in the segments found at mount does not count
- * until the reclaim, so it would evict on and on to make room.
  *
  * A manifest that proves damaged on the way (a bad row, a refcount that
  * disagrees, PRAGMA quick_check) refuses every change, as a damage the
@@ -42,8 +42,6 @@
 #include <time.h>
 
 #include "kvfs_i.h"
-
-#define LOAD_WAITERS_MAX 8
 
 static double mono_s(void)
 {
@@ -85,7 +83,6 @@ static void finish(struct kvfs *fs, int rc)
 	pthread_mutex_lock(&fs->load.lock);
 	atomic_store(&fs->load.err, rc);
 	atomic_store(&fs->load.loading, false);
-	pthread_cond_broadcast(&fs->load.cv);
 	pthread_mutex_unlock(&fs->load.lock);
 }
 
@@ -138,7 +135,6 @@ int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
 	fs->load.ready = ready;
 	fs->load.damaged = damaged;
 	pthread_mutex_init(&fs->load.lock, NULL);
-	pthread_cond_init(&fs->load.cv, NULL);
 	fs->load.inited = true;
 	fs->load.t0 = mono_s();
 	rc = kv_manifest_open(fs->store_dir, &fs->load.man);
@@ -162,7 +158,6 @@ void kvfs_load_cancel(struct kvfs *fs)
 		return;
 	pthread_mutex_lock(&fs->load.lock);
 	atomic_store(&fs->load.stop, true);
-	pthread_cond_broadcast(&fs->load.cv);
 	pthread_mutex_unlock(&fs->load.lock);
 }
 
@@ -182,7 +177,6 @@ void kvfs_load_stop(struct kvfs *fs)
 		atomic_store(&fs->load.err, -ECANCELED);
 		atomic_store(&fs->load.loading, false);
 	}
-	pthread_cond_broadcast(&fs->load.cv);
 	pthread_mutex_unlock(&fs->load.lock);
 }
 
@@ -193,46 +187,7 @@ void kvfs_load_free(struct kvfs *fs)
 	kv_manifest_close(fs->load.man);
 	fs->load.man = NULL;
 	pthread_mutex_destroy(&fs->load.lock);
-	pthread_cond_destroy(&fs->load.cv);
 	fs->load.inited = false;
-}
-
-int kvfs_load_wait(struct kvfs *fs)
-{
-	return kvfs_load_wait_for(fs, 0);
-}
-
-int kvfs_load_wait_for(struct kvfs *fs, unsigned ms)
-{
-	struct timespec until;
-	int rc;
-
-	if (!atomic_load_explicit(&fs->load.loading, memory_order_acquire))
-		return kvfs_load_result(fs);
-	pthread_mutex_lock(&fs->load.lock);
-	if (atomic_load(&fs->load.loading) && fs->load.waiters >= LOAD_WAITERS_MAX) {
-		static struct kv_log_limit limit;
-
-		pthread_mutex_unlock(&fs->load.lock);
-		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "a change to %s is refused for now "
-			       "(EAGAIN): %d others already wait for its index to "
-			       "finish loading", fs->store_dir, LOAD_WAITERS_MAX);
-		return -EAGAIN;
-	}
-	fs->load.waiters++;
-	until = kvfs_after_ns((int64_t)ms * 1000000);
-	while (atomic_load(&fs->load.loading) && !stopping(fs))
-		if (ms ? pthread_cond_timedwait(&fs->load.cv, &fs->load.lock, &until) != 0
-		       : pthread_cond_wait(&fs->load.cv, &fs->load.lock) != 0)
-			break;
-	fs->load.waiters--;
-	if (atomic_load(&fs->load.loading) && !stopping(fs)) {
-		pthread_mutex_unlock(&fs->load.lock);
-		return -EAGAIN;     /* still loading after ms */
-	}
-	rc = stopping(fs) ? -ESHUTDOWN : atomic_load(&fs->load.err);
-	pthread_mutex_unlock(&fs->load.lock);
-	return rc;
 }
 
 int kvfs_load_result(struct kvfs *fs)

@@ -22,12 +22,10 @@ struct kvfs_load {
 	struct kv_index_loader *loader;
 	pthread_t thread;
 	bool inited, running;
-	_Atomic bool loading;             /* changes wait while set */
+	_Atomic bool loading;             /* the walk or its last steps run */
 	_Atomic bool stop;                /* closing: give up the walk */
-	pthread_mutex_t lock;             /* err, waiters; cv */
-	pthread_cond_t cv;                /* loading ended */
+	pthread_mutex_t lock;             /* err with loading */
 	_Atomic int err;                  /* 0, or why changes are refused */
-	unsigned waiters;
 	int (*ready)(struct kvfs *fs);    /* kvfs_load_start's callbacks */
 	void (*damaged)(struct kvfs *fs, int err);
 	double t0;                        /* when it began (CLOCK_MONOTONIC s) */
@@ -38,23 +36,19 @@ struct kvfs_load {
  * start: after the committer and evictor exist; once every row is in,
  * ready() runs on the loader's thread before changes are let through, and
  * damaged() is told of a damaged manifest (callbacks: loading.c sits below
- * the files that start it and those it reports to); stop: first thing at close
- * (waiters get an error); free: after the index is freed. wait: 0 at once
- * without a background load or once it is done; else waits for it (or
- * -EAGAIN when too many wait already) and gives its result. kvfs_loading:
- * the walk is still going (stats). */
+ * the files that start it and those it reports to); stop: first thing at close;
+ * free: after the index is freed. Nothing waits for the load: every change
+ * goes ahead meanwhile (see loading.c). kvfs_loading: the walk is still
+ * going (stats). */
 int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
 		    void (*damaged)(struct kvfs *fs, int err));
 void kvfs_load_stop(struct kvfs *fs);
 void kvfs_load_free(struct kvfs *fs);
-int kvfs_load_wait(struct kvfs *fs);
-/* The same, but -EAGAIN once ms (> 0) have passed and it still loads. */
-int kvfs_load_wait_for(struct kvfs *fs, unsigned ms);
 bool kvfs_loading(struct kvfs *fs);
 /* 0 while loading, without one, or after one that succeeded; its error once
  * it failed or was stopped. */
 int kvfs_load_result(struct kvfs *fs);
-/* Unmounting: waiters give up now (ESHUTDOWN), the walk at its next step. */
+/* Unmounting: the walk gives up at its next step. */
 void kvfs_load_cancel(struct kvfs *fs);
 uint64_t kvfs_load_ms(struct kvfs *fs);   /* so far, or in all; 0 without */
 

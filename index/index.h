@@ -219,8 +219,9 @@ struct kv_page_brief {
 	enum kv_page_state state;
 };
 /*
- * Visit every page, in no particular order (eviction picks its victims,
- * lazy atime persistence finds what changed). Stops on non-zero and
+ * Visit every page, in no particular order (eviction picks its victims),
+ * but those in a layer the background load has not made whole (they
+ * cannot be removed yet: kv_index_remove). Stops on non-zero and
  * returns it. fn runs under the index's read lock: it must not call back
  * into the index. The lock is taken for a few thousand pages at a time,
  * so the index changes during a walk: every page there from its start to

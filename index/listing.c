@@ -88,7 +88,9 @@ void idx_page_brief(const struct node *n, struct kv_page_brief *b)
 }
 
 /* clear_listed: clear each page's NODE_ATIME_LISTED before reading its
- * time (kv_index_touched_walk visiting every page). */
+ * time (kv_index_touched_walk visiting every page); otherwise pages in a
+ * layer the background load has not made whole are left out (they cannot
+ * be removed yet: kv_index_remove). */
 static int page_walk(struct kv_index *x, bool clear_listed,
 		     int (*fn)(void *arg, const struct kv_page_brief *p), void *arg)
 {
@@ -113,6 +115,8 @@ static int page_walk(struct kv_index *x, bool clear_listed,
 			if (n->kind != KV_KIND_PAGE)
 				continue;
 			pages++;
+			if (!clear_listed && idx_node_unloaded_locked(x, n))
+				continue;
 			if (clear_listed)
 				__atomic_fetch_and(&n->flags, (uint8_t)~NODE_ATIME_LISTED,
 						   __ATOMIC_SEQ_CST);

@@ -146,9 +146,14 @@ static int stripe_reclaim(struct kv_store *s, struct stripe *st,
 int early_free_locked(struct kv_store *s, struct segment *seg,
 		      const struct kv_extent *e)
 {
-	int rc = rangevec_push(&seg->early, e->offset, kv_extent_footprint(e));
+	uint64_t fp = kv_extent_footprint(e);
+	int rc = rangevec_push(&seg->early, e->offset, fp);
 
-	(void)s;
+	/* The budget counts the files found at open as used until reclaim:
+	 * this much less now, so that eviction while the index loads sees the
+	 * room it made (the blocks go back to the disk at the reclaim). */
+	if (rc == 0)
+		s->found -= fp <= s->found ? fp : s->found;
 	if (rc)
 		kv_log(KV_LOG_ERR, "store: extent stripe %" PRIu32 " segment %" PRIu32
 		       " offset %" PRIu64 " freed before reclaim cannot be remembered (%s): "

@@ -5,7 +5,8 @@
 # survive a crash before the load ends; so are changes to pages already
 # there (unlink, rm -r, a rename over a page, a fast-path REPLACE), mkdir
 # and renames, and what they free comes back once the load ends (the store
-# counts no extent the index does not hold). A manifest that the
+# counts no extent the index does not hold); a store full at the mount
+# evicts to take new pages. A manifest that the
 # background load finds damaged keeps serving reads and refuses changes
 # (EIO), where -o eager_load refuses the mount. KVFS_TEST_LOAD_PAUSE_MS
 # holds the walk back, so the test sees a mount that is not loaded yet.
@@ -188,4 +189,32 @@ umount_kvfs
 rc=0; "$KVFS" mount "$STORE" "$MNT" -f -o eager_load 2>>"$LOG" || rc=$?
 [ $rc -ne 0 ] || fail "-o eager_load mounted a damaged manifest"
 is_mounted "$MNT" && fail "mounted after all"
+
+# (3) A store full at the mount takes new pages while its index loads:
+# eviction picks its victims in the layers loaded whole, and what they
+# free counts at once. It used to wait for the end of the load.
+STORE=$T/store-full
+LOG=$T/daemon-full.log
+mkfs --capacity 8M --segment-size 1M
+mount_kvfs
+mkdir -p "$MNT/m/00" "$MNT/m/01"
+$PAGETOOL write "$MNT/m/00" old 110 65536 --fsync || fail "filling the store"
+umount_kvfs
+KVFS_TEST_LOAD_PAUSE_MS=15000 mount_kvfs
+[ "$(loading)" = 1 ] || fail "the load was not held back (3)"
+ls "$MNT/m/00" >/dev/null    # its layer is whole now: its pages may go
+$PAGETOOL write "$MNT/m/01" new 60 65536 --fsync || fail "new pages into a full store while loading"
+[ "$(loading)" = 1 ] || fail "new pages into a full store waited for the load"
+[ "$($PAGETOOL verify "$MNT/m/01" new 60 65536)" = 60 ] || fail "the new pages, while loading"
+n=$(ls "$MNT/m/00" | wc -l)
+[ "$n" -lt 110 ] || fail "nothing was evicted to make room ($n old pages left)"
+wait_loaded
+line=$(grep -o "loaded in the background: [0-9]* pages, [0-9]* extents" "$LOG" | tail -1)
+set -- $line
+[ "$5" = $((n + 60)) ] || fail "pages after the load: $line, want $((n + 60))"
+[ "$(stats_ssd_extents)" = "$7" ] ||
+	fail "the store holds $(stats_ssd_extents) extents, the index $7: evicted pages' space was not returned"
+no_errors_in_log
+umount_kvfs
+"$KVFS" fsck "$STORE" >/dev/null || fail "fsck after eviction while loading: $("$KVFS" fsck "$STORE" 2>&1)"
 echo "PASS: lazy load"

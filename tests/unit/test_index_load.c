@@ -589,9 +589,17 @@ static void test_lazy_rmdir(void **state)
 
 /* A page the walk took, in a layer it has not finished: removing or moving
  * it waits for its layer (EAGAIN), whose load would bring it back. */
+static int count_page(void *arg, const struct kv_page_brief *p)
+{
+	(void)p;
+	++*(int *)arg;
+	return 0;
+}
+
 static void test_lazy_remove_mid_walk(void **state)
 {
 	struct kv_index *x = *state;
+	int np = 0;
 	struct kv_manifest *lm;
 	struct kv_index_loader *l;
 	struct kv_index_stats st;
@@ -607,6 +615,9 @@ static void test_lazy_remove_mid_walk(void **state)
 		assert_int_equal(kv_index_load_step(l), 1);
 	assert_int_equal(kv_index_get(x, 10, &n), 0);
 	assert_false(kv_index_layer_whole(x, 3));
+	/* eviction's walk offers none of them yet */
+	assert_int_equal(kv_index_page_walk(x, count_page, &np), 0);
+	assert_int_equal(np, 0);
 	assert_int_equal(kv_index_remove(x, 10), -EAGAIN);
 	assert_int_equal(kv_index_move(x, 10, 3, "elsewhere", 0, NULL), -EAGAIN);
 	assert_int_equal(kv_index_layer_load(x, 3), 0);
@@ -617,6 +628,8 @@ static void test_lazy_remove_mid_walk(void **state)
 	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), -ENOENT);
 	kv_index_stats(x, &st);
 	assert_int_equal(st.pages, 5002);
+	assert_int_equal(kv_index_page_walk(x, count_page, &np), 0);
+	assert_true(np >= 5002);   /* the walk may show a page twice */
 	lazy_done(l, lm);
 	store_done(&s);
 }

@@ -95,6 +95,7 @@ static void test_recovery_early_free(void **state)
 {
 	struct kv_extent a, b, c, d, n;
 	struct kv_store_usage u;
+	uint64_t used0;
 	struct kv_reclaim_stats st;
 	struct kv_store *s;
 	struct tstore t;
@@ -111,7 +112,11 @@ static void test_recovery_early_free(void **state)
 
 	t.o.create = false;
 	assert_int_equal(kv_store_open(&t.o, &s), 0);
+	kv_store_usage(s, &u);
+	used0 = u.used;
 	assert_int_equal(kv_extent_free(s, &d), 0);      /* before the marks */
+	kv_store_usage(s, &u);                           /* counts at once */
+	assert_int_equal(u.used, used0 - len);
 	assert_int_equal(kv_store_mark_used(s, &a), 0);
 	assert_int_equal(kv_store_mark_used(s, &b), 0);
 	assert_int_equal(kv_store_mark_used(s, &c), 0);
