@@ -429,7 +429,7 @@ static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
-	uint64_t pages, need, target;
+	uint64_t pages, need, target, now;
 	bool above, retry, draining;
 
 	pthread_setname_np(pthread_self(), "kvfs-evict");
@@ -448,7 +448,14 @@ static void *evictor(void *arg)
 		target = c->st.low > need ? c->st.low - need : 0;
 		pthread_mutex_unlock(&c->lock);
 		pages = 0;
-		if (usage_now(fs, NULL) > target)
+		now = usage_now(fs, NULL);
+		/* While the index loads, only loaded layers' pages may go: the
+		 * ones in use, and maybe too few to reach the low mark. Free
+		 * what waiting writers need, no more, or each run would take
+		 * every page they hold, new ones too, as soon as it could. */
+		if (kvfs_loading(fs) && now - (now > need ? need : now) > target)
+			target = now - (now > need ? need : now);
+		if (now > target)
 			kvfs_evict(fs, target, 0, &pages);
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
 		draining = writeback_pending(fs);

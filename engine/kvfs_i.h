@@ -65,10 +65,9 @@
  * else happens. The committer also calls the events_ready hook, which
  * answers reads parked on MOUNT/.kvfs/events and sends their poll
  * notifications: neither waits in the kernel (unlike the notifier's
- * invalidations), so it never waits for a FUSE worker. A change waiting
- * for the background load holds no lock, and the loader's thread waits for
- * nothing but the manifest and the index's locks; at most 8 changes wait
- * at once (the next gets EAGAIN), so FUSE workers stay free for reads.
+ * invalidations), so it never waits for a FUSE worker. No change waits
+ * for the background load, and the loader's thread waits for nothing but
+ * the manifest and the index's locks, so FUSE workers stay free.
  */
 #ifndef KVFS_I_H
 #define KVFS_I_H

@@ -588,7 +588,7 @@ uint64_t kvfs_close(struct kvfs *fs)
 
 	if (!fs)
 		return 0;
-	kvfs_load_stop(fs);     /* changes waiting for it give up */
+	kvfs_load_stop(fs);     /* the walk gives up */
 	kvfs_cap_stop(fs);      /* the evictor queues deletes: stop it first */
 	kvfs_commit_stop(fs);
 	lost = atomic_load(&fs->lost_changes);

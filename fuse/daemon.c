@@ -599,8 +599,7 @@ static int run_daemon(struct mount_cfg *c, int status_fd)
 	fuse_hooks.ctx = fs;
 	kvfs_set_hooks(fs, &fuse_hooks);
 	rc = serve(se);   /* < 0: error; > 0: the signal that ended it */
-	/* Fast-path writes waiting for the background load give up now:
-	 * stopping the executor below joins them. */
+	/* The background load gives up at its next step. */
 	kvfs_load_cancel(fs);
 	/* Readers parked on .kvfs/events get end of file while the session
 	 * can still answer them. */

@@ -318,7 +318,7 @@ static const struct mdef defs[] = {
 	{ MV_MODELS, "namespace", "models", "kvfs_models", NULL, G, "Model directories" },
 	{ MV_LAYERS, "namespace", "layers", "kvfs_layers", NULL, G, "Layer directories" },
 	{ MV_INDEX_LOADING, "namespace", "loading", "kvfs_index_loading", NULL, G,
-	  "1 while the mount still loads its index in the background (changes through FUSE wait up to a second, then get EAGAIN; fast-path writes wait)" },
+	  "1 while the mount still loads its index in the background (every change is taken; eviction chooses among layers already loaded)" },
 	{ MV_INDEX_LOAD_MS, "namespace", "load_ms", "kvfs_index_load_milliseconds", NULL, G,
 	  "How long the background load took (so far, while loading; frozen once it ended, also by a failure; 0 with -o eager_load)" },
 	{ MV_READ_FUSE_DISK, "reads", "fuse_bytes_disk", "kvfs_read_bytes_total",

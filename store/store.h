@@ -234,7 +234,8 @@ int kv_store_reclaim(struct kv_store *s, struct kv_reclaim_stats *st);
  * -EFBIG if length exceeds the segment size; -EINVAL for length 0.
  * Before kv_store_reclaim() it allocates in segment files made since the
  * open only (making one as needed), and the capacity budget counts the
- * blocks allocated to every segment file found at open as used. Thread-safe.
+ * blocks allocated to every segment file found at open as used, less what
+ * kv_extent_free returned there since. Thread-safe.
  */
 int kv_extent_alloc(struct kv_store *s, uint64_t length, struct kv_extent *out);
 /*

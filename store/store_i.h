@@ -168,7 +168,8 @@ struct kv_store {
 	bool direct;            /* open segments with O_DIRECT */
 	bool reclaimed;         /* allocator built; mark_used no longer allowed */
 	uint64_t found;         /* bytes allocated to the segment files found at
-	                         * open: counted as used until reclaim (then 0) */
+	                         * open, less early frees: counted as used until
+	                         * reclaim (then 0) */
 	unsigned rr;            /* next stripe for alloc */
 	uint64_t used;          /* footprint bytes of live extents */
 	uint64_t extents;       /* live extents */

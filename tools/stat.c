@@ -336,7 +336,7 @@ static int summary(const char *mnt)
 	printf("kvfs %s\n", mnt);
 	if (val(&m, "kvfs_index_loading") > 0)
 		printf("index      loading in the background (%.1f s so far): changes "
-		       "that write or remove pages get EAGAIN, fast-path writes wait\n",
+		       "are taken, eviction chooses among layers already loaded\n",
 		       val(&m, "kvfs_index_load_milliseconds") / 1000);
 	print_ssd(&m);
 	print_ram(&m);
