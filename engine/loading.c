@@ -14,8 +14,8 @@
  *     extent the load is checking (index: frozen_below), and a page into a
  *     layer not loaded yet loads that layer first, so a name taken in a row
  *     is EEXIST as ever.
- *   - Removals, replacements and moves: the layers they touch
- *     are loaded first (the index refuses them in a layer not loaded), so
+ *   - Removals, replacements and moves: the layers they touch are loaded
+ *     first (the index refuses them in a layer not loaded), so
  *     the walk, which skips the rows of layers loaded whole, brings nothing
  *     back. A page that goes moves its extent's refcount and the load's
  *     count of pages naming it alike; an extent whose last page went is
@@ -26,7 +26,8 @@
  *   - Eviction and gc: victims come from layers loaded whole
  *     (kv_index_page_walk), and what they free in the segments found at
  *     mount counts at once, though its blocks go back to the disk only at
- *     the reclaim (store/reclaim.c).
+ *     the reclaim (store/reclaim.c). The evictor frees only what waiting
+ *     writers need meanwhile (engine/capacity.c).
  *   - mkdir, times and modes: models and layers are whole from the start.
  *
  * A manifest that proves damaged on the way (a bad row, a refcount that
