@@ -429,7 +429,7 @@ static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
-	uint64_t pages, need, target, now;
+	uint64_t pages, need, target, now, just_need;
 	bool above, retry, draining;
 
 	pthread_setname_np(pthread_self(), "kvfs-evict");
@@ -453,8 +453,9 @@ static void *evictor(void *arg)
 		 * ones in use, and maybe too few to reach the low mark. Free
 		 * what waiting writers need, no more, or each run would take
 		 * every page they hold, new ones too, as soon as it could. */
-		if (kvfs_loading(fs) && now - (now > need ? need : now) > target)
-			target = now - (now > need ? need : now);
+		just_need = now > need ? now - need : 0;
+		if (kvfs_loading(fs) && just_need > target)
+			target = just_need;
 		if (now > target)
 			kvfs_evict(fs, target, 0, &pages);
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */

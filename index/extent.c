@@ -45,14 +45,20 @@ static void xent_fill(const struct xent *e, struct kv_extent_rec *out)
 	out->refcount = e->refcount;
 }
 
-static void xent_drop(struct kv_index *x, struct xent *e)
+/* e leaves the key table and the counts (dropped or retired). */
+static void xent_uncount(struct kv_index *x, struct xent *e)
 {
 	struct kv_extent ext = idx_xent_ext(e);
 
-	htab_remove(&x->ext_by_id, e);
 	htab_remove(&x->ext_by_key, e);
 	x->st.extents--;
 	x->st.extent_bytes -= kv_extent_footprint(&ext);
+}
+
+static void xent_drop(struct kv_index *x, struct xent *e)
+{
+	xent_uncount(x, e);
+	htab_remove(&x->ext_by_id, e);
 	slab_free(&x->slab, e, sizeof(*e));
 }
 
@@ -208,15 +214,12 @@ int kv_index_extent_durable(struct kv_index *x, uint64_t id)
  */
 static void xent_retire(struct kv_index *x, struct xent *e)
 {
-	struct kv_extent ext = idx_xent_ext(e);
 	size_t cap = x->retired_cap ? 2 * x->retired_cap : 64;
 	struct xent **v;
 
-	htab_remove(&x->ext_by_key, e);
+	xent_uncount(x, e);
 	e->refcount = 0;
 	e->retired = 1;
-	x->st.extents--;
-	x->st.extent_bytes -= kv_extent_footprint(&ext);
 	if (x->nretired == x->retired_cap) {
 		v = realloc(x->retired, cap * sizeof(*v));
 		if (!v) {

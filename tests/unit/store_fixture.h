@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -110,6 +111,17 @@ static inline struct kv_store *tstore_open(struct tstore *t)
 	assert_non_null(s);
 	assert_int_equal(kv_store_reclaim(s, NULL), 0);
 	return s;
+}
+
+/* Stripe i loses its marker (moved beside its directory), as a disk that
+ * is not there; with away false it is put back. */
+static inline void tstore_marker_away(struct tstore *t, unsigned i, bool away)
+{
+	char marker[300], moved[300];
+
+	snprintf(marker, sizeof(marker), "%s/kvfs-stripe", t->dirs[i]);
+	snprintf(moved, sizeof(moved), "%s/../marker-away", t->dirs[i]);
+	assert_int_equal(away ? rename(marker, moved) : rename(moved, marker), 0);
 }
 
 static inline void seg_path(struct tstore *t, unsigned stripe, uint32_t seg,

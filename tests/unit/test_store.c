@@ -342,7 +342,6 @@ static void test_degraded_open(void **state)
 	struct kv_stripe_state ss;
 	struct stat before, after;
 	struct kv_io io = { .op = KV_IO_READ };
-	char marker[300], away[300];
 	struct kv_store *s;
 	struct tstore t;
 
@@ -353,9 +352,7 @@ static void test_degraded_open(void **state)
 	assert_int_equal(on1.stripe, 1);
 	kv_store_close(s);
 	before = seg_stat(&t, 1, on1.segment);
-	snprintf(marker, sizeof(marker), "%s/kvfs-stripe", t.dirs[1]);
-	snprintf(away, sizeof(away), "%s/../marker-away", t.dirs[1]);
-	assert_int_equal(rename(marker, away), 0);
+	tstore_marker_away(&t, 1, true);
 
 	t.o.create = false;
 	assert_int_equal(kv_store_open(&t.o, &s), KV_ERR_NOTSTORE);
@@ -383,7 +380,7 @@ static void test_degraded_open(void **state)
 	assert_int_equal(before.st_blocks, after.st_blocks);
 
 	/* back with its marker: the extent is there as it was */
-	assert_int_equal(rename(away, marker), 0);
+	tstore_marker_away(&t, 1, false);
 	t.o.degraded = false;
 	assert_int_equal(kv_store_open(&t.o, &s), 0);
 	assert_int_equal(kv_store_mark_used(s, &on0), 0);

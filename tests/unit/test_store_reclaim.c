@@ -150,7 +150,6 @@ static void test_recovery_early_free_missing(void **state)
 {
 	struct kv_extent on0, on1;
 	struct kv_store_usage u;
-	char marker[300], away[300];
 	struct kv_store *s;
 	struct tstore t;
 
@@ -160,9 +159,7 @@ static void test_recovery_early_free_missing(void **state)
 	write_one(s, 8192, 2, &on1);
 	assert_int_equal(on1.stripe, 1);
 	kv_store_close(s);
-	snprintf(marker, sizeof(marker), "%s/kvfs-stripe", t.dirs[1]);
-	snprintf(away, sizeof(away), "%s/../marker-away", t.dirs[1]);
-	assert_int_equal(rename(marker, away), 0);
+	tstore_marker_away(&t, 1, true);
 	t.o.create = false;
 	t.o.degraded = true;
 	assert_int_equal(kv_store_open(&t.o, &s), 0);
@@ -175,7 +172,7 @@ static void test_recovery_early_free_missing(void **state)
 	assert_int_equal(u.used, kv_extent_footprint(&on0));
 	check_one(s, &on0, 1);
 	kv_store_close(s);
-	assert_int_equal(rename(away, marker), 0);
+	tstore_marker_away(&t, 1, false);
 }
 
 static void test_mark_used_corrupt(void **state)
