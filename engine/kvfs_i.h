@@ -139,13 +139,15 @@ struct kvfs_live {
 /*
  * What the engine tells the front end that serves it (the FUSE daemon
  * fills these; offline tools leave them NULL and nothing is told). Called
- * with no engine lock held, from engine threads (the evictor, the
- * committer) and from fast-path calls; none may block on a request.
+ * from engine threads (the evictor, the committer, under ns_lock when it
+ * withdraws a page) and from fast-path calls; none may block on a request
+ * nor take an engine lock.
  */
 struct kvfs_hooks {
 	void *ctx;
-	/* A name a client may have cached is gone (evicted, or replaced by a
-	 * fast-path write): queue telling it. Never blocks. A ticket for
+	/* A name a client may have cached is gone (evicted, replaced by a
+	 * fast-path write, or withdrawn after its write failed): queue
+	 * telling it. Never blocks. A ticket for
 	 * names_sent, 0 if nothing was queued. */
 	uint64_t (*name_gone)(void *ctx, uint64_t parent, const char *name);
 	/* Wait until every name up to ticket was told, at most timeout_ms: 0

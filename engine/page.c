@@ -29,9 +29,23 @@ static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 	struct kvfs_live *l;
 	uint32_t count = 1;
 	bool last = false;
+	int rc;
 
 	if (kv_index_get(fs->idx, n->ino, &cur) == 0 && cur.extent_id == n->extent_id) {
-		kv_index_remove(fs->idx, n->ino);
+		rc = kv_index_remove(fs->idx, n->ino);
+		if (rc < 0) {
+			/* Its layer was loaded when it was added and a loaded
+			 * layer stays so: not expected. The page stays listed
+			 * until the next mount, which finds no row for it. */
+			kv_log(KV_LOG_ERR, "page %s (inode %llu): withdrawing it after its "
+			       "failed write: %s; it stays listed until the next mount",
+			       n->name, (unsigned long long)n->ino, kv_strerror(rc));
+		} else {
+			/* A lookup between the seal and now may have cached it
+			 * as sealed, for the entry timeout. */
+			kvfs_hook_name_gone(fs, n->parent, n->name);
+			kvfs_dir_changed(fs, n->parent);
+		}
 		last = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count) == 0 &&
 		       count == 0;
 	}

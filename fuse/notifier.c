@@ -59,8 +59,8 @@ static void *notifier_main(void *arg)
 		rc = fuse_lowlevel_notify_inval_entry(nt.se, g->parent, g->name, g->len);
 		if (rc < 0 && rc != -ENOENT)
 			KV_LOG_LIMITED(&nt.fail_log, KV_LOG_WARN,
-				       "could not make the kernel forget replaced or evicted "
-				       "page %s: %s", g->name, kv_strerror(rc));
+				       "could not make the kernel forget replaced, evicted "
+				       "or withdrawn page %s: %s", g->name, kv_strerror(rc));
 		free(g);
 		pthread_mutex_lock(&nt.lock);
 		nt.sent++;

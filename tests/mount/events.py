@@ -188,8 +188,19 @@ def test_changes(reg):
 
     # Only durable changes are announced: a page whose payload write
     # fails is withdrawn and never appears; the next one follows on.
+    # The first commit after it fails too and is retried a second later,
+    # so the page is sealed, and looked up as such, well before it is
+    # withdrawn: the kernel caches that entry for the entry timeout (an
+    # hour) unless the withdrawal tells it to forget the name.
     set_fault('store write 1 EIO')
+    set_fault('manifest commit 1 EIO')
     fuse_write(0, 'lost', b'L' * 10)
+    for _ in range(10):     # looked up while sealed, not yet withdrawn
+        try:
+            os.stat(os.path.join(M, '0', 'lost'))
+        except FileNotFoundError:
+            break   # already withdrawn (the commit fault went elsewhere)
+        time.sleep(0.05)
     # The page goes once its write-back fails, which a slow daemon (a
     # sanitizer build) reaches after the fsync of the layer returns.
     end = time.monotonic() + WAIT
