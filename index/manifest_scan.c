@@ -85,9 +85,17 @@ int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t 
 		s->row = mf_row_extent;
 		break;
 	case KV_SCAN_PAGES:
-		/* One layer's rows come through its (layer_ino, name) index;
-		 * ordered by inode, they come in the order they were made. */
-		sql = key ? PAGES_SQL " WHERE layer_ino = ?1 ORDER BY ino"
+		/* One layer's rows, in the order they were made (by inode).
+		 * Its inodes come from the (layer_ino, name) index alone, then
+		 * each row by inode in ascending order: SQLite walks the sorted
+		 * list of inodes, so the table is read front to back and no
+		 * sort of whole rows follows. "WHERE layer_ino = ?1 ORDER BY
+		 * ino" read the rows in name order, a seek per row across the
+		 * table, then sorted them: 2x slower on a layer whose pages
+		 * are interleaved with other layers' (docs/benchmarks/scale.md,
+		 * "On-demand layer loads"). */
+		sql = key ? PAGES_SQL " WHERE ino IN (SELECT ino FROM pages "
+			    "WHERE layer_ino = ?1) ORDER BY ino"
 			  : PAGES_SQL " ORDER BY ino";
 		s->row = mf_row_page;
 		break;
