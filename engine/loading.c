@@ -36,6 +36,7 @@
  * is checked against the page's checksum).
  */
 #include <errno.h>
+#include <malloc.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -106,6 +107,15 @@ static void *load_main(void *arg)
 		rc = kv_manifest_quick_check(fs->load.man);
 	if (rc == 0 && !stopping(fs))
 		rc = fs->load.ready(fs);
+	/* The connection stays open until unmount, but nothing reads much
+	 * through it any more: its page cache (64 MiB, filled by the walk,
+	 * the layers loaded on demand and quick_check) goes back now. glibc
+	 * keeps freed small blocks resident inside its arenas (the cache's
+	 * pages, the walk's row buffers), so trim them too: once per mount,
+	 * 7 ms at 1M pages (docs/benchmarks/scale.md, "The loader's memory
+	 * given back"). */
+	kv_manifest_shrink(fs->load.man);
+	malloc_trim(0);
 	if (rc == -ECANCELED || stopping(fs)) {
 		finish(fs, -ECANCELED);
 		return NULL;

@@ -686,6 +686,23 @@ int kv_manifest_scan_cache(struct kv_manifest *m)
 		       "sizing the page cache for scans");
 }
 
+void kv_manifest_shrink(struct kv_manifest *m)
+{
+	/* A smaller cache_size frees the unused pages above it at once;
+	 * release_memory frees the rest that nothing holds. */
+	(void)kv_manifest_scan_cache(m);
+	sqlite3_db_release_memory(m->db);
+}
+
+size_t kv_manifest_cache_bytes(struct kv_manifest *m)
+{
+	int cur = 0, high = 0;
+
+	if (sqlite3_db_status(m->db, SQLITE_DBSTATUS_CACHE_USED, &cur, &high, 0) != SQLITE_OK)
+		return 0;
+	return cur > 0 ? (size_t)cur : 0;
+}
+
 void kv_manifest_close(struct kv_manifest *m)
 {
 	int i;

@@ -141,6 +141,12 @@ void kv_manifest_prefetch(struct kv_manifest *m);
  * order (fsck's): the 64 MiB one that random inserts need only costs page
  * faults there, a tenth of fsck's time with four such connections. */
 int kv_manifest_scan_cache(struct kv_manifest *m);
+/* A connection done with its heavy reads (the index loader's, once the
+ * load is over) keeps only the small cache: what its page cache held goes
+ * back to malloc now, not at unmount. */
+void kv_manifest_shrink(struct kv_manifest *m);
+/* Bytes this connection's page cache holds now. */
+size_t kv_manifest_cache_bytes(struct kv_manifest *m);
 void kv_manifest_close(struct kv_manifest *m);
 
 /*

@@ -635,6 +635,34 @@ static void test_lazy_remove_mid_walk(void **state)
 }
 
 /* The usual rows with sql applied, a loader begun on them. */
+/* Once the load is over the loader's connection gives its page cache
+ * back (the daemon keeps it open until unmount). */
+static void test_lazy_cache_shrinks(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct store s;
+	size_t full;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 3, 60000);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(lazy_run(l), 0);
+	kv_index_load_end(l);
+	assert_int_equal(kv_manifest_quick_check(lm), 0);
+	full = kv_manifest_cache_bytes(lm);
+	assert_true(full > (8u << 20));     /* 180,000 rows and their index */
+	kv_manifest_shrink(lm);
+	assert_true(kv_manifest_cache_bytes(lm) <= (4u << 20));
+	assert_true(kv_manifest_cache_bytes(lm) < full / 2);
+	/* and it still reads */
+	assert_int_equal(kv_manifest_quick_check(lm), 0);
+	kv_manifest_close(lm);
+	store_done(&s);
+}
+
 static struct kv_index_loader *damaged_begin(struct kv_index *x, struct store *s,
 					     const char *sql, struct kv_manifest **lm)
 {
@@ -703,6 +731,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lazy_remove, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_remove_mid_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_rmdir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_cache_shrinks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_refcount_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_missing_extent, setup, teardown),
 	};
