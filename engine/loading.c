@@ -113,7 +113,7 @@ static void *load_main(void *arg)
 	 * keeps freed small blocks resident inside its arenas (the cache's
 	 * pages, the walk's row buffers), so trim them too: once per mount,
 	 * 7 ms at 1M pages (docs/benchmarks/scale.md, "The loader's memory
-	 * given back"). */
+	 * given back, and one layer read by inode"). */
 	kv_manifest_shrink(fs->load.man);
 	malloc_trim(0);
 	if (rc == -ECANCELED || stopping(fs)) {

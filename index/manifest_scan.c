@@ -91,9 +91,10 @@ int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t 
 		 * list of inodes, so the table is read front to back and no
 		 * sort of whole rows follows. "WHERE layer_ino = ?1 ORDER BY
 		 * ino" read the rows in name order, a seek per row across the
-		 * table, then sorted them: 2x slower on a layer whose pages
-		 * are interleaved with other layers' (docs/benchmarks/scale.md,
-		 * "On-demand layer loads"). */
+		 * table, then sorted them: the query took twice as long on a
+		 * layer whose pages are interleaved with other layers'
+		 * (docs/benchmarks/scale.md, "The loader's memory given back,
+		 * and one layer read by inode"). */
 		sql = key ? PAGES_SQL " WHERE ino IN (SELECT ino FROM pages "
 			    "WHERE layer_ino = ?1) ORDER BY ino"
 			  : PAGES_SQL " ORDER BY ino";
