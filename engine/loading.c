@@ -115,7 +115,8 @@ static void *load_main(void *arg)
 	 * 7 ms at 1M pages (docs/benchmarks/scale.md, "The loader's memory
 	 * given back, and one layer read by inode"). */
 	kv_manifest_shrink(fs->load.man);
-	malloc_trim(0);
+	if (!stopping(fs))       /* not in the way of an unmount */
+		malloc_trim(0);
 	if (rc == -ECANCELED || stopping(fs)) {
 		finish(fs, -ECANCELED);
 		return NULL;

@@ -42,9 +42,11 @@ static void withdraw(struct kvfs *fs, struct kvfs_durable *d)
 			       n->name, (unsigned long long)n->ino, kv_strerror(rc));
 		} else {
 			/* A lookup between the seal and now may have cached it
-			 * as sealed, for the entry timeout. */
-			kvfs_hook_name_gone(fs, n->parent, n->name);
-			kvfs_dir_changed(fs, n->parent);
+			 * as sealed, for the entry timeout; under the name it
+			 * has now (a rename since the seal queued its own op,
+			 * so n holds the old one). */
+			kvfs_hook_name_gone(fs, cur.parent, cur.name);
+			kvfs_dir_changed(fs, cur.parent);
 		}
 		last = kv_index_extent_ref(fs->idx, n->extent_id, -1, &count) == 0 &&
 		       count == 0;

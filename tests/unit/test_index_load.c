@@ -634,7 +634,6 @@ static void test_lazy_remove_mid_walk(void **state)
 	store_done(&s);
 }
 
-/* The usual rows with sql applied, a loader begun on them. */
 /* Once the load is over the loader's connection gives its page cache
  * back (the daemon keeps it open until unmount). */
 static void test_lazy_cache_shrinks(void **state)
@@ -663,6 +662,7 @@ static void test_lazy_cache_shrinks(void **state)
 	store_done(&s);
 }
 
+/* The usual rows with sql applied, a loader begun on them. */
 static struct kv_index_loader *damaged_begin(struct kv_index *x, struct store *s,
 					     const char *sql, struct kv_manifest **lm)
 {
