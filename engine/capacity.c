@@ -425,12 +425,31 @@ static void sleep_locked(struct kvfs_cap *c, long ms)
 		;
 }
 
+/* Before a run: load the least recently changed layer the index left in
+ * the manifest (-o index_pages), so that the run chooses among its pages
+ * too. Those layers were the coldest at mount, and their pages carry the
+ * access times the manifest kept, so least recently used still goes
+ * first; one layer per run, until none is left. False if none. */
+static bool load_deferred(struct kvfs *fs)
+{
+	uint64_t ino;
+	int rc;
+
+	if (kv_index_deferred_layer(fs->idx, &ino) <= 0)
+		return false;
+	rc = kv_index_layer_load(fs->idx, ino);
+	if (rc < 0)
+		kv_log(KV_LOG_WARN, "eviction: cannot load layer %" PRIu64 " from the manifest "
+		       "to evict from it: %s", ino, kv_strerror(rc));
+	return rc == 0;
+}
+
 static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
 	uint64_t pages, need, target, now, just_need;
-	bool above, retry, draining;
+	bool above, retry, draining, more;
 
 	pthread_setname_np(pthread_self(), "kvfs-evict");
 	pthread_mutex_lock(&c->lock);
@@ -456,15 +475,18 @@ static void *evictor(void *arg)
 		just_need = now > need ? now - need : 0;
 		if (kvfs_loading(fs) && just_need > target)
 			target = just_need;
-		if (now > target)
+		more = false;
+		if (now > target) {
+			more = load_deferred(fs);
 			kvfs_evict(fs, target, 0, &pages);
+		}
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
 		draining = writeback_pending(fs);
-		retry = above && draining;
+		retry = above && (draining || more);
 		pthread_mutex_lock(&c->lock);
 		/* Stuck: nothing could go, and we are still above the mark.
 		 * (Usage alone would lie: frees wait behind fast-path reads.) */
-		c->last_run_stuck = pages == 0 && above;
+		c->last_run_stuck = pages == 0 && above && !more;
 		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
 		c->runs_done++;
 		pthread_cond_broadcast(&c->room_cv);

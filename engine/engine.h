@@ -33,6 +33,9 @@ struct kvfs_opts {
 	unsigned events_ring;     /* KV event records MOUNT/.kvfs/events keeps */
 	bool background_load;     /* answer at once: load the pages in the
 	                           * background; changes wait for it (a mount) */
+	uint64_t index_pages;     /* most pages the background load brings
+	                           * into RAM, 0: all; layers beyond it stay in
+	                           * the manifest until used */
 	bool offline;             /* a tool, not a mount: no RAM tier, no loader
 	                           * thread, no evictor thread (the tool evicts
 	                           * itself if it wants: kvfs_gc) */

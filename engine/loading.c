@@ -126,8 +126,10 @@ static void *load_main(void *arg)
 
 		kv_index_stats(fs->idx, &st);
 		kv_log(KV_LOG_INFO, "index of %s loaded in the background: %" PRIu64
-		       " pages, %" PRIu64 " extents in %.1f s; changes are accepted now",
-		       fs->store_dir, st.pages, st.extents, mono_s() - fs->load.t0);
+		       " pages, %" PRIu64 " extents in %.1f s; %" PRIu64 " of the pages, in %"
+		       PRIu64 " layers, stay in the manifest until used (index_pages)",
+		       fs->store_dir, st.pages, st.extents, mono_s() - fs->load.t0,
+		       st.pages_unloaded, st.layers_unloaded);
 	} else {
 		kv_log(KV_LOG_ERR, "cannot finish loading the index of %s: %s; it serves "
 		       "what was loaded, and refuses every change (EIO)", fs->store_dir,
@@ -150,6 +152,7 @@ int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
 	fs->load.inited = true;
 	fs->load.t0 = mono_s();
 	rc = kv_manifest_open(fs->store_dir, &fs->load.man);
+	kv_index_set_page_budget(fs->idx, fs->opts.index_pages);
 	if (rc == 0)
 		rc = kv_index_load_begin(fs->idx, fs->load.man, &fs->load.loader);
 	if (rc < 0)
@@ -182,8 +185,9 @@ void kvfs_load_stop(struct kvfs *fs)
 		pthread_join(fs->load.thread, NULL);
 		fs->load.running = false;
 	}
-	/* The walk may have been cut short: no layer is loaded from now on. */
-	kv_index_load_end(fs->load.loader);
+	/* The walk may have been cut short, or left layers in the manifest:
+	 * none is loaded from now on. */
+	kv_index_load_close(fs->load.loader);
 	pthread_mutex_lock(&fs->load.lock);
 	if (atomic_load(&fs->load.loading)) {
 		atomic_store(&fs->load.err, -ECANCELED);

@@ -221,16 +221,16 @@ static int do_rmdir(struct kvfs *fs, uint64_t parent, const char *name)
 }
 
 /*
- * While the index loads, a removal's layer is loaded first, before ns_lock
- * (it is I/O): a layer not loaded yet looks empty, and a page removed from
+ * A removal's layer is loaded first, before ns_lock (it is I/O), if the
+ * background load has not reached it or left it in the manifest
+ * (-o index_pages): a layer not loaded looks empty, and a page removed from
  * it would come back with its rows (the index refuses both with EAGAIN).
+ * Both loads return at once when every layer is in.
  */
 static int load_for_removal(struct kvfs *fs, uint64_t dir, const char *name)
 {
 	struct kv_node_info n;
 
-	if (!kvfs_loading(fs))
-		return 0;
 	if (!name)
 		return kv_index_layer_load(fs->idx, dir);
 	if (kv_index_lookup(fs->idx, dir, name, &n) < 0 || n.kind != KV_KIND_LAYER)
@@ -294,10 +294,12 @@ static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geom
 
 		if (kv_index_get(fs->idx, d[i].ino, &l) < 0)
 			continue;
-		if (!kv_index_layer_whole(fs->idx, l.ino))
-			rc = -EAGAIN;   /* its pages are not counted yet (loading) */
-		else if (l.nchildren)
+		/* A layer left in the manifest counts its rows as children
+		 * (-o index_pages): it holds pages, loaded or not. */
+		if (l.nchildren)
 			rc = -ENOTEMPTY;
+		else if (!kv_index_layer_whole(fs->idx, l.ino))
+			rc = -EAGAIN;   /* its pages are not counted yet (loading) */
 		else if (g && g->layers && l.layer >= g->layers)
 			rc = -EINVAL;
 	}
@@ -519,13 +521,15 @@ int kvfs_ns_rename(struct kvfs *fs, uint64_t parent, const char *name,
 {
 	int rc = kvfs_check_name(newname);
 
-	/* While the index loads, both layers (and a layer the move would
+	/* Both layers (and a layer that moves, or that the move would
 	 * replace) are loaded first: the page leaves one, and a page it
 	 * replaces leaves the other (load_for_removal). */
 	if (rc == 0)
 		rc = kvfs_changes_damaged(fs);
 	if (rc == 0)
 		rc = load_for_removal(fs, parent, NULL);
+	if (rc == 0)
+		rc = load_for_removal(fs, parent, name);
 	if (rc == 0)
 		rc = load_for_removal(fs, newparent, NULL);
 	if (rc == 0 && replace)

@@ -126,6 +126,9 @@ static void mount_usage(FILE *f)
 		"                     evicting least recently used pages\n"
 		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
 		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
+		"  -o index_pages=N   most pages the background load brings into RAM\n"
+		"                     (default 0: all); layers beyond it, the least\n"
+		"                     recently changed, stay in the manifest until used\n"
 		"  -o eager_load      load the whole index (and check the manifest)\n"
 		"                     before the mount answers; by default it answers\n"
 		"                     at once and loads in the background: until then\n"
@@ -237,6 +240,11 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 
 		c->opts.events_ring = (unsigned)n;
 		return *end || !*v || n == 0 || n > KVFS_EVENTS_RING_MAX ? -EINVAL : 1;
+	}
+	if (!strncmp(opt, "index_pages=", 12)) {
+		errno = 0;
+		c->opts.index_pages = strtoull(v, &end, 10);
+		return *end || !*v || *v == '-' || errno ? -EINVAL : 1;
 	}
 	if (!strncmp(opt, "commit_batch=", 13)) {
 		c->opts.commit_batch = (unsigned)strtoul(v, &end, 10);

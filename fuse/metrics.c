@@ -105,6 +105,8 @@ static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_LAYERS, is.layers);
 	set_u(m, MV_INDEX_LOADING, kvfs_loading(fs));
 	set_u(m, MV_INDEX_LOAD_MS, kvfs_load_ms(fs));
+	set_u(m, MV_LAYERS_UNLOADED, is.layers_unloaded);
+	set_u(m, MV_PAGES_UNLOADED, is.pages_unloaded);
 }
 
 #define ST(f) atomic_load_explicit(&fs->st.f, memory_order_relaxed)
@@ -321,6 +323,10 @@ static const struct mdef defs[] = {
 	  "1 while the mount still loads its index in the background (every change is taken; eviction chooses among layers already loaded)" },
 	{ MV_INDEX_LOAD_MS, "namespace", "load_ms", "kvfs_index_load_milliseconds", NULL, G,
 	  "How long the background load took (so far, while loading; frozen once it ended, also by a failure; 0 with -o eager_load)" },
+	{ MV_LAYERS_UNLOADED, "namespace", "layers_unloaded", "kvfs_index_layers_unloaded", NULL, G,
+	  "Layers whose pages are not in the daemon's RAM: not reached yet by the background load, or left in the manifest until used (-o index_pages)" },
+	{ MV_PAGES_UNLOADED, "namespace", "pages_unloaded", "kvfs_index_pages_unloaded", NULL, G,
+	  "Pages counted in ssd.pages whose layer -o index_pages left in the manifest until used" },
 	{ MV_READ_FUSE_DISK, "reads", "fuse_bytes_disk", "kvfs_read_bytes_total",
 	  "path=\"fuse\",tier=\"ssd\"", C,
 	  "Payload bytes read (fuse: by source tier; fast: fast-path READ, any source)" },

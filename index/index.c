@@ -168,7 +168,8 @@ static void snapshot(const struct kv_index *x, const struct node *n,
 		page_data_fill(x, n, o);
 		return;
 	}
-	o->nchildren = n->u.d->nchildren;
+	/* rows: pages of a layer still in the manifest (residency.c) */
+	o->nchildren = n->u.d->nchildren + n->u.d->rows;
 	o->layer = n->u.d->layer;
 	if (n->u.d->geo)
 		o->geo = *n->u.d->geo;

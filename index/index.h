@@ -190,6 +190,9 @@ struct kv_index_stats {
 	uint64_t page_bytes;       /* sum of page sizes (logical) */
 	uint64_t extents;
 	uint64_t extent_bytes;     /* sum of extent footprints (physical) */
+	/* Of pages: those counted while their layer stays in the manifest
+	 * (kv_index_set_page_budget); layers whose pages are not loaded. */
+	uint64_t pages_unloaded, layers_unloaded;
 };
 void kv_index_stats(struct kv_index *x, struct kv_index_stats *st);
 
@@ -285,12 +288,30 @@ bool kv_index_layer_whole(struct kv_index *x, uint64_t ino);
 int kv_index_layer_load(struct kv_index *x, uint64_t ino);
 int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 			struct kv_index_loader **out);
+/*
+ * The most pages the background walk loads (0, the default: all); call
+ * before kv_index_load_begin. The walk loads layers whole, the most
+ * recently changed first, while their pages fit; the rest stay in the
+ * manifest, after the walk too, and load as the layers the walk has not
+ * reached do: when a lookup, listing or change needs them, or
+ * kv_index_layer_load. Their rows are still checked and counted by the
+ * walk. kv_index_load (all at once) loads everything.
+ */
+void kv_index_set_page_budget(struct kv_index *x, uint64_t pages);
+/* A layer the budget left in the manifest, the least recently changed
+ * (for an eviction that found too little in RAM): 1 and *ino, or 0. */
+int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino);
 /* One chunk: 1 while rows remain, 0 once every row is in and every
  * refcount agrees, KV_ERR_CORRUPT (logged, naming the row) or -errno. */
 int kv_index_load_step(struct kv_index_loader *l);
-/* Stop reading m (end its snapshot), at any time, also while lookups run:
- * a layer not loaded by then gives -EIO from then on (never a wrong
- * -ENOENT). The index frees the loader; the caller closes m after this. */
+/* Stop reading m in the walk's snapshot, at any time, also while lookups
+ * run. If the walk was over (kv_index_load_step returned 0), layers it left
+ * in the manifest still load on demand, each in a read of its own, until
+ * kv_index_load_close; otherwise a layer not loaded by then gives -EIO
+ * from then on (never a wrong -ENOENT). */
 void kv_index_load_end(struct kv_index_loader *l);
+/* No layer loads any more (-EIO): before m is closed. The index frees the
+ * loader; the caller closes m after this. */
+void kv_index_load_close(struct kv_index_loader *l);
 
 #endif

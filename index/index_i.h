@@ -33,7 +33,11 @@ struct dir_data {
 	struct kv_geometry *geo;     /* models only */
 	uint32_t layer;              /* layers only */
 	bool unloaded;               /* layers: pages still only in the manifest (load.c) */
+	bool deferred;               /* layers: the walk leaves them there (residency.c) */
 	int load_err;                /* layers: why loading its pages failed (load.c) */
+	/* Layers: rows the walk passed while the layer stays in the
+	 * manifest, counted in the index's stats as pages (residency.c). */
+	uint64_t rows, row_bytes;
 };
 
 /*
@@ -163,6 +167,9 @@ struct kv_index {
 	 * index; layers_unloaded only falls, and at 0 the loader is never read. */
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
+	/* Most pages the background walk brings into RAM (0: all); the
+	 * layers beyond it stay in the manifest until used (residency.c). */
+	uint64_t page_budget;
 	/* While loading in the background (0 otherwise): extents with an id
 	 * below it were in the manifest when the load began, and its check
 	 * compares their refcounts with the pages it finds. New pages may come
@@ -242,6 +249,21 @@ void idx_loader_free(struct kv_index_loader *l);
 bool idx_touched_add(struct kv_index *x, uint64_t ino);
 /* What a walk shows of page n (read lock at least). listing.c. */
 void idx_page_brief(const struct node *n, struct kv_page_brief *b);
+/* Choose the layers the background walk leaves in the manifest, so that
+ * the pages it loads stay within x->page_budget (m in the loader's
+ * snapshot; the lock is taken here); *deferred: their pages. residency.c. */
+int idx_defer_layers(struct kv_index *x, struct kv_manifest *m, uint64_t *deferred);
+/* A row of a deferred layer the walk passes: checked as a page's row is,
+ * counted in its extent's pages and in the stats, not loaded (write lock).
+ * residency.c. */
+int idx_deferred_row_locked(struct kv_index *x, struct node *layer,
+			    const struct kv_page_rec *r);
+/* A page row's extent e (found by its extent_id; may be NULL) is one the
+ * page can name: KV_ERR_CORRUPT, logged, if not. residency.c. */
+int idx_row_extent_check(const struct kv_page_rec *r, const struct xent *e);
+/* Layer n loads now: its rows leave the stats' count of rows kept in the
+ * manifest, since its pages, as they come in, count themselves. */
+void idx_deferred_loading_locked(struct kv_index *x, struct node *n);
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,7 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 {
 	pthread_rwlock_rdlock(&x->lock);
 	*st = x->st;
+	st->layers_unloaded = atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed);
 	pthread_rwlock_unlock(&x->lock);
 }
 

@@ -89,9 +89,10 @@ static int load_extent(void *arg, const struct kv_extent_rec *r)
 	return 0;
 }
 
-static int load_page(void *arg, const struct kv_page_rec *r)
+/* count: add the page to its extent's count of referring pages (unless
+ * the walk counted its row already, or the load is over). */
+static int load_page_counted(struct kv_index *x, const struct kv_page_rec *r, bool count)
 {
-	struct kv_index *x = arg;
 	struct kv_node_info n = { .ino = r->ino, .parent = r->layer_ino,
 				  .kind = KV_KIND_PAGE, .attr = r->attr,
 				  .state = KV_PAGE_DURABLE, .size = r->size,
@@ -105,22 +106,23 @@ static int load_page(void *arg, const struct kv_page_rec *r)
 		rc = idx_add_locked(x, &n);
 		return rc ? load_fail(rc, "page", r->ino, r->name, r->layer_ino) : 0;
 	}
-	if (!e || e->retired || idx_xent_length(e) != r->size) {
-		kv_log(KV_LOG_ERR, "manifest: page %" PRIu64 " '%s': extent %" PRIu64 " %s",
-		       r->ino, r->name, r->extent_id,
-		       !e ? "is missing" : e->retired ? "has no pages left by its refcount "
-		       "(the pages it counted were removed since the mount)"
-		       : "has a different length than the page");
-		return KV_ERR_CORRUPT;
-	}
+	rc = idx_row_extent_check(r, e);
+	if (rc)
+		return rc;
 	n.ext = idx_xent_ext(e);
 	memcpy(n.hash, e->hash, KV_HASH_LEN);
 	memcpy(n.name, r->name, sizeof(n.name));
 	rc = idx_add_locked(x, &n);
 	if (rc)
 		return load_fail(rc, "page", r->ino, r->name, r->layer_ino);
-	e->seen++;
+	if (count)
+		e->seen++;
 	return 0;
+}
+
+static int load_page(void *arg, const struct kv_page_rec *r)
+{
+	return load_page_counted(arg, r, true);
 }
 
 /* Every extent's refcount must equal the pages found referring to it.
@@ -209,7 +211,12 @@ struct kv_index_loader {
 	struct kv_manifest_scan *scan;    /* the background's walk */
 	struct kv_manifest_scan *by_id;   /* one extent, for a layer wanted early */
 	uint64_t nodes, extents;          /* rows counted (PHASE_COUNTS) */
+	/* The walk's last page row: a layer loaded on demand counts the
+	 * pages of rows after it (the walk counted the rows before it). */
+	uint64_t walk_ino;
+	bool in_layer_load;               /* rows come from a layer's load */
 	bool ended;                       /* kv_index_load_end ran */
+	bool closed;                      /* kv_index_load_close ran */
 	/* Layers with a row (inode below ino_below) removed while the walk
 	 * still reads rows, sorted (the index's write lock): their rows are
 	 * old news, where a page naming no layer is damage. */
@@ -283,8 +290,11 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 	static const struct kv_manifest_visitor one = { .extent = lazy_extent };
 	struct kv_index_loader *l = arg;
 	struct node *layer = idx_node(l->x, r->layer_ino), *n;
+	bool count;
 	int rc;
 
+	if (!l->in_layer_load)
+		l->walk_ino = r->ino;
 	/* A layer loaded whole has every row of it in already, or moved
 	 * elsewhere since (a rename while loading): this row is old news. So
 	 * is a row of a layer removed since (whole, then emptied). */
@@ -295,6 +305,9 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 	n = idx_node(l->x, r->ino);
 	if (n && n->kind == KV_KIND_PAGE && n->parent->ino == r->layer_ino)
 		return 0;    /* taken by the walk, or by a load of its layer that failed */
+	/* The budget leaves this layer in the manifest: check and count. */
+	if (!l->in_layer_load && layer && layer->kind == KV_KIND_LAYER && layer->u.d->deferred)
+		return idx_deferred_row_locked(l->x, layer, r);
 	/* A layer wanted before the background walked the extents: fetch
 	 * the page's extent row now (missing: load_page says so). */
 	if (r->extent_id != KV_EXTENT_EMPTY && l->phase <= PHASE_EXTENTS &&
@@ -307,7 +320,11 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 		if (rc < 0 && rc != -ENOENT)
 			return rc;
 	}
-	return load_page(l->x, r);
+	/* The walk counts every row it passes; a layer's load, the rows the
+	 * walk has not passed yet (after the walk: none, the check is over). */
+	count = !l->in_layer_load || l->phase < PHASE_PAGES ||
+		(l->phase == PHASE_PAGES && r->ino > l->walk_ino);
+	return load_page_counted(l->x, r, count);
 }
 
 static int lazy_counts(void *arg, uint64_t nodes, uint64_t extents)
@@ -375,9 +392,17 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 
 	if (l->phase == PHASE_COUNTS && (rc = load_prepare(l)) < 0)
 		return rc;
+	/* Its pages count themselves as they come in. */
+	pthread_rwlock_wrlock(&x->lock);
+	idx_deferred_loading_locked(x, idx_node(x, ino));
+	pthread_rwlock_unlock(&x->lock);
+	/* After the walk, outside its snapshot: the rows of a layer not
+	 * loaded cannot have changed since (residency.c). */
 	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &lazy_v, l, &s);
 	if (rc == 0) {
+		l->in_layer_load = true;
 		rc = scan_chunks(l, s);
+		l->in_layer_load = false;
 		kv_manifest_scan_close(s);
 	}
 	pthread_rwlock_wrlock(&x->lock);
@@ -415,10 +440,10 @@ int idx_layer_ready(struct kv_index *x, uint64_t ino)
 	atomic_fetch_add(&l->wanted, 1);
 	pthread_mutex_lock(&l->mu);
 	rc = layer_state(x, ino);     /* loaded (or failed) while we waited? */
-	if (rc == 1 && l->ended) {
+	if (rc == 1 && (l->closed || (l->ended && l->phase != PHASE_DONE))) {
 		static struct kv_log_limit limit;
 
-		/* closing, or the walk failed before this layer: its pages
+		/* closing, or the walk stopped before this layer: its pages
 		 * cannot be known any more */
 		rc = -EIO;
 		KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: the pages of layer %" PRIu64
@@ -550,7 +575,8 @@ static int load_finish(struct kv_index_loader *l)
 	pthread_rwlock_wrlock(&x->lock);
 	for (model = x->root->u.d->first; model; model = idx_next(x, model))
 		for (layer = model->u.d->first; layer; layer = idx_next(x, layer))
-			layer_loaded_locked(x, layer);
+			if (!layer->u.d->deferred)
+				layer_loaded_locked(x, layer);
 	pthread_rwlock_unlock(&x->lock);
 	/* Nothing changes the counts now (no layer is loaded any more, and
 	 * the new pages share no extent below frozen_below): lookups and new
@@ -589,12 +615,17 @@ static int load_prepare(struct kv_index_loader *l)
 	struct kv_index *x = l->x;
 	int rc;
 
+	uint64_t deferred = 0;
+
 	kv_manifest_prefetch(l->m);
 	/* Counting reads an index of every table: not under the lock. */
 	rc = kv_manifest_load_counts(l->m, &lazy_v, l);
+	if (rc == 0)
+		rc = idx_defer_layers(x, l->m, &deferred);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&x->lock);
-		rc = load_counts(x, l->nodes, l->extents);
+		rc = load_counts(x, l->nodes - (deferred < l->nodes ? deferred : l->nodes),
+				 l->extents);
 		pthread_rwlock_unlock(&x->lock);
 	}
 	return rc ? rc : walk_next(l, KV_SCAN_EXTENTS, PHASE_EXTENTS);
@@ -647,5 +678,15 @@ void kv_index_load_end(struct kv_index_loader *l)
 	l->scan = l->by_id = NULL;
 	kv_manifest_read_end(l->m);
 	l->ended = true;
+	pthread_mutex_unlock(&l->mu);
+}
+
+void kv_index_load_close(struct kv_index_loader *l)
+{
+	if (!l)
+		return;
+	kv_index_load_end(l);
+	pthread_mutex_lock(&l->mu);
+	l->closed = true;
 	pthread_mutex_unlock(&l->mu);
 }

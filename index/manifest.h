@@ -333,6 +333,11 @@ int kv_manifest_scan_one(struct kv_manifest_scan *s);
 /* The row counts, to v->counts (counting pages reads an index: not at once). */
 int kv_manifest_load_counts(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 			    void *arg);
+/* fn(arg, layer_ino, pages) for every layer with pages, by inode, from the
+ * (layer_ino, name) index alone; fn's non-zero ends it and is returned. */
+int kv_manifest_layer_pages(struct kv_manifest *m,
+			    int (*fn)(void *arg, uint64_t layer_ino, uint64_t pages),
+			    void *arg);
 /* The largest inode and extent id of any row (0 if none). */
 int kv_manifest_max_ids(struct kv_manifest *m, uint64_t *ino, uint64_t *extent);
 

@@ -224,6 +224,33 @@ int kv_manifest_load_counts(struct kv_manifest *m, const struct kv_manifest_visi
 	return v && v->counts ? mf_load_counts(&l) : 0;
 }
 
+int kv_manifest_layer_pages(struct kv_manifest *m,
+			    int (*fn)(void *arg, uint64_t layer_ino, uint64_t pages),
+			    void *arg)
+{
+	static const char sql[] = "SELECT layer_ino, count(*) FROM pages GROUP BY layer_ino";
+	sqlite3_stmt *st;
+	int rc;
+
+	rc = sqlite3_prepare_v2(m->db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing \"%s\"", sql);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t ino = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+
+		if (ino <= 0 || n <= 0)
+			continue;     /* the walk judges such rows, and says what is wrong */
+		rc = fn(arg, (uint64_t)ino, (uint64_t)n);
+		if (rc) {
+			sqlite3_finalize(st);
+			return rc;
+		}
+	}
+	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "reading \"%s\"", sql);
+	sqlite3_finalize(st);
+	return rc;
+}
+
 int kv_manifest_max_ids(struct kv_manifest *m, uint64_t *ino, uint64_t *extent)
 {
 	sqlite3_stmt *st;

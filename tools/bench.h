@@ -104,6 +104,7 @@ struct bench_opts {
 	unsigned meta_threads;      /* meta case: writer and LOOKUP threads */
 	unsigned meta_batch;        /* meta case: descriptors per LOOKUP call */
 	unsigned meta_name_digits;  /* meta case: hex digits of a page name */
+	uint64_t meta_index_pages;  /* meta case: -o index_pages of the remount */
 	bool json, keep;
 	enum progress_mode pm;      /* --progress, --quiet, or on a terminal */
 };

@@ -13,6 +13,7 @@ const char bench_usage[] =
 	"                  [--engines E] [--streams S] [--conc-secs T] [--conc-ops read,write]\n"
 	"                  [--meta-pages N] [--meta-size SIZE] [--meta-layer-pages P]\n"
 	"                  [--meta-threads T] [--meta-batch K] [--meta-name-digits D]\n"
+	"                  [--meta-index-pages I]\n"
 	"                  [--quick] [--keep] [--json] [--progress | --quiet]\n"
 	"  Makes a store, mounts it and measures, for each page size, these cases:\n"
 	"  read   writes the pages through the mount and as one plain file per page,\n"
@@ -74,6 +75,8 @@ const char bench_usage[] =
 	"                 rounded down to whole blocks (a multiple of the layers)\n"
 	"  --meta-name-digits D  meta case: hex digits of a page name: 16 (default),\n"
 	"                 32, 48 or 64 (SGLang's keys)\n"
+	"  --meta-index-pages I  meta case: remount with -o index_pages=I (the most\n"
+	"                 pages the background load brings into RAM; default 0: all)\n"
 	"  --quick        64 pages per size, 4 layers, 1 run, no wait, 0.5 s mixed\n"
 	"                 and conc phases (a smoke test)\n"
 	"  --keep         leave the workspace (store, log, files) in place\n"
@@ -173,7 +176,8 @@ static int check_meta_opts(const struct bench_opts *o, bool given)
 
 	if (given && !(o->cases & 1u << C_META)) {
 		fprintf(stderr, "kvfs bench: --meta-pages, --meta-size, --meta-layer-pages, "
-			"--meta-threads, --meta-batch and --meta-name-digits belong to the "
+			"--meta-threads, --meta-batch, --meta-name-digits and --meta-index-pages "
+			"belong to the "
 			"meta case: add --cases meta\n");
 		return -EINVAL;
 	}
@@ -215,6 +219,7 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "meta-threads", required_argument, NULL, 'H' },
 		{ "meta-batch", required_argument, NULL, 'K' },
 		{ "meta-name-digits", required_argument, NULL, 'G' },
+		{ "meta-index-pages", required_argument, NULL, 'I' },
 		{ "quick", no_argument, NULL, 'Q' },
 		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
@@ -331,6 +336,11 @@ int parse_opts(int argc, char **argv, struct bench_opts *o)
 			o->meta_name_digits = (unsigned)v;
 			set_meta = true;
 			break;
+		case 'I':
+			rc = bench_parse_count(optarg, &u);
+			o->meta_index_pages = u;
+			set_meta = true;
+			break;
 		case 'Q': quick = true; break;
 		case 'k': o->keep = true; break;
 		case 'j': o->json = true; break;
@@ -413,12 +423,12 @@ void print_header(const struct bench *b)
 		       "\"engines\":%u,\"streams\":%u,\"conc_secs\":%.2f,"
 		       "\"meta_pages\":%llu,\"meta_size\":%llu,\"meta_layer_pages\":%u,"
 		       "\"meta_threads\":%u,\"meta_batch\":%u,\"meta_name_digits\":%u,"
-		       "\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
+		       "\"meta_index_pages\":%llu,\"sched\":\"%s\"}\n", o->layers, o->qd, o->batch, o->repeat, o->settle,
 		       b->cold ? "true" : "false", o->writers, o->mix_writers, o->mix_secs,
 		       o->engines, o->streams, o->conc_secs,
 		       (unsigned long long)o->meta_pages, (unsigned long long)o->meta_size,
 		       o->meta_layer_pages, o->meta_threads, o->meta_batch, o->meta_name_digits,
-		       sched_mode());
+		       (unsigned long long)o->meta_index_pages, sched_mode());
 		return;
 	}
 	printf("kvfs bench in %s: %u layers, raw qd %u, %u run%s per method (median), "

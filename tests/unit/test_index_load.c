@@ -26,71 +26,10 @@
 
 #include "index_fixture.h"
 #include "manifest_fixture.h"
+#include "load_fixture.h"
 
 
 /* ---- load from a manifest ---- */
-
-struct store {
-	char dir[64];
-	char db[128];
-	struct kv_manifest *m;
-};
-
-static void store_make(struct store *s)
-{
-	strcpy(s->dir, "/tmp/kvfs-test-index-XXXXXX");
-	mfx_create(s->dir, s->db, sizeof(s->db));
-	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
-}
-
-static void store_done(struct store *s)
-{
-	kv_manifest_close(s->m);
-	mfx_remove(s->dir);
-}
-
-static void store_sql(struct store *s, const char *sql)
-{
-	sqlite3 *db;
-
-	kv_manifest_close(s->m);
-	assert_int_equal(sqlite3_open(s->db, &db), SQLITE_OK);
-	assert_int_equal(kv_manifest_register_sql(db), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-	sqlite3_close(db);
-	assert_int_equal(kv_manifest_open(s->dir, &s->m), 0);
-}
-
-/* model 2, layer 3 "05", extents 1 (two pages) and 2, pages 10, 11, 12. */
-static void store_fill(struct store *s)
-{
-	struct kv_model_rec mo = { .ino = 2, .name = "qwen", .attr = { .mode = 0750 },
-				   .geo = { .layers = 28, .kv_heads = 4, .head_dim = 128,
-					    .page_tokens = 16, .dtype = "f16" } };
-	struct kv_layer_rec la = { .ino = 3, .model_ino = 2, .layer = 5, .name = "05",
-				   .attr = { .mode = 0750 } };
-	struct kv_extent_rec e1 = { .id = 1, .refcount = 2,
-				    .ext = { .segment = 0, .offset = 0, .length = 32768 } };
-	struct kv_extent_rec e2 = { .id = 2, .refcount = 1,
-				    .ext = { .segment = 1, .offset = 4096, .length = 32768 } };
-	struct kv_page_rec p = { .layer_ino = 3, .size = 32768, .attr = { .mode = 0444 } };
-	struct kv_manifest *m = s->m;
-
-	hash_of(1, e1.hash);
-	hash_of(2, e2.hash);
-	assert_int_equal(kv_manifest_begin(m), 0);
-	assert_int_equal(kv_manifest_put_model(m, &mo), 0);
-	assert_int_equal(kv_manifest_put_layer(m, &la), 0);
-	assert_int_equal(kv_manifest_put_extent(m, &e1), 0);
-	assert_int_equal(kv_manifest_put_extent(m, &e2), 0);
-	p.ino = 10, p.extent_id = 1, strcpy(p.name, "p10");
-	assert_int_equal(kv_manifest_put_page(m, &p), 0);
-	p.ino = 11, p.extent_id = 1, strcpy(p.name, "p11");
-	assert_int_equal(kv_manifest_put_page(m, &p), 0);
-	p.ino = 12, p.extent_id = 2, strcpy(p.name, "p12");
-	assert_int_equal(kv_manifest_put_page(m, &p), 0);
-	assert_int_equal(kv_manifest_commit(m), 0);
-}
 
 static void test_load_roundtrip(void **state)
 {
@@ -173,32 +112,6 @@ static void test_load_missing_layer(void **state)
 
 /* ---- loading in the background ---- */
 
-/* A second connection, as the daemon's loader has. */
-static struct kv_index_loader *lazy_begin(struct kv_index *x, struct store *s,
-					  struct kv_manifest **lm)
-{
-	struct kv_index_loader *l;
-
-	assert_int_equal(kv_manifest_open(s->dir, lm), 0);
-	assert_int_equal(kv_index_load_begin(x, *lm, &l), 0);
-	return l;
-}
-
-static void lazy_done(struct kv_index_loader *l, struct kv_manifest *lm)
-{
-	kv_index_load_end(l);
-	kv_manifest_close(lm);
-}
-
-static int lazy_run(struct kv_index_loader *l)
-{
-	int rc, steps = 0;
-
-	while ((rc = kv_index_load_step(l)) == 1)
-		assert_true(++steps < 100000);
-	return rc;
-}
-
 static void test_lazy_roundtrip(void **state)
 {
 	struct kv_index *x = *state, *eager;
@@ -265,36 +178,6 @@ static void test_lazy_roundtrip(void **state)
 	}
 	kv_index_free(eager);
 	store_done(&s);
-}
-
-/* Layer 3 gets `count` empty pages "e0".. (inodes 100..), made in SQL. */
-static void store_many(struct store *s, unsigned count)
-{
-	char sql[512];
-
-	snprintf(sql, sizeof(sql), "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL "
-		 "SELECT i + 1 FROM c WHERE i + 1 < %u) INSERT INTO pages SELECT "
-		 "100 + i, 3, 'e' || i, 0, 0, 292, 0, 0, 0, 0, 0, "
-		 "kvfs_ident_page(100 + i, 3, 'e' || i, 0, 0) FROM c;", count);
-	store_sql(s, sql);
-}
-
-/* Layers 4..(3 + n) "11".. of model 2, each with `count` empty pages
- * "e0".. (inodes from 100000 * layer). */
-static void store_layers(struct store *s, unsigned n, unsigned count)
-{
-	char sql[1024];
-
-	for (unsigned i = 1; i <= n; i++) {
-		snprintf(sql, sizeof(sql), "INSERT INTO layers VALUES (%u, 2, %u, '%u', 488, "
-			 "0, 0, 0, 0, 0, kvfs_ident_layer(%u, 2, %u, '%u'));"
-			 "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c "
-			 "WHERE i + 1 < %u) INSERT INTO pages SELECT %u + i, %u, 'e' || i, "
-			 "0, 0, 292, 0, 0, 0, 0, 0, kvfs_ident_page(%u + i, %u, 'e' || i, 0, 0) "
-			 "FROM c;", 3 + i, 10 + i, 10 + i, 3 + i, 10 + i, 10 + i, count,
-			 100000 * (3 + i), 3 + i, 100000 * (3 + i), 3 + i);
-		store_sql(s, sql);
-	}
 }
 
 struct prober {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# -o index_pages=N (index/residency.c): the background load brings at most
+# N pages into the daemon's RAM, the most recently changed layers first;
+# the other layers stay in the manifest after the load and are loaded the
+# first time something needs them. Through the mount nothing tells them
+# apart from loaded layers: listings, lookups, reads, writes, unlink,
+# rename and rmdir, statfs's inode count, the stats' page count; a full
+# store evicts their pages too (the evictor loads the coldest of them).
+. "$(dirname "$0")/lib.sh"
+
+stat_of() {
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1] + "/.kvfs/stats")); print(d[sys.argv[2]][sys.argv[3]])' "$MNT" "$1" "$2"
+}
+
+mkfs --capacity 16M --segment-size 1M
+mount_kvfs
+mkdir -p "$MNT/m/00" "$MNT/m/01" "$MNT/m/02" "$MNT/m/03"
+# Oldest first: 00 is the least recently changed layer.
+for l in 00 01 02 03; do
+	$PAGETOOL write "$MNT/m/$l" "p$l-" 40 65536 --fsync || fail "writing layer $l"
+	sleep 0.05
+done
+files_before=$(stat -f -c %c "$MNT")
+umount_kvfs
+
+# Room for two layers of 40: 03 and 02 are loaded, 01 and 00 are not.
+mount_kvfs -o index_pages=90,evict_high=90,evict_low=80
+wait_loaded
+[ "$(stat_of namespace layers_unloaded)" = 2 ] ||
+	fail "layers left in the manifest: $(stat_of namespace layers_unloaded), want 2"
+[ "$(stat_of namespace pages_unloaded)" = 80 ] ||
+	fail "pages left in the manifest: $(stat_of namespace pages_unloaded), want 80"
+[ "$(stat_of ssd pages)" = 160 ] || fail "ssd.pages $(stat_of ssd pages), want all 160"
+[ "$(stat -f -c %c "$MNT")" = "$files_before" ] ||
+	fail "statfs counts $(stat -f -c %c "$MNT") inodes, $files_before before the budget"
+grep -q "80 of the pages, in 2 layers, stay in the manifest" "$LOG" ||
+	fail "the log does not say what stayed in the manifest: $(grep 'loaded in the background' "$LOG")"
+# A layer left in the manifest still holds its pages (rmdir: ENOTEMPTY).
+expect_errno ENOTEMPTY "os.rmdir('$MNT/m/01')"
+# Listed, looked up and read as a loaded one; a missing name is ENOENT.
+[ "$(ls "$MNT/m/01" | wc -l)" = 40 ] || fail "listing of a layer left in the manifest"
+[ "$(stat_of namespace layers_unloaded)" = 1 ] || fail "the listing did not load the layer"
+[ "$($PAGETOOL verify "$MNT/m/01" p01- 40 65536)" = 40 ] || fail "pages of a layer loaded on demand"
+[ -e "$MNT/m/00/nope" ] && fail "a name that is in no row exists"
+[ "$(stat_of namespace layers_unloaded)" = 0 ] || fail "a lookup did not load layer 00"
+[ "$($PAGETOOL verify "$MNT/m/00" p00- 40 65536)" = 40 ] || fail "pages of layer 00"
+umount_kvfs
+
+# Changes to layers left in the manifest: each is loaded first.
+mount_kvfs -o index_pages=90
+wait_loaded
+[ "$(stat_of namespace layers_unloaded)" = 2 ] || fail "(2) layers left in the manifest"
+rm "$MNT/m/00/p00-000001" || fail "unlink in a layer left in the manifest"
+mv "$MNT/m/00/p00-000002" "$MNT/m/01/moved" || fail "rename across layers left in the manifest"
+head -c 5000 /dev/urandom > "$T/new"
+cp "$T/new" "$MNT/m/00/new" || fail "a new page into a layer left in the manifest"
+umount_kvfs
+mount_kvfs -o index_pages=1
+wait_loaded
+[ -e "$MNT/m/00/p00-000001" ] && fail "an unlinked page is back"
+[ -e "$MNT/m/00/p00-000002" ] && fail "a moved page is back under its old name"
+cmp "$MNT/m/00/new" "$T/new" || fail "the new page after a remount"
+[ "$(ls "$MNT/m/01" | wc -l)" = 41 ] || fail "the moved page in its new layer"
+mkdir "$MNT/m/09" && $PAGETOOL write "$MNT/m/09" gone 3 4096 --fsync || fail "a layer to remove"
+umount_kvfs
+mount_kvfs -o index_pages=1
+wait_loaded
+rm -r "$MNT/m/09" || fail "rm -r of a layer left in the manifest"
+[ -e "$MNT/m/09" ] && fail "a removed layer is still there"
+umount_kvfs
+
+# A full store evicts pages of layers left in the manifest: here the
+# loaded layers cannot free enough (the new pages are the only ones in
+# RAM), so the evictor loads the coldest layer left out.
+mount_kvfs -o index_pages=1,evict_high=90,evict_low=80
+wait_loaded
+mkdir "$MNT/m/04" || fail "mkdir"
+$PAGETOOL write "$MNT/m/04" new 80 65536 --fsync ||
+	fail "new pages into a full store whose pages are left in the manifest: $(grep -iE 'evict|ENOSPC' "$LOG" | tail -3)"
+[ "$($PAGETOOL verify "$MNT/m/04" new 80 65536)" = 80 ] || fail "the new pages"
+[ "$(stat_of ssd evictions)" -gt 0 ] || fail "nothing was evicted"
+no_errors_in_log
+umount_kvfs
+"$KVFS" fsck "$STORE" >/dev/null || fail "fsck: $("$KVFS" fsck "$STORE" 2>&1)"
+echo "PASS: index budget"

@@ -1,0 +1,197 @@
+/*
+ * Unit tests for the page budget of the background load (index/residency.c,
+ * kv_index_set_page_budget): the layers beyond it stay in the manifest,
+ * counted but not loaded; the refcount check at the end of the walk still
+ * covers their rows; a layer loaded on demand in the middle of the walk
+ * counts each page once; after the walk those layers still load on demand,
+ * until the loader is closed (then EIO, never ENOENT).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "index_fixture.h"
+#include "manifest_fixture.h"
+#include "load_fixture.h"
+
+static void expect_unloaded(struct kv_index *x, uint64_t pages, uint64_t pages_unloaded,
+			    uint64_t layers_unloaded)
+{
+	struct kv_index_stats st;
+
+	kv_index_stats(x, &st);
+	assert_int_equal(st.pages, pages);
+	assert_int_equal(st.pages_unloaded, pages_unloaded);
+	assert_int_equal(st.layers_unloaded, layers_unloaded);
+}
+
+/*
+ * Layer 3 holds the three pages with extents (store_fill), layers 4..6
+ * fifty empty pages each; every layer has the same mtime, so the newer
+ * (higher inode) goes first: 6 and 5 fill the budget of 100, and 4 and 3
+ * stay in the manifest. The extents' refcounts are all in layer 3's rows:
+ * the check at the end of the walk passes only if the walk counted them.
+ */
+static void test_budget_defers_layers(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct kv_extent_rec r;
+	struct kv_node_info n;
+	struct kv_dirent *d;
+	struct store s;
+	uint64_t ino;
+	size_t nd;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 3, 50);
+	kv_index_set_page_budget(x, 100);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(lazy_run(l), 0);
+	expect_unloaded(x, 153, 53, 2);
+	assert_false(kv_index_layer_whole(x, 3));
+	assert_false(kv_index_layer_whole(x, 4));
+	assert_true(kv_index_layer_whole(x, 5));
+	assert_true(kv_index_layer_whole(x, 6));
+	/* A layer left in the manifest counts its rows as children. */
+	assert_int_equal(kv_index_get(x, 4, &n), 0);
+	assert_int_equal(n.nchildren, 50);
+	/* Its pages are not in RAM: no inode reaches them before a lookup. */
+	assert_int_equal(kv_index_get(x, 10, &n), -ENOENT);
+	/* The least recently changed (here: the older) for eviction. */
+	assert_int_equal(kv_index_deferred_layer(x, &ino), 1);
+	assert_int_equal(ino, 3);
+	/* After the walk, outside its snapshot: a lookup loads the layer. */
+	kv_index_load_end(l);
+	assert_int_equal(kv_index_lookup(x, 3, "p11", &n), 0);
+	assert_int_equal(n.ino, 11);
+	assert_int_equal(n.extent_id, 1);
+	assert_int_equal(kv_index_lookup(x, 3, "nope", &n), -ENOENT);
+	assert_int_equal(kv_index_readdir(x, 3, &d, &nd), 0);
+	assert_int_equal(nd, 3);
+	kv_dirents_free(d, nd);
+	assert_int_equal(kv_index_extent_get(x, 1, &r), 0);
+	assert_int_equal(r.refcount, 2);
+	expect_unloaded(x, 153, 50, 1);
+	assert_int_equal(kv_index_get(x, 3, &n), 0);
+	assert_int_equal(n.nchildren, 3);
+	assert_int_equal(kv_index_deferred_layer(x, &ino), 1);
+	assert_int_equal(ino, 4);
+	/* Closed: a layer still in the manifest gives EIO, never ENOENT. */
+	kv_index_load_close(l);
+	assert_int_equal(kv_index_lookup(x, 4, "e1", &n), -EIO);
+	assert_int_equal(kv_index_layer_load(x, 4), -EIO);
+	kv_manifest_close(lm);
+	store_done(&s);
+}
+
+/* A refcount that disagrees with rows the budget leaves in the manifest
+ * is still found at the end of the walk. */
+static void test_budget_refcount_mismatch(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct store s;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 1, 50);
+	store_sql(&s, "UPDATE extents SET refcount = 3 WHERE id = 1;");
+	kv_index_set_page_budget(x, 50);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(lazy_run(l), KV_ERR_CORRUPT);
+	assert_false(kv_index_layer_whole(x, 3));   /* it was left out */
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+/*
+ * Layer 3 (p10..p12, 5000 empty pages, then p9000 with extent 3) is left
+ * in the manifest; layer 4 fits. After one chunk of the walk, a lookup
+ * loads layer 3: the pages whose rows the walk passed (p10..p12) must not
+ * be counted again, the ones after it (p9000) must be; the check at the
+ * end of the walk fails otherwise.
+ */
+static void test_budget_layer_mid_walk(void **state)
+{
+	struct kv_extent_rec e3 = { .id = 3, .refcount = 1,
+				    .ext = { .segment = 2, .offset = 0, .length = 32768 } };
+	struct kv_page_rec p = { .ino = 9000, .layer_ino = 3, .name = "p9000",
+				 .extent_id = 3, .size = 32768, .attr = { .mode = 0444 } };
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_index_stats st;
+	struct kv_manifest *lm;
+	struct kv_node_info n;
+	struct kv_dirent *d;
+	struct store s;
+	size_t nd;
+
+	store_make(&s);
+	store_fill(&s);
+	hash_of(3, e3.hash);
+	assert_int_equal(kv_manifest_begin(s.m), 0);
+	assert_int_equal(kv_manifest_put_extent(s.m, &e3), 0);
+	assert_int_equal(kv_manifest_put_page(s.m, &p), 0);
+	assert_int_equal(kv_manifest_commit(s.m), 0);
+	store_many(&s, 5000);
+	store_layers(&s, 1, 10);
+	kv_index_set_page_budget(x, 10);
+	l = lazy_begin(x, &s, &lm);
+	/* counts, the extents, and one chunk of pages: part of layer 3 */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(kv_index_load_step(l), 1);
+	kv_index_stats(x, &st);
+	assert_true(st.pages_unloaded >= 3 && st.pages_unloaded < 5004);
+	assert_int_equal(kv_index_lookup(x, 3, "p10", &n), 0);
+	assert_int_equal(kv_index_lookup(x, 3, "p9000", &n), 0);
+	assert_int_equal(n.extent_id, 3);
+	assert_int_equal(kv_index_readdir(x, 3, &d, &nd), 0);
+	assert_int_equal(nd, 5004);
+	kv_dirents_free(d, nd);
+	assert_int_equal(lazy_run(l), 0);
+	expect_unloaded(x, 5014, 0, 0);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+/* A budget that holds everything leaves nothing out. */
+static void test_budget_large_enough(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct store s;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 2, 20);
+	kv_index_set_page_budget(x, 43);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(lazy_run(l), 0);
+	expect_unloaded(x, 43, 0, 0);
+	lazy_done(l, lm);
+	store_done(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_budget_defers_layers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_refcount_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_layer_mid_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_large_enough, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
