@@ -88,6 +88,19 @@ static void finish(struct kvfs *fs, int rc)
 	pthread_mutex_unlock(&fs->load.lock);
 }
 
+static int quick_check(struct kv_manifest *m, void *arg)
+{
+	(void)arg;
+	return kv_manifest_quick_check(m);
+}
+
+static int shrink(struct kv_manifest *m, void *arg)
+{
+	(void)arg;
+	kv_manifest_shrink(m);
+	return 0;
+}
+
 static void *load_main(void *arg)
 {
 	struct kvfs *fs = arg;
@@ -103,8 +116,10 @@ static void *load_main(void *arg)
 	/* Its snapshot would keep the WAL from being checkpointed. After a
 	 * failure, layers the walk did not reach give EIO from now on. */
 	kv_index_load_end(fs->load.loader);
+	/* On the loader's connection, which layers left in the manifest
+	 * (-o index_pages) still load through: never at the same time. */
 	if (rc == 0 && !stopping(fs))
-		rc = kv_manifest_quick_check(fs->load.man);
+		rc = kv_index_loader_use(fs->load.loader, quick_check, NULL);
 	if (rc == 0 && !stopping(fs))
 		rc = fs->load.ready(fs);
 	/* The connection stays open until unmount, but nothing reads much
@@ -114,7 +129,7 @@ static void *load_main(void *arg)
 	 * pages, the walk's row buffers), so trim them too: once per mount,
 	 * 7 ms at 1M pages (docs/benchmarks/scale.md, "The loader's memory
 	 * given back, and one layer read by inode"). */
-	kv_manifest_shrink(fs->load.man);
+	kv_index_loader_use(fs->load.loader, shrink, NULL);
 	if (!stopping(fs))       /* not in the way of an unmount */
 		malloc_trim(0);
 	if (rc == -ECANCELED || stopping(fs)) {

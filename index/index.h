@@ -310,6 +310,11 @@ int kv_index_load_step(struct kv_index_loader *l);
  * kv_index_load_close; otherwise a layer not loaded by then gives -EIO
  * from then on (never a wrong -ENOENT). */
 void kv_index_load_end(struct kv_index_loader *l);
+/* Run fn on m while no layer loads through it (a connection is used by
+ * one thread at a time, and layers the budget left out load on demand
+ * after kv_index_load_end): fn's result. */
+int kv_index_loader_use(struct kv_index_loader *l,
+			int (*fn)(struct kv_manifest *m, void *arg), void *arg);
 /* No layer loads any more (-EIO): before m is closed. The index frees the
  * loader; the caller closes m after this. */
 void kv_index_load_close(struct kv_index_loader *l);

@@ -681,6 +681,17 @@ void kv_index_load_end(struct kv_index_loader *l)
 	pthread_mutex_unlock(&l->mu);
 }
 
+int kv_index_loader_use(struct kv_index_loader *l,
+			int (*fn)(struct kv_manifest *m, void *arg), void *arg)
+{
+	int rc;
+
+	pthread_mutex_lock(&l->mu);
+	rc = fn(l->m, arg);
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
 void kv_index_load_close(struct kv_index_loader *l)
 {
 	if (!l)
