@@ -122,6 +122,14 @@ static void *load_main(void *arg)
 		rc = kv_index_loader_use(fs->load.loader, quick_check, NULL);
 	if (rc == 0 && !stopping(fs))
 		rc = fs->load.ready(fs);
+	/* Once the reclaim has marked them: the records of extents only the
+	 * layers left in the manifest name (-o index_pages) leave RAM. A
+	 * failure (no memory for the survivors' copy) changes nothing. */
+	if (rc == 0 && !stopping(fs)) {
+		uint64_t dropped;
+
+		kv_index_extents_trim(fs->idx, &dropped);
+	}
 	/* The connection stays open until unmount, but nothing reads much
 	 * through it any more: its page cache (64 MiB, filled by the walk,
 	 * the layers loaded on demand and quick_check) goes back now. glibc

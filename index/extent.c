@@ -35,6 +35,44 @@ struct xent *idx_xent_find(const struct kv_index *x, uint64_t id)
 	return NULL;
 }
 
+/* ---- the tables ---- */
+
+static uint64_t xent_id_hash(const void *e)
+{
+	return htab_mix64(((const struct xent *)e)->id);
+}
+
+static uint64_t xent_key_hash(const void *e)
+{
+	const struct xent *x = e;
+
+	return idx_key_hash(x->hash, idx_xent_length(x));
+}
+
+int idx_extents_init(struct kv_index *x)
+{
+	int rc = slab_init(&x->xslab);
+
+	if (rc < 0) {
+		kv_log(KV_LOG_ERR, "index: cannot reserve %llu GiB of address space for its "
+		       "extent records: %s", (unsigned long long)(SLAB_SPAN >> 30),
+		       kv_strerror(rc));
+		return rc;
+	}
+	/* every element of these tables comes from xslab (htab.h) */
+	if (htab_init(&x->ext_by_id, xent_id_hash, x->xslab.base) ||
+	    htab_init(&x->ext_by_key, xent_key_hash, x->xslab.base))
+		return -ENOMEM;
+	return 0;
+}
+
+void idx_extents_fini(struct kv_index *x)
+{
+	htab_fini(&x->ext_by_id);
+	htab_fini(&x->ext_by_key);
+	slab_fini(&x->xslab);
+}
+
 /* ---- extents ---- */
 
 static void xent_fill(const struct xent *e, struct kv_extent_rec *out)
@@ -59,7 +97,7 @@ static void xent_drop(struct kv_index *x, struct xent *e)
 {
 	xent_uncount(x, e);
 	htab_remove(&x->ext_by_id, e);
-	slab_free(&x->slab, e, sizeof(*e));
+	slab_free(&x->xslab, e, sizeof(*e));
 }
 
 /* r's location fits a struct xent (checked by xent_fits). */
@@ -114,12 +152,13 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 		 * grow the table. */
 		htab_remove(&x->ext_by_key, e);
 		xent_set(x, e, r);
+		e->moved = true;
 		htab_insert(&x->ext_by_key, e);
 		goto done;
 	}
 	if ((rc = htab_reserve(&x->ext_by_id, 1)) || (rc = htab_reserve(&x->ext_by_key, 1)))
 		return rc;
-	e = slab_alloc(&x->slab, sizeof(*e));
+	e = slab_alloc(&x->xslab, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
 	memset(e, 0, sizeof(*e));
@@ -238,7 +277,7 @@ void kv_index_retired_drop(struct kv_index *x)
 	pthread_rwlock_wrlock(&x->lock);
 	for (size_t i = 0; i < x->nretired; i++) {
 		htab_remove(&x->ext_by_id, x->retired[i]);
-		slab_free(&x->slab, x->retired[i], sizeof(struct xent));
+		slab_free(&x->xslab, x->retired[i], sizeof(struct xent));
 	}
 	free(x->retired);
 	x->retired = NULL;
@@ -264,6 +303,7 @@ static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *coun
 	 * finds: a page that goes (or comes) moves both. */
 	if (id < x->frozen_below)
 		e->seen = (uint32_t)((int64_t)e->seen + delta) & 0x7fffffffu;
+	e->moved = true;
 	if (v == 0 && id < x->retire_below)
 		xent_retire(x, e);
 	else if (v == 0)

@@ -43,18 +43,6 @@ static uint64_t node_name_hash(const void *e)
 	return name_hash(n->parent->ino, name, len);
 }
 
-static uint64_t xent_id_hash(const void *e)
-{
-	return htab_mix64(((const struct xent *)e)->id);
-}
-
-static uint64_t xent_key_hash(const void *e)
-{
-	const struct xent *x = e;
-
-	return idx_key_hash(x->hash, idx_xent_length(x));
-}
-
 static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
 {
 	return (uint32_t)XXH3_64bits_withSeed(name, len, parent);
@@ -427,8 +415,7 @@ int kv_index_new(struct kv_index **out)
 	/* every element of the tables comes from the slab (htab.h) */
 	if (htab_init(&x->by_ino, node_ino_hash, x->slab.base) ||
 	    htab_init(&x->by_name, node_name_hash, x->slab.base) ||
-	    htab_init(&x->ext_by_id, xent_id_hash, x->slab.base) ||
-	    htab_init(&x->ext_by_key, xent_key_hash, x->slab.base))
+	    (rc = idx_extents_init(x)) < 0)
 		goto fail_tables;
 	rc = make_root(x);
 	if (rc < 0)
@@ -447,8 +434,7 @@ fail_root:
 fail_tables:
 	htab_fini(&x->by_ino);
 	htab_fini(&x->by_name);
-	htab_fini(&x->ext_by_id);
-	htab_fini(&x->ext_by_key);
+	idx_extents_fini(x);
 	slab_fini(&x->slab);
 	free(x);
 	return rc;
@@ -472,8 +458,7 @@ void kv_index_free(struct kv_index *x)
 	slab_fini(&x->slab);
 	htab_fini(&x->by_ino);
 	htab_fini(&x->by_name);
-	htab_fini(&x->ext_by_id);
-	htab_fini(&x->ext_by_key);
+	idx_extents_fini(x);
 	pthread_rwlock_destroy(&x->lock);
 	pthread_mutex_destroy(&x->touched_lock);
 	free(x->touched);

@@ -191,8 +191,9 @@ struct kv_index_stats {
 	uint64_t extents;
 	uint64_t extent_bytes;     /* sum of extent footprints (physical) */
 	/* Of pages: those counted while their layer stays in the manifest
-	 * (kv_index_set_page_budget); layers whose pages are not loaded. */
-	uint64_t pages_unloaded, layers_unloaded;
+	 * (kv_index_set_page_budget); layers whose pages are not loaded; of
+	 * extents: those whose records left RAM (kv_index_extents_trim). */
+	uint64_t pages_unloaded, layers_unloaded, extents_unloaded;
 };
 void kv_index_stats(struct kv_index *x, struct kv_index_stats *st);
 
@@ -298,6 +299,15 @@ int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
  * walk. kv_index_load (all at once) loads everything.
  */
 void kv_index_set_page_budget(struct kv_index *x, uint64_t pages);
+/*
+ * After the load and the reclaim: the records of extents that only pages
+ * of layers left in the manifest name leave RAM (their layer's load reads
+ * them back with its pages), when the manifest's row says what the record
+ * says (committed, its count unchanged since). Nothing to do without such
+ * layers. Holds the write lock for a pass over every page and extent in
+ * RAM. *dropped: how many left. 0 or -ENOMEM (nothing changed).
+ */
+int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped);
 /* A layer the budget left in the manifest, the least recently changed
  * (for an eviction that found too little in RAM): 1 and *ino, or 0. */
 int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino);

@@ -131,7 +131,11 @@ struct xent {
 	/* Its last page went while the index loaded (extent.c): out of the
 	 * key table and every lookup, kept by id until the mount's reclaim
 	 * has marked it (kv_index_retired_drop). */
-	uint8_t retired;
+	uint8_t retired : 1;
+	/* kv_index_extents_trim (residency.c): a page in RAM names it */
+	uint8_t keep : 1;
+	/* its count changed since it was put: the manifest's may lag */
+	uint8_t moved : 1;
 };
 
 _Static_assert(sizeof(void *) != 8 || sizeof(struct xent) == 48,
@@ -159,7 +163,9 @@ struct kv_index {
 	struct htab ext_by_id;        /* struct xent * */
 	struct htab ext_by_key;       /* struct xent *, by (hash, length), multimap */
 	struct node *root;
-	struct slab slab;             /* nodes and extent records (write lock) */
+	struct slab slab;             /* nodes (write lock) */
+	struct slab xslab;            /* extent records: apart, so that a trim
+	                               * can give them back (residency.c) */
 	uint64_t next_ino;            /* above every inode added or handed out */
 	uint64_t next_ext;            /* above every extent id put or handed out */
 	struct kv_index_stats st;
@@ -170,6 +176,9 @@ struct kv_index {
 	/* Most pages the background walk brings into RAM (0: all); the
 	 * layers beyond it stay in the manifest until used (residency.c). */
 	uint64_t page_budget;
+	/* kv_index_extents_trim ran: an extent missing from ext_by_id may be
+	 * a deferred layer's, to be read from the manifest (load.c). */
+	bool extents_trimmed;
 	/* While loading in the background (0 otherwise): extents with an id
 	 * below it were in the manifest when the load began, and its check
 	 * compares their refcounts with the pages it finds. New pages may come
@@ -217,6 +226,9 @@ static inline uint32_t idx_link(const struct kv_index *x, const struct node *n)
 }
 
 
+/* The extent tables and their slab, empty (extent.c); 0 or -errno. */
+int idx_extents_init(struct kv_index *x);
+void idx_extents_fini(struct kv_index *x);
 /* Hash of an extent's (checksum, length) key, for ext_by_key. */
 uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length);
 struct xent *idx_xent_find(const struct kv_index *x, uint64_t id);
@@ -261,6 +273,9 @@ int idx_deferred_row_locked(struct kv_index *x, struct node *layer,
 /* A page row's extent e (found by its extent_id; may be NULL) is one the
  * page can name: KV_ERR_CORRUPT, logged, if not. residency.c. */
 int idx_row_extent_check(const struct kv_page_rec *r, const struct xent *e);
+/* Extent e was read back from the manifest (it had left RAM with
+ * kv_index_extents_trim) and put: keep the stats' counts whole. */
+void idx_extent_reread_locked(struct kv_index *x, const struct xent *e);
 /* Layer n loads now: its rows leave the stats' count of rows kept in the
  * manifest, since its pages, as they come in, count themselves. */
 void idx_deferred_loading_locked(struct kv_index *x, struct node *n);

@@ -69,6 +69,7 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 	pthread_rwlock_rdlock(&x->lock);
 	*st = x->st;
 	st->layers_unloaded = atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed);
+	st->extents += st->extents_unloaded;     /* every extent, in RAM or not */
 	pthread_rwlock_unlock(&x->lock);
 }
 

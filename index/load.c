@@ -263,10 +263,16 @@ static int lazy_layer_rec(void *arg, const struct kv_layer_rec *r)
 static int lazy_extent(void *arg, const struct kv_extent_rec *r)
 {
 	struct kv_index_loader *l = arg;
+	struct xent *e;
+	int rc;
 
 	if (r->id != KV_EXTENT_EMPTY && idx_xent_find(l->x, r->id))
 		return 0;
-	return load_extent(l->x, r);
+	rc = load_extent(l->x, r);
+	/* read back for a layer left in the manifest: counted already */
+	if (rc == 0 && l->x->extents_trimmed && (e = idx_xent_find(l->x, r->id)))
+		idx_extent_reread_locked(l->x, e);
+	return rc;
 }
 
 /* The first position in l->gone not below ino (ngone: none). */
@@ -308,9 +314,11 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 	/* The budget leaves this layer in the manifest: check and count. */
 	if (!l->in_layer_load && layer && layer->kind == KV_KIND_LAYER && layer->u.d->deferred)
 		return idx_deferred_row_locked(l->x, layer, r);
-	/* A layer wanted before the background walked the extents: fetch
-	 * the page's extent row now (missing: load_page says so). */
-	if (r->extent_id != KV_EXTENT_EMPTY && l->phase <= PHASE_EXTENTS &&
+	/* A layer wanted before the background walked the extents, or one
+	 * whose extents left RAM after the load (kv_index_extents_trim):
+	 * fetch the page's extent row now (missing: load_page says so). */
+	if (r->extent_id != KV_EXTENT_EMPTY &&
+	    (l->phase <= PHASE_EXTENTS || l->x->extents_trimmed) &&
 	    !idx_xent_find(l->x, r->extent_id)) {
 		rc = l->by_id ? kv_manifest_scan_rekey(l->by_id, r->extent_id)
 			      : kv_manifest_scan_open(l->m, KV_SCAN_EXTENTS, r->extent_id,
@@ -404,6 +412,12 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 		rc = scan_chunks(l, s);
 		l->in_layer_load = false;
 		kv_manifest_scan_close(s);
+	}
+	if (l->phase == PHASE_DONE) {
+		/* no read of the manifest stays open between loads (it would
+		 * keep the WAL from being checkpointed) */
+		kv_manifest_scan_close(l->by_id);
+		l->by_id = NULL;
 	}
 	pthread_rwlock_wrlock(&x->lock);
 	n = idx_node(x, ino);

@@ -24,7 +24,9 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "index_i.h"
 
@@ -185,4 +187,112 @@ int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino)
 		*ino = best->ino;
 	pthread_rwlock_unlock(&x->lock);
 	return best != NULL;
+}
+
+/* ---- extents of the layers left out ---- */
+
+static void keep_clear(struct kv_index *x)
+{
+	struct xent *e;
+
+	for (size_t i = 0; i < htab_span(&x->ext_by_id); i++)
+		if ((e = htab_at(&x->ext_by_id, i)))
+			e->keep = 0;
+}
+
+/* Whether e may leave RAM: no page in RAM names it, and the manifest's
+ * row says what the record says (committed, its count unchanged since it
+ * was read or put: a change still queued for the committer would make a
+ * later read of the row wrong). */
+static bool may_leave(const struct xent *e)
+{
+	return !e->keep && !e->moved && e->durable && !e->retired;
+}
+
+int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
+{
+	struct htab by_id = { 0 }, by_key = { 0 };
+	struct slab ns = { 0 };
+	uint64_t kept = 0, gone = 0;
+	struct xent *e, *c;
+	struct node *n;
+	struct timespec t0, t1;
+	size_t i;
+	int rc = 0;
+
+	*dropped = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_rwlock_wrlock(&x->lock);
+	/* Only once the reclaim has marked every extent (no retired list
+	 * left), and only if some layer stays out. */
+	if (x->extents_trimmed || x->nretired || x->retire_below ||
+	    !atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed))
+		goto out;
+	for (i = 0; i < htab_span(&x->by_ino); i++) {
+		n = htab_at(&x->by_ino, i);
+		if (n && n->kind == KV_KIND_PAGE && n->u.p.extent_id &&
+		    (e = idx_xent_find(x, n->u.p.extent_id)))
+			e->keep = 1;
+	}
+	for (i = 0; i < htab_span(&x->ext_by_id); i++)
+		if ((e = htab_at(&x->ext_by_id, i)))
+			may_leave(e) ? gone++ : kept++;
+	if (!gone)
+		goto clear;
+	/* The survivors move to a slab of their own, and the old one goes
+	 * back to the system whole: freed records inside it would not. */
+	if ((rc = slab_init(&ns)) < 0)
+		goto clear;
+	rc = -ENOMEM;
+	if (htab_init(&by_id, x->ext_by_id.hash, ns.base) ||
+	    htab_init(&by_key, x->ext_by_key.hash, ns.base) ||
+	    htab_reserve(&by_id, kept) || htab_reserve(&by_key, kept))
+		goto fail;
+	for (i = 0; i < htab_span(&x->ext_by_id); i++) {
+		e = htab_at(&x->ext_by_id, i);
+		if (!e || may_leave(e))
+			continue;
+		if (!(c = slab_alloc(&ns, sizeof(*c))))
+			goto fail;
+		*c = *e;
+		c->keep = 0;
+		htab_insert(&by_id, c);
+		if (!c->retired)        /* a retired one is out of the key table */
+			htab_insert(&by_key, c);
+	}
+	idx_extents_fini(x);
+	x->ext_by_id = by_id;
+	x->ext_by_key = by_key;
+	x->xslab = ns;
+	x->st.extents -= gone;
+	x->st.extents_unloaded += gone;
+	x->extents_trimmed = true;
+	*dropped = gone;
+	rc = 0;
+	goto out;
+fail:
+	htab_fini(&by_id);
+	htab_fini(&by_key);
+	slab_fini(&ns);
+clear:
+	keep_clear(x);
+out:
+	pthread_rwlock_unlock(&x->lock);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (gone || rc)
+		kv_log(rc ? KV_LOG_WARN : KV_LOG_INFO, "index: %" PRIu64 " extents named only by "
+		       "layers left in the manifest %s (%" PRIu64 " stay) in %.0f ms%s%s", gone,
+		       rc ? "could not leave RAM" : "left RAM", kept,
+		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+		       rc ? ": " : "", rc ? kv_strerror(rc) : "");
+	return rc;
+}
+
+void idx_extent_reread_locked(struct kv_index *x, const struct xent *e)
+{
+	struct kv_extent ext = idx_xent_ext(e);
+
+	/* Counted already, as an extent out of RAM: put counted it again. */
+	x->st.extents_unloaded--;
+	x->st.extent_bytes -= kv_extent_footprint(&ext);
 }

@@ -4,8 +4,9 @@
 # the other layers stay in the manifest after the load and are loaded the
 # first time something needs them. Through the mount nothing tells them
 # apart from loaded layers: listings, lookups, reads, writes, unlink,
-# rename and rmdir, statfs's inode count, the stats' page count; a full
-# store evicts their pages too (the evictor loads the coldest of them).
+# rename and rmdir, statfs's inode count, the stats' page count; their
+# extents' records leave RAM after the load and come back with them; a
+# full store evicts their pages too (the evictor loads the coldest).
 . "$(dirname "$0")/lib.sh"
 
 stat_of() {
@@ -35,6 +36,10 @@ wait_loaded
 	fail "statfs counts $(stat -f -c %c "$MNT") inodes, $files_before before the budget"
 grep -q "80 of the pages, in 2 layers, stay in the manifest" "$LOG" ||
 	fail "the log does not say what stayed in the manifest: $(grep 'loaded in the background' "$LOG")"
+# Their extents' records left RAM too (each page has its own here).
+for _ in $(seq 50); do grep -q "80 extents named only by layers left in the manifest left RAM" "$LOG" && break; sleep 0.1; done
+grep -q "80 extents named only by layers left in the manifest left RAM" "$LOG" ||
+	fail "the extents of the layers left out are still in RAM: $(grep 'extents named only' "$LOG")"
 # A layer left in the manifest still holds its pages (rmdir: ENOTEMPTY).
 expect_errno ENOTEMPTY "os.rmdir('$MNT/m/01')"
 # Listed, looked up and read as a loaded one; a missing name is ENOENT.
