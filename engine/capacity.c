@@ -367,6 +367,8 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	return vs.commit_rc;
 }
 
+static bool load_deferred(struct kvfs *fs);
+
 int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 {
 	uint32_t mode = a->flags & (KVFS_GC_OLDER | KVFS_GC_TARGET);
@@ -382,8 +384,21 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 	if ((rc = kvfs_changes_damaged(fs)) < 0)
 		return rc;
 	usage_now(fs, &a->used_before);
-	rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
-			mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &pages);
+	/* Layers left in the manifest (-o index_pages) are the coldest: an
+	 * age sweep loads every one, a target as many as it takes. */
+	for (;;) {
+		uint64_t n = 0;
+
+		rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
+				mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &n);
+		pages += n;
+		if (rc < 0)
+			break;
+		if (mode == KVFS_GC_TARGET && usage_now(fs, NULL) <= a->target_bytes)
+			break;
+		if (!load_deferred(fs))
+			break;
+	}
 	usage_now(fs, &a->used_after);
 	a->pages = pages;
 	kv_log(rc < 0 ? KV_LOG_ERR : KV_LOG_INFO, "gc: %" PRIu64 " pages evicted, %" PRIu64

@@ -6,7 +6,8 @@
 # apart from loaded layers: listings, lookups, reads, writes, unlink,
 # rename and rmdir, statfs's inode count, the stats' page count; their
 # extents' records leave RAM after the load and come back with them; a
-# full store evicts their pages too (the evictor loads the coldest).
+# full store evicts their pages too (the evictor loads the coldest), and
+# so does kvfs gc.
 . "$(dirname "$0")/lib.sh"
 
 stat_of() {
@@ -84,6 +85,18 @@ $PAGETOOL write "$MNT/m/04" new 80 65536 --fsync ||
 	fail "new pages into a full store whose pages are left in the manifest: $(grep -iE 'evict|ENOSPC' "$LOG" | tail -3)"
 [ "$($PAGETOOL verify "$MNT/m/04" new 80 65536)" = 80 ] || fail "the new pages"
 [ "$(stat_of ssd evictions)" -gt 0 ] || fail "nothing was evicted"
+no_errors_in_log
+umount_kvfs
+
+# kvfs gc reaches the layers left in the manifest: an age sweep loads
+# every one (they are the coldest), and takes their old pages.
+mount_kvfs -o index_pages=1
+wait_loaded
+[ "$(stat_of namespace layers_unloaded)" -gt 0 ] || fail "(gc) no layer left in the manifest"
+sleep 1.2
+"$KVFS" gc "$MNT" --older-than 1s >/dev/null || fail "kvfs gc --older-than on the mount"
+[ "$(stat_of namespace layers_unloaded)" = 0 ] || fail "gc did not reach the layers left in the manifest"
+[ "$(stat_of ssd pages)" = 0 ] || fail "gc left $(stat_of ssd pages) pages not read for 1 s"
 no_errors_in_log
 umount_kvfs
 "$KVFS" fsck "$STORE" >/dev/null || fail "fsck: $("$KVFS" fsck "$STORE" 2>&1)"
