@@ -447,6 +447,7 @@ static void sleep_locked(struct kvfs_cap *c, long ms)
  * first; one layer per run, until none is left. False if none. */
 static bool load_deferred(struct kvfs *fs)
 {
+	static struct kv_log_limit limit;
 	uint64_t ino;
 	int rc;
 
@@ -454,8 +455,8 @@ static bool load_deferred(struct kvfs *fs)
 		return false;
 	rc = kv_index_layer_load(fs->idx, ino);
 	if (rc < 0)
-		kv_log(KV_LOG_WARN, "eviction: cannot load layer %" PRIu64 " from the manifest "
-		       "to evict from it: %s", ino, kv_strerror(rc));
+		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "eviction: cannot load layer %" PRIu64
+			       " from the manifest to evict from it: %s", ino, kv_strerror(rc));
 	return rc == 0;
 }
 

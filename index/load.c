@@ -423,7 +423,7 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	n = idx_node(x, ino);
 	if (rc == 0)
 		layer_loaded_locked(x, n);
-	else if (n)
+	else if (n && rc != -ENOMEM)   /* out of memory: the next use tries again */
 		n->u.d->load_err = rc;
 	pthread_rwlock_unlock(&x->lock);
 	if (rc)
