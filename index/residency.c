@@ -209,15 +209,49 @@ static bool may_leave(const struct xent *e)
 	return !e->keep && !e->moved && e->durable && !e->retired;
 }
 
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* One pass: the survivors into new tables over a new slab (ns); the
+ * others counted in *gone. -ENOMEM if a copy fails (nothing changed). */
+static int copy_survivors(struct kv_index *x, struct htab *by_id, struct htab *by_key,
+			  struct slab *ns, uint64_t *kept, uint64_t *gone)
+{
+	struct xent *e, *c;
+
+	for (size_t i = 0; i < htab_span(&x->ext_by_id); i++) {
+		e = htab_at(&x->ext_by_id, i);
+		if (!e)
+			continue;
+		if (may_leave(e)) {
+			(*gone)++;
+			continue;
+		}
+		if (htab_reserve(by_id, 1) || htab_reserve(by_key, 1) ||
+		    !(c = slab_alloc(ns, sizeof(*c))))
+			return -ENOMEM;
+		*c = *e;
+		c->keep = 0;
+		htab_insert(by_id, c);
+		if (!c->retired)        /* a retired one is out of the key table */
+			htab_insert(by_key, c);
+		(*kept)++;
+	}
+	return 0;
+}
+
 int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 {
+	struct kv_index old = { 0 };      /* only its extent tables and slab */
 	struct htab by_id = { 0 }, by_key = { 0 };
 	struct slab ns = { 0 };
 	uint64_t kept = 0, gone = 0;
-	struct xent *e, *c;
+	struct timespec t0, tu, t1;
+	struct xent *e;
 	struct node *n;
-	struct timespec t0, t1;
-	size_t i;
+	bool swapped = false;
 	int rc = 0;
 
 	*dropped = 0;
@@ -228,63 +262,56 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 	if (x->extents_trimmed || x->nretired || x->retire_below ||
 	    !atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed))
 		goto out;
-	for (i = 0; i < htab_span(&x->by_ino); i++) {
+	for (size_t i = 0; i < htab_span(&x->by_ino); i++) {
 		n = htab_at(&x->by_ino, i);
 		if (n && n->kind == KV_KIND_PAGE && n->u.p.extent_id &&
 		    (e = idx_xent_find(x, n->u.p.extent_id)))
 			e->keep = 1;
 	}
-	for (i = 0; i < htab_span(&x->ext_by_id); i++)
-		if ((e = htab_at(&x->ext_by_id, i)))
-			may_leave(e) ? gone++ : kept++;
-	if (!gone)
-		goto clear;
 	/* The survivors move to a slab of their own, and the old one goes
 	 * back to the system whole: freed records inside it would not. */
-	if ((rc = slab_init(&ns)) < 0)
-		goto clear;
-	rc = -ENOMEM;
-	if (htab_init(&by_id, x->ext_by_id.hash, ns.base) ||
-	    htab_init(&by_key, x->ext_by_key.hash, ns.base) ||
-	    htab_reserve(&by_id, kept) || htab_reserve(&by_key, kept))
-		goto fail;
-	for (i = 0; i < htab_span(&x->ext_by_id); i++) {
-		e = htab_at(&x->ext_by_id, i);
-		if (!e || may_leave(e))
-			continue;
-		if (!(c = slab_alloc(&ns, sizeof(*c))))
-			goto fail;
-		*c = *e;
-		c->keep = 0;
-		htab_insert(&by_id, c);
-		if (!c->retired)        /* a retired one is out of the key table */
-			htab_insert(&by_key, c);
+	rc = slab_init(&ns);
+	if (rc == 0) {
+		rc = -ENOMEM;
+		/* sized at once for about as many as pages in RAM: growing
+		 * row by row rehashes every survivor about twice */
+		if (!htab_init(&by_id, x->ext_by_id.hash, ns.base) &&
+		    !htab_init(&by_key, x->ext_by_key.hash, ns.base) &&
+		    !htab_reserve(&by_id, x->by_ino.n) && !htab_reserve(&by_key, x->by_ino.n))
+			rc = copy_survivors(x, &by_id, &by_key, &ns, &kept, &gone);
 	}
-	idx_extents_fini(x);
+	if (rc < 0 || !gone) {
+		keep_clear(x);
+		goto out;
+	}
+	old.ext_by_id = x->ext_by_id;
+	old.ext_by_key = x->ext_by_key;
+	old.xslab = x->xslab;
 	x->ext_by_id = by_id;
 	x->ext_by_key = by_key;
 	x->xslab = ns;
 	x->st.extents -= gone;
 	x->st.extents_unloaded += gone;
-	x->extents_trimmed = true;
+	x->extents_trimmed = swapped = true;
 	*dropped = gone;
-	rc = 0;
-	goto out;
-fail:
-	htab_fini(&by_id);
-	htab_fini(&by_key);
-	slab_fini(&ns);
-clear:
-	keep_clear(x);
 out:
 	pthread_rwlock_unlock(&x->lock);
+	clock_gettime(CLOCK_MONOTONIC, &tu);
+	/* Unmapping takes a while: not under the lock. */
+	if (swapped) {
+		idx_extents_fini(&old);
+	} else {
+		htab_fini(&by_id);
+		htab_fini(&by_key);
+		slab_fini(&ns);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (gone || rc)
 		kv_log(rc ? KV_LOG_WARN : KV_LOG_INFO, "index: %" PRIu64 " extents named only by "
-		       "layers left in the manifest %s (%" PRIu64 " stay) in %.0f ms%s%s", gone,
-		       rc ? "could not leave RAM" : "left RAM", kept,
-		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
-		       rc ? ": " : "", rc ? kv_strerror(rc) : "");
+		       "layers left in the manifest %s (%" PRIu64 " stay) in %.0f ms, %.0f of "
+		       "them holding the index's lock%s%s", gone,
+		       rc ? "could not leave RAM" : "left RAM", kept, ms_between(&t0, &t1),
+		       ms_between(&t0, &tu), rc ? ": " : "", rc ? kv_strerror(rc) : "");
 	return rc;
 }
 
