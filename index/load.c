@@ -376,7 +376,8 @@ static int load_prepare(struct kv_index_loader *l);
 /* Layer ino's pages, read lock taken here: 0 if they are all in (or ino
  * is no layer), 1 if they must be loaded, or the error their last load
  * gave (not tried again: a lookup in a damaged layer must not rescan it,
- * nor hold the walk back, every time). */
+ * nor hold the walk back, every time; a load that ran out of memory
+ * leaves no error, and is tried again). */
 static int layer_state(struct kv_index *x, uint64_t ino)
 {
 	struct node *n;
@@ -428,8 +429,9 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	pthread_rwlock_unlock(&x->lock);
 	if (rc)
 		KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: cannot load the pages of layer %"
-			       PRIu64 " from the manifest: %s; its lookups and listing "
-			       "fail (EIO)", ino, kv_strerror(rc));
+			       PRIu64 " from the manifest: %s; %s", ino, kv_strerror(rc),
+			       rc == -ENOMEM ? "the next lookup or listing in it tries again"
+			       : "its lookups and listing fail (EIO)");
 	return rc;
 }
 
