@@ -37,27 +37,6 @@ static void reportf(kv_check_report_fn *report, void *arg, const char *fmt, ...)
 	report(arg, line);
 }
 
-/* Step through sql's rows calling fn for each; fn's non-zero ends the walk. */
-static int each_row(struct kv_manifest *m, const char *sql,
-		    int (*fn)(sqlite3_stmt *st, void *a), void *a)
-{
-	sqlite3_stmt *st;
-	int rc;
-
-	rc = sqlite3_prepare_v2(m->db, sql, -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return mf_db_fail(m->db, m->path, rc, "preparing \"%s\"", sql);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		rc = fn(st, a);
-		if (rc)
-			goto out;
-	}
-	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "reading \"%s\"", sql);
-out:
-	sqlite3_finalize(st);
-	return rc;
-}
-
 struct db_check {
 	kv_check_report_fn *report;
 	void *arg;
@@ -144,7 +123,7 @@ static int check_versions(struct kv_manifest *m, struct db_check *c)
 int kv_manifest_check_btrees(struct kv_manifest *m, kv_check_report_fn *report, void *arg)
 {
 	struct db_check c = { .report = report, .arg = arg };
-	int rc = each_row(m, "PRAGMA quick_check(" STR(INTEGRITY_MAX_LINES) ")",
+	int rc = mf_each_row(m, "PRAGMA quick_check(" STR(INTEGRITY_MAX_LINES) ")",
 			  integrity_row, &c);
 
 	return rc ? rc : c.problems;
@@ -164,12 +143,12 @@ int kv_manifest_check_refs(struct kv_manifest *m, kv_check_report_fn *report, vo
 	/* Only the layers' foreign key here: a page's layer and extent are
 	 * checked by the page walk (kv_manifest_walk_pages), without a b-tree
 	 * seek per page. */
-	rc = each_row(m, "PRAGMA foreign_key_check(layers)", fk_row, &c);
+	rc = mf_each_row(m, "PRAGMA foreign_key_check(layers)", fk_row, &c);
 	if (rc)
 		return rc;
 	rc = check_versions(m, &c);
 	if (rc == 0)
-		rc = each_row(m, "SELECT 'model', ino, name FROM models WHERE ident IS NOT "
+		rc = mf_each_row(m, "SELECT 'model', ino, name FROM models WHERE ident IS NOT "
 			      "kvfs_ident_model(ino, name, layers, kv_heads, head_dim, "
 			      "page_tokens, dtype) UNION ALL SELECT 'layer', ino, name FROM "
 			      "layers WHERE ident IS NOT kvfs_ident_layer(ino, model_ino, "
@@ -235,7 +214,7 @@ int kv_manifest_walk_extents(struct kv_manifest *m,
 {
 	struct walk w = { .extent = fn, .arg = arg };
 
-	return each_row(m, "SELECT id, stripe, segment, \"offset\", length, hash, refcount "
+	return mf_each_row(m, "SELECT id, stripe, segment, \"offset\", length, hash, refcount "
 			"FROM extents ORDER BY id", extent_row, &w);
 }
 
@@ -312,9 +291,9 @@ int kv_manifest_walk_pages(struct kv_manifest *m,
 	struct page_walk pw = { .w = { .page = fn, .arg = arg } };
 	int rc;
 
-	rc = each_row(m, "SELECT ino FROM layers ORDER BY ino", ino_row, &pw.layers);
+	rc = mf_each_row(m, "SELECT ino FROM layers ORDER BY ino", ino_row, &pw.layers);
 	if (rc == 0)
-		rc = each_row(m, "SELECT ino, extent_id, size, name, layer_ino, ident "
+		rc = mf_each_row(m, "SELECT ino, extent_id, size, name, layer_ino, ident "
 			      "FROM pages ORDER BY ino", page_row, &pw);
 	free(pw.layers.ino);
 	return rc;
@@ -450,7 +429,7 @@ int kv_manifest_check_inodes(struct kv_manifest *m, bool fix,
 	 * twice is held by rows of two tables: look up each model's and
 	 * layer's in the other tables (a few seeks) rather than group every
 	 * page's (a sort of them all). */
-	rc = each_row(m, "SELECT ino FROM models AS x WHERE ino = 1 OR EXISTS (SELECT 1 "
+	rc = mf_each_row(m, "SELECT ino FROM models AS x WHERE ino = 1 OR EXISTS (SELECT 1 "
 		      "FROM layers AS y WHERE y.ino = x.ino) OR EXISTS (SELECT 1 FROM pages "
 		      "AS y WHERE y.ino = x.ino) UNION SELECT ino FROM layers AS x WHERE ino "
 		      "= 1 OR EXISTS (SELECT 1 FROM pages AS y WHERE y.ino = x.ino) UNION "

@@ -85,6 +85,10 @@ int mf_corrupt(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Run sql without results; log and return -errno on failure. */
 int mf_exec(sqlite3 *db, const char *path, const char *sql, const char *what);
+/* Step through sql's rows calling fn for each; fn's non-zero ends the
+ * walk and is returned (manifest_scan.c). */
+int mf_each_row(struct kv_manifest *m, const char *sql,
+		int (*fn)(sqlite3_stmt *st, void *a), void *a);
 /*
  * Prepare sql, bind param (if any) to ?1 and step once. 1: *out is on the
  * first row (finalize it); 0: no row; <0: error, logged.

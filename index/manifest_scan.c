@@ -224,11 +224,10 @@ int kv_manifest_load_counts(struct kv_manifest *m, const struct kv_manifest_visi
 	return v && v->counts ? mf_load_counts(&l) : 0;
 }
 
-int kv_manifest_layer_pages(struct kv_manifest *m,
-			    int (*fn)(void *arg, uint64_t layer_ino, uint64_t pages),
-			    void *arg)
+/* See manifest_i.h. Shared by the offline check (check.c) and the load. */
+int mf_each_row(struct kv_manifest *m, const char *sql,
+		int (*fn)(sqlite3_stmt *st, void *a), void *a)
 {
-	static const char sql[] = "SELECT layer_ino, count(*) FROM pages GROUP BY layer_ino";
 	sqlite3_stmt *st;
 	int rc;
 
@@ -236,19 +235,39 @@ int kv_manifest_layer_pages(struct kv_manifest *m,
 	if (rc != SQLITE_OK)
 		return mf_db_fail(m->db, m->path, rc, "preparing \"%s\"", sql);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t ino = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
-
-		if (ino <= 0 || n <= 0)
-			continue;     /* the walk judges such rows, and says what is wrong */
-		rc = fn(arg, (uint64_t)ino, (uint64_t)n);
-		if (rc) {
-			sqlite3_finalize(st);
-			return rc;
-		}
+		rc = fn(st, a);
+		if (rc)
+			goto out;
 	}
 	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "reading \"%s\"", sql);
+out:
 	sqlite3_finalize(st);
 	return rc;
+}
+
+struct layer_pages_arg {
+	int (*fn)(void *arg, uint64_t layer_ino, uint64_t pages);
+	void *arg;
+};
+
+static int layer_pages_row(sqlite3_stmt *st, void *a)
+{
+	struct layer_pages_arg *lp = a;
+	int64_t ino = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+
+	if (ino <= 0 || n <= 0)
+		return 0;     /* the walk judges such rows, and says what is wrong */
+	return lp->fn(lp->arg, (uint64_t)ino, (uint64_t)n);
+}
+
+int kv_manifest_layer_pages(struct kv_manifest *m,
+			    int (*fn)(void *arg, uint64_t layer_ino, uint64_t pages),
+			    void *arg)
+{
+	struct layer_pages_arg lp = { fn, arg };
+
+	return mf_each_row(m, "SELECT layer_ino, count(*) FROM pages GROUP BY layer_ino",
+			   layer_pages_row, &lp);
 }
 
 int kv_manifest_max_ids(struct kv_manifest *m, uint64_t *ino, uint64_t *extent)
