@@ -209,6 +209,8 @@ static bool may_leave(const struct xent *e)
 	return !e->keep && !e->moved && e->durable && !e->retired;
 }
 
+#define SWAP(a, b) do { __typeof__(a) t_ = (a); (a) = (b); (b) = t_; } while (0)
+
 static double ms_between(const struct timespec *a, const struct timespec *b)
 {
 	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
@@ -244,14 +246,12 @@ static int copy_survivors(struct kv_index *x, struct htab *by_id, struct htab *b
 
 int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 {
-	struct kv_index old = { 0 };      /* only its extent tables and slab */
 	struct htab by_id = { 0 }, by_key = { 0 };
 	struct slab ns = { 0 };
 	uint64_t kept = 0, gone = 0;
 	struct timespec t0, tu, t1;
 	struct xent *e;
 	struct node *n;
-	bool swapped = false;
 	int rc = 0;
 
 	*dropped = 0;
@@ -284,27 +284,22 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 		keep_clear(x);
 		goto out;
 	}
-	old.ext_by_id = x->ext_by_id;
-	old.ext_by_key = x->ext_by_key;
-	old.xslab = x->xslab;
-	x->ext_by_id = by_id;
-	x->ext_by_key = by_key;
-	x->xslab = ns;
+	/* swap: the locals hold the old tables and slab from here */
+	SWAP(x->ext_by_id, by_id);
+	SWAP(x->ext_by_key, by_key);
+	SWAP(x->xslab, ns);
 	x->st.extents -= gone;
 	x->st.extents_unloaded += gone;
-	x->extents_trimmed = swapped = true;
+	x->extents_trimmed = true;
 	*dropped = gone;
 out:
 	pthread_rwlock_unlock(&x->lock);
 	clock_gettime(CLOCK_MONOTONIC, &tu);
-	/* Unmapping takes a while: not under the lock. */
-	if (swapped) {
-		idx_extents_fini(&old);
-	} else {
-		htab_fini(&by_id);
-		htab_fini(&by_key);
-		slab_fini(&ns);
-	}
+	/* The old ones after a swap, else the unused new ones: unmapping
+	 * takes a while, not under the lock. */
+	htab_fini(&by_id);
+	htab_fini(&by_key);
+	slab_fini(&ns);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (gone || rc)
 		kv_log(rc ? KV_LOG_WARN : KV_LOG_INFO, "index: %" PRIu64 " extents named only by "
