@@ -235,6 +235,10 @@ static int load_for_removal(struct kvfs *fs, uint64_t dir, const char *name)
 		return kv_index_layer_load(fs->idx, dir);
 	if (kv_index_lookup(fs->idx, dir, name, &n) < 0 || n.kind != KV_KIND_LAYER)
 		return 0;    /* nothing there, or no layer: the change says so */
+	/* Pages in it (its rows count): ENOTEMPTY needs no load. A caller
+	 * trying rmdir on every layer must not bring them all into RAM. */
+	if (n.nchildren)
+		return 0;
 	return kv_index_layer_load(fs->idx, n.ino);
 }
 

@@ -510,10 +510,12 @@ int idx_removable_locked(struct kv_index *x, const struct node *n)
 	uint64_t *v;
 	size_t cap, i;
 
+	/* A layer holding pages, loaded or still in the manifest, is not
+	 * empty whatever its load would add: no need to wait for it. */
+	if (n->kind != KV_KIND_PAGE && (n->u.d->nchildren || n->u.d->rows))
+		return -ENOTEMPTY;
 	if (idx_node_unloaded_locked(x, n))
 		return -EAGAIN;
-	if (n->kind != KV_KIND_PAGE && n->u.d->nchildren)
-		return -ENOTEMPTY;
 	/* frozen_below: the walk may still read rows (load_finish ends it);
 	 * a layer made since the mount has none */
 	if (n->kind != KV_KIND_LAYER || !l || !x->frozen_below || n->ino >= l->ino_below)

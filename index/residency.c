@@ -14,9 +14,10 @@
  * The walk still reads a deferred layer's rows: each is checked against
  * its extent and counted in the extent's pages, so the refcount check at
  * the end of the load covers the whole manifest, and in the stats, so that
- * statfs and the metrics count every page. Extents stay in RAM (about 64
- * bytes a page): the reclaim after the load marks them all, dedup finds
- * them, and a deferred layer's load needs no second query per page.
+ * statfs and the metrics count every page. Extents stay in RAM through
+ * the load, for the reclaim after it to mark them all; then those only
+ * deferred layers name leave RAM (kv_index_extents_trim, below) and come
+ * back with their layer's load.
  *
  * Nothing changes a deferred layer's rows while it is deferred (a change
  * in a layer not loaded waits for its load: load.c), so the layer can be

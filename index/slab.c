@@ -82,9 +82,10 @@ static bool chunk_add(struct slab *s, struct slab_class *c)
 		if ((size_t)(s->nregions + 1) * SLAB_REGION > s->span) {
 			if (!s->span_full)
 				kv_log(KV_LOG_ERR, "index: the %llu MiB of address space "
-				       "for its page and extent records is full (32 GiB "
-				       "hold about 200 million pages with 16-character "
-				       "names); no more pages can be added",
+				       "for its page records or for its extent records "
+				       "is full (32 GiB each: about 350 million pages "
+				       "with 16-character names, 700 million extents); "
+				       "no more pages can be added",
 				       (unsigned long long)(s->span >> 20));
 			s->span_full = true;
 			return false;

@@ -41,8 +41,11 @@ grep -q "80 of the pages, in 2 layers, stay in the manifest" "$LOG" ||
 for _ in $(seq 50); do grep -q "80 extents named only by layers left in the manifest left RAM" "$LOG" && break; sleep 0.1; done
 grep -q "80 extents named only by layers left in the manifest left RAM" "$LOG" ||
 	fail "the extents of the layers left out are still in RAM: $(grep 'extents named only' "$LOG")"
-# A layer left in the manifest still holds its pages (rmdir: ENOTEMPTY).
+# A layer left in the manifest still holds its pages (rmdir: ENOTEMPTY),
+# and says so from its count of rows: no load into RAM for the answer.
 expect_errno ENOTEMPTY "os.rmdir('$MNT/m/01')"
+[ "$(stat_of namespace layers_unloaded)" = 2 ] ||
+	fail "rmdir of a layer left in the manifest loaded it ($(stat_of namespace layers_unloaded) left out)"
 # Listed, looked up and read as a loaded one; a missing name is ENOENT.
 [ "$(ls "$MNT/m/01" | wc -l)" = 40 ] || fail "listing of a layer left in the manifest"
 [ "$(stat_of namespace layers_unloaded)" = 1 ] || fail "the listing did not load the layer"
