@@ -276,6 +276,18 @@ int idx_row_extent_check(const struct kv_page_rec *r, const struct xent *e);
 /* Extent e was read back from the manifest (it had left RAM with
  * kv_index_extents_trim) and put: keep the stats' counts whole. */
 void idx_extent_reread_locked(struct kv_index *x, const struct xent *e);
+/* Rows read without the index's lock, to put under it (load_read.c):
+ * a scan opened with idx_read_v and a buffer of `rows` rows hands them
+ * over; idx_read_chunk steps it once (at most max rows; what
+ * kv_manifest_scan_step returns), and idx_read_row gives row i of those
+ * read, false past the last: its extent and page, each NULL if the row
+ * had none. Free the buffer with free(). */
+struct kv_read_buf;
+extern const struct kv_manifest_visitor idx_read_v;
+struct kv_read_buf *idx_read_buf_new(unsigned rows);
+int idx_read_chunk(struct kv_read_buf *b, struct kv_manifest_scan *s, unsigned max);
+bool idx_read_row(const struct kv_read_buf *b, unsigned i, const struct kv_extent_rec **ext,
+		  const struct kv_page_rec **page);
 /* Layer n loads now: its rows leave the stats' count of rows kept in the
  * manifest, since its pages, as they come in, count themselves. */
 void idx_deferred_loading_locked(struct kv_index *x, struct node *n);

@@ -190,14 +190,15 @@ out:
 /* ---- loading in the background ---- */
 
 /*
- * Rows are taken in chunks under the write lock: a lookup waits at most one
- * chunk (a few ms) behind the loader. One mutex lets one reader at a time
- * use the loader's connection: the background, or a call that needs a
- * layer now. Loading a layer never takes a row twice: a page whose inode is
- * present was loaded already (by that layer's own load, or by the
- * background walk, which goes in inode order).
+ * Rows are put in chunks under the write lock, read before it is taken
+ * (read_put): a lookup waits at most one chunk's puts (a few ms) behind the
+ * loader. One mutex lets one reader at a time use the loader's connection:
+ * the background, or a call that needs a layer now. Loading a layer never
+ * takes a row twice: a page whose inode is present was loaded already (by
+ * that layer's own load, or by the background walk, which goes in inode
+ * order).
  */
-#define LOAD_CHUNK 2048u
+#define PUT_CHUNK 512u                    /* rows: about 5 ms of the lock */
 
 enum load_phase { PHASE_COUNTS, PHASE_EXTENTS, PHASE_PAGES, PHASE_DONE };
 
@@ -209,7 +210,7 @@ struct kv_index_loader {
 	atomic_uint wanted;               /* callers waiting for a layer */
 	enum load_phase phase;
 	struct kv_manifest_scan *scan;    /* the background's walk */
-	struct kv_manifest_scan *by_id;   /* one extent, for a layer wanted early */
+	struct kv_read_buf *buf;          /* rows read, to put (read_put) */
 	uint64_t nodes, extents;          /* rows counted (PHASE_COUNTS) */
 	/* The walk's last page row: a layer loaded on demand counts the
 	 * pages of rows after it (the walk counted the rows before it). */
@@ -230,7 +231,7 @@ void idx_loader_free(struct kv_index_loader *l)
 	if (!l)
 		return;
 	kv_manifest_scan_close(l->scan);
-	kv_manifest_scan_close(l->by_id);
+	free(l->buf);
 	free(l->gone);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
@@ -293,11 +294,9 @@ static size_t gone_find(const struct kv_index_loader *l, uint64_t ino)
 
 static int lazy_page(void *arg, const struct kv_page_rec *r)
 {
-	static const struct kv_manifest_visitor one = { .extent = lazy_extent };
 	struct kv_index_loader *l = arg;
 	struct node *layer = idx_node(l->x, r->layer_ino), *n;
 	bool count;
-	int rc;
 
 	if (!l->in_layer_load)
 		l->walk_ino = r->ino;
@@ -314,20 +313,6 @@ static int lazy_page(void *arg, const struct kv_page_rec *r)
 	/* The budget leaves this layer in the manifest: check and count. */
 	if (!l->in_layer_load && layer && layer->kind == KV_KIND_LAYER && layer->u.d->deferred)
 		return idx_deferred_row_locked(l->x, layer, r);
-	/* A layer wanted before the background walked the extents, or one
-	 * whose extents left RAM after the load (kv_index_extents_trim):
-	 * fetch the page's extent row now (missing: load_page says so). */
-	if (r->extent_id != KV_EXTENT_EMPTY &&
-	    (l->phase <= PHASE_EXTENTS || l->x->extents_trimmed) &&
-	    !idx_xent_find(l->x, r->extent_id)) {
-		rc = l->by_id ? kv_manifest_scan_rekey(l->by_id, r->extent_id)
-			      : kv_manifest_scan_open(l->m, KV_SCAN_EXTENTS, r->extent_id,
-						      &one, l, &l->by_id);
-		if (rc == 0)
-			rc = kv_manifest_scan_one(l->by_id);
-		if (rc < 0 && rc != -ENOENT)
-			return rc;
-	}
 	/* The walk counts every row it passes; a layer's load, the rows the
 	 * walk has not passed yet (after the walk: none, the check is over). */
 	count = !l->in_layer_load || l->phase < PHASE_PAGES ||
@@ -349,16 +334,65 @@ static const struct kv_manifest_visitor lazy_v = {
 	.page = lazy_page, .counts = lazy_counts, .sizes_checked = true,
 };
 
-/* Step scan s to its end or an error, a chunk per hold of the write lock. */
-static int scan_chunks(struct kv_index_loader *l, struct kv_manifest_scan *s)
+/*
+ * Rows are read a chunk at a time without the index's lock, into l->buf,
+ * then put under the write lock: the lock is held for the index's part
+ * alone, not for SQLite's reads (two thirds of a layer's load, and a disk
+ * read each where the manifest is not cached; a lookup elsewhere waited
+ * up to 180 ms behind a chunk read under the lock, 13 ms now:
+ * docs/benchmarks/scale.md). Reading first changes nothing, since only
+ * the holder of l->mu reads or puts: the walk reads its snapshot, the same
+ * rows whenever it reads them; a layer's load reads rows that nothing
+ * changes while the layer is not loaded, and extent rows that nothing
+ * changes while they are out of RAM (no page in RAM names them:
+ * residency.c).
+ */
+
+/* A page's extent, offered with its row in a layer's load: put where the
+ * index may lack it (a layer wanted before the walk read the extents, or
+ * one whose extents left RAM after the load); otherwise the index holds
+ * every extent a row may name, and a missing one is damage load_page
+ * reports. */
+static int layer_extent(struct kv_index_loader *l, const struct kv_extent_rec *r)
 {
+	if (l->phase > PHASE_EXTENTS && !l->x->extents_trimmed)
+		return 0;
+	return lazy_extent(l, r);
+}
+
+/* One chunk of scan s (opened with idx_read_v and l->buf): read, then put
+ * what was read. 1 if rows remain, 0 at the end, or an error. */
+static int read_put(struct kv_index_loader *l, struct kv_manifest_scan *s)
+{
+	const struct kv_extent_rec *e;
+	const struct kv_page_rec *p;
+	int rc = idx_read_chunk(l->buf, s, PUT_CHUNK), put = 0;
+
+	pthread_rwlock_wrlock(&l->x->lock);
+	for (unsigned i = 0; put == 0 && idx_read_row(l->buf, i, &e, &p); i++) {
+		if (e)
+			put = l->in_layer_load ? layer_extent(l, e) : lazy_extent(l, e);
+		if (put == 0 && p)
+			put = lazy_page(l, p);
+	}
+	pthread_rwlock_unlock(&l->x->lock);
+	return rc < 0 ? rc : put ? put : rc;
+}
+
+/* Layer ino's rows into the index, a chunk at a time. */
+static int layer_rows_load(struct kv_index_loader *l, uint64_t ino)
+{
+	struct kv_manifest_scan *s;
 	int rc;
 
-	do {
-		pthread_rwlock_wrlock(&l->x->lock);
-		rc = kv_manifest_scan_step(s, LOAD_CHUNK);
-		pthread_rwlock_unlock(&l->x->lock);
-	} while (rc == 1);
+	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &idx_read_v, l->buf, &s);
+	if (rc)
+		return rc;
+	l->in_layer_load = true;
+	while ((rc = read_put(l, s)) == 1)
+		;
+	l->in_layer_load = false;
+	kv_manifest_scan_close(s);
 	return rc;
 }
 
@@ -395,7 +429,6 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 {
 	static struct kv_log_limit limit;
 	struct kv_index *x = l->x;
-	struct kv_manifest_scan *s;
 	struct node *n;
 	int rc;
 
@@ -407,19 +440,7 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	pthread_rwlock_unlock(&x->lock);
 	/* After the walk, outside its snapshot: the rows of a layer not
 	 * loaded cannot have changed since (residency.c). */
-	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &lazy_v, l, &s);
-	if (rc == 0) {
-		l->in_layer_load = true;
-		rc = scan_chunks(l, s);
-		l->in_layer_load = false;
-		kv_manifest_scan_close(s);
-	}
-	if (l->phase == PHASE_DONE) {
-		/* no read of the manifest stays open between loads (it would
-		 * keep the WAL from being checkpointed) */
-		kv_manifest_scan_close(l->by_id);
-		l->by_id = NULL;
-	}
+	rc = layer_rows_load(l, ino);
 	pthread_rwlock_wrlock(&x->lock);
 	n = idx_node(x, ino);
 	if (rc == 0)
@@ -545,6 +566,11 @@ int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 	*out = NULL;
 	if (!l)
 		return -ENOMEM;
+	l->buf = idx_read_buf_new(PUT_CHUNK);
+	if (!l->buf) {
+		free(l);
+		return -ENOMEM;
+	}
 	l->x = x;
 	l->m = m;
 	pthread_mutex_init(&l->mu, NULL);
@@ -614,7 +640,7 @@ static int load_finish(struct kv_index_loader *l)
 static int walk_next(struct kv_index_loader *l, enum kv_scan_table t,
 		     enum load_phase next)
 {
-	int rc = kv_manifest_scan_open(l->m, t, 0, &lazy_v, l, &l->scan);
+	int rc = kv_manifest_scan_open(l->m, t, 0, &idx_read_v, l->buf, &l->scan);
 
 	if (rc)
 		return rc;
@@ -651,7 +677,6 @@ static int load_prepare(struct kv_index_loader *l)
 
 int kv_index_load_step(struct kv_index_loader *l)
 {
-	struct kv_index *x = l->x;
 	int rc = 1;
 
 	pthread_mutex_lock(&l->mu);
@@ -663,9 +688,7 @@ int kv_index_load_step(struct kv_index_loader *l)
 		break;
 	case PHASE_EXTENTS:
 	case PHASE_PAGES:
-		pthread_rwlock_wrlock(&x->lock);
-		rc = kv_manifest_scan_step(l->scan, LOAD_CHUNK);
-		pthread_rwlock_unlock(&x->lock);
+		rc = read_put(l, l->scan);
 		if (rc != 0)
 			break;
 		kv_manifest_scan_close(l->scan);
@@ -692,8 +715,7 @@ void kv_index_load_end(struct kv_index_loader *l)
 		return;
 	pthread_mutex_lock(&l->mu);
 	kv_manifest_scan_close(l->scan);
-	kv_manifest_scan_close(l->by_id);
-	l->scan = l->by_id = NULL;
+	l->scan = NULL;
 	kv_manifest_read_end(l->m);
 	l->ended = true;
 	pthread_mutex_unlock(&l->mu);

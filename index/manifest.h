@@ -311,9 +311,10 @@ enum kv_scan_table { KV_SCAN_MODELS, KV_SCAN_LAYERS, KV_SCAN_EXTENTS, KV_SCAN_PA
 struct kv_manifest_scan;
 int kv_manifest_read_begin(struct kv_manifest *m);
 void kv_manifest_read_end(struct kv_manifest *m);
-/* key: for KV_SCAN_PAGES a layer inode (0 = every page), for extents one id
- * (0 = all); ignored otherwise. Rows come in key order (a layer's pages in
- * inode order). */
+/* key: for KV_SCAN_PAGES a layer inode (0 = every page); ignored
+ * otherwise. Rows come in key order (a layer's pages in inode order). One
+ * layer's scan hands each page's extent row (where it has one) to
+ * v->extent just before the page. */
 int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t key,
 			  const struct kv_manifest_visitor *v, void *arg,
 			  struct kv_manifest_scan **out);
@@ -324,12 +325,6 @@ void kv_manifest_scan_close(struct kv_manifest_scan *s);   /* NULL: no-op */
 /* Models, then layers, to v. */
 int kv_manifest_load_tree(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 			  void *arg);
-/* A scan opened with a key, for many lookups by key with one statement:
- * rekey starts it over for another key (-EINVAL for 0, or one opened
- * without a key); scan_one hands that key's row to the visitor: 0,
- * -ENOENT if it has none, or an error as scan_step. */
-int kv_manifest_scan_rekey(struct kv_manifest_scan *s, uint64_t key);
-int kv_manifest_scan_one(struct kv_manifest_scan *s);
 /* The row counts, to v->counts (counting pages reads an index: not at once). */
 int kv_manifest_load_counts(struct kv_manifest *m, const struct kv_manifest_visitor *v,
 			    void *arg);

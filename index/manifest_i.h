@@ -135,6 +135,9 @@ int mf_row_model(struct mf_load *l, sqlite3_stmt *st);
 int mf_row_layer(struct mf_load *l, sqlite3_stmt *st);
 int mf_row_extent(struct mf_load *l, sqlite3_stmt *st);
 int mf_row_page(struct mf_load *l, sqlite3_stmt *st);
+/* A page row with its extent's seven columns after it (from column 13;
+ * NULL where the page names none): the extent to v first, then the page. */
+int mf_row_page_extent(struct mf_load *l, sqlite3_stmt *st);
 
 /* meta.c: validate meta before mkfs writes it (-EINVAL with a log line),
  * and write it with the stripes (inside mkfs's transaction). */

@@ -125,11 +125,19 @@ static void col_attr(struct row *r, int col, struct kv_obj_attr *a)
 	a->atime_ns = col_int(r, col + 5, INT64_MIN, INT64_MAX);
 }
 
+/* The row's key is in column kcol (0 but where a join puts a second
+ * table's columns after the first's). */
+static int bad_row_at(struct mf_load *l, const char *table, const char *key, int kcol,
+		      const struct row *r)
+{
+	return mf_corrupt(l->err, l->errlen, "table %s, %s %lld: column %s %s", table,
+		       key, sqlite3_column_int64(r->st, kcol), r->bad, r->why);
+}
+
 static int bad_row(struct mf_load *l, const char *table, const char *key,
 		   const struct row *r)
 {
-	return mf_corrupt(l->err, l->errlen, "table %s, %s %lld: column %s %s", table,
-		       key, sqlite3_column_int64(r->st, 0), r->bad, r->why);
+	return bad_row_at(l, table, key, 0, r);
 }
 
 int mf_row_model(struct mf_load *l, sqlite3_stmt *st)
@@ -179,38 +187,44 @@ int mf_row_layer(struct mf_load *l, sqlite3_stmt *st)
 	return l->v && l->v->layer ? l->v->layer(l->arg, &rec) : 0;
 }
 
-int mf_row_extent(struct mf_load *l, sqlite3_stmt *st)
+/* An extent row's seven columns from column c on. */
+static int row_extent_at(struct mf_load *l, sqlite3_stmt *st, int c)
 {
 	struct row r = { .st = st };
 	struct kv_extent_rec rec;
 
 	memset(&rec, 0, sizeof(rec));
-	if (sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
-	    sqlite3_column_int64(st, 0) == KV_EXTENT_EMPTY) {
+	if (sqlite3_column_type(st, c) == SQLITE_INTEGER &&
+	    sqlite3_column_int64(st, c) == KV_EXTENT_EMPTY) {
 		/* The empty pages' extent: no place, no bytes. */
-		if (sqlite3_column_int64(st, 4) != 0)
-			col_bad(&r, 4, "of extent 0 (empty pages) is not 0");
-		rec.refcount = (uint32_t)col_int(&r, 6, 0, UINT32_MAX);
+		if (sqlite3_column_int64(st, c + 4) != 0)
+			col_bad(&r, c + 4, "of extent 0 (empty pages) is not 0");
+		rec.refcount = (uint32_t)col_int(&r, c + 6, 0, UINT32_MAX);
 		if (r.bad)
-			return bad_row(l, "extents", "id", &r);
+			return bad_row_at(l, "extents", "id", c, &r);
 		return l->v && l->v->extent ? l->v->extent(l->arg, &rec) : 0;
 	}
-	rec.id = (uint64_t)col_int(&r, 0, 1, INT64_MAX);
-	rec.ext.stripe = (uint32_t)col_int(&r, 1, 0, l->nstripes - 1);
-	rec.ext.segment = (uint32_t)col_int(&r, 2, 0, UINT32_MAX);
-	rec.ext.offset = (uint64_t)col_int(&r, 3, 0, l->segment_size - 1);
-	rec.ext.length = (uint64_t)col_int(&r, 4, 1, l->segment_size);
-	col_hash(&r, 5, rec.hash);
-	rec.refcount = (uint32_t)col_int(&r, 6, 1, UINT32_MAX);
+	rec.id = (uint64_t)col_int(&r, c, 1, INT64_MAX);
+	rec.ext.stripe = (uint32_t)col_int(&r, c + 1, 0, l->nstripes - 1);
+	rec.ext.segment = (uint32_t)col_int(&r, c + 2, 0, UINT32_MAX);
+	rec.ext.offset = (uint64_t)col_int(&r, c + 3, 0, l->segment_size - 1);
+	rec.ext.length = (uint64_t)col_int(&r, c + 4, 1, l->segment_size);
+	col_hash(&r, c + 5, rec.hash);
+	rec.refcount = (uint32_t)col_int(&r, c + 6, 1, UINT32_MAX);
 	if (!r.bad && rec.ext.offset % KV_ALIGN)
-		col_bad(&r, 3, "= %" PRIu64 " is not %u-aligned", rec.ext.offset, KV_ALIGN);
+		col_bad(&r, c + 3, "= %" PRIu64 " is not %u-aligned", rec.ext.offset, KV_ALIGN);
 	if (!r.bad && rec.ext.offset + kv_extent_footprint(&rec.ext) >
 		      (uint64_t)l->segment_size)
-		col_bad(&r, 4, "= %" PRIu64 " runs past the segment size %" PRId64,
+		col_bad(&r, c + 4, "= %" PRIu64 " runs past the segment size %" PRId64,
 			rec.ext.length, l->segment_size);
 	if (r.bad)
-		return bad_row(l, "extents", "id", &r);
+		return bad_row_at(l, "extents", "id", c, &r);
 	return l->v && l->v->extent ? l->v->extent(l->arg, &rec) : 0;
+}
+
+int mf_row_extent(struct mf_load *l, sqlite3_stmt *st)
+{
+	return row_extent_at(l, st, 0);
 }
 
 int mf_row_page(struct mf_load *l, sqlite3_stmt *st)
@@ -242,6 +256,15 @@ int mf_row_page(struct mf_load *l, sqlite3_stmt *st)
 	if (r.bad)
 		return bad_row(l, "pages", "ino", &r);
 	return l->v && l->v->page ? l->v->page(l->arg, &rec) : 0;
+}
+
+int mf_row_page_extent(struct mf_load *l, sqlite3_stmt *st)
+{
+	int rc = 0;
+
+	if (sqlite3_column_type(st, 13) != SQLITE_NULL)
+		rc = row_extent_at(l, st, 13);
+	return rc ? rc : mf_row_page(l, st);
 }
 
 static int load_table(struct mf_load *l, const char *table, const char *sql,

@@ -20,7 +20,6 @@ struct kv_manifest_scan {
 	struct mf_load l;
 	sqlite3_stmt *st;
 	int (*row)(struct mf_load *l, sqlite3_stmt *st);
-	bool keyed;           /* opened with a key: it may be changed */
 	char err[512];
 };
 
@@ -57,6 +56,17 @@ void kv_manifest_read_end(struct kv_manifest *m)
 	"FROM extents"
 #define PAGES_SQL "SELECT ino, layer_ino, name, extent_id, size, " ATTR_COLS \
 	", NULL, ident FROM pages"
+/* One layer's pages, each with its extent's row joined (the empty pages'
+ * extent 0 is not): a layer left in the manifest comes back with extents
+ * that left RAM, and one statement reading both costs less than a query
+ * per page. Column 11 is then the extent's length, which mf_row_page
+ * compares with the page's size. */
+#define LAYER_PAGES_SQL "SELECT p.ino, p.layer_ino, p.name, p.extent_id, p.size, " \
+	"p.mode, p.uid, p.gid, p.ctime_ns, p.mtime_ns, p.atime_ns, e.length, p.ident, " \
+	"e.id, e.stripe, e.segment, e.\"offset\", e.length, e.hash, e.refcount " \
+	"FROM pages AS p LEFT JOIN extents AS e ON e.id = p.extent_id AND " \
+	"p.extent_id != 0 WHERE p.ino IN (SELECT ino FROM pages WHERE layer_ino = ?1) " \
+	"ORDER BY p.ino"
 
 int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t key,
 			  const struct kv_manifest_visitor *v, void *arg,
@@ -81,7 +91,7 @@ int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t 
 		s->row = mf_row_layer;
 		break;
 	case KV_SCAN_EXTENTS:
-		sql = key ? EXTENTS_SQL " WHERE id = ?1" : EXTENTS_SQL " ORDER BY id";
+		sql = EXTENTS_SQL " ORDER BY id";
 		s->row = mf_row_extent;
 		break;
 	case KV_SCAN_PAGES:
@@ -95,10 +105,8 @@ int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t 
 		 * layer whose pages are interleaved with other layers'
 		 * (docs/benchmarks/scale.md, "The loader's memory given back,
 		 * and one layer read by inode"). */
-		sql = key ? PAGES_SQL " WHERE ino IN (SELECT ino FROM pages "
-			    "WHERE layer_ino = ?1) ORDER BY ino"
-			  : PAGES_SQL " ORDER BY ino";
-		s->row = mf_row_page;
+		sql = key ? LAYER_PAGES_SQL : PAGES_SQL " ORDER BY ino";
+		s->row = key ? mf_row_page_extent : mf_row_page;
 		break;
 	default:
 		free(s);
@@ -121,10 +129,8 @@ int kv_manifest_scan_open(struct kv_manifest *m, enum kv_scan_table t, uint64_t 
 		free(s);
 		return rc;
 	}
-	if (key && t != KV_SCAN_MODELS && t != KV_SCAN_LAYERS) {
+	if (key && t == KV_SCAN_PAGES)
 		sqlite3_bind_int64(s->st, 1, (int64_t)key);
-		s->keyed = true;
-	}
 	*out = s;
 	return 0;
 }
@@ -185,33 +191,6 @@ int kv_manifest_load_tree(struct kv_manifest *m, const struct kv_manifest_visito
 	int rc = scan_all(m, KV_SCAN_MODELS, 0, v, arg);
 
 	return rc ? rc : scan_all(m, KV_SCAN_LAYERS, 0, v, arg);
-}
-
-int kv_manifest_scan_rekey(struct kv_manifest_scan *s, uint64_t key)
-{
-	if (!s->st || !s->keyed || key == 0 || key > INT64_MAX)
-		return -EINVAL;
-	sqlite3_reset(s->st);
-	sqlite3_bind_int64(s->st, 1, (int64_t)key);
-	return 0;
-}
-
-int kv_manifest_scan_one(struct kv_manifest_scan *s)
-{
-	struct kv_manifest *m = s->l.m;
-	int rc;
-
-	if (!s->st || !s->keyed)
-		return -EINVAL;
-	rc = sqlite3_step(s->st);
-	if (rc == SQLITE_DONE)
-		rc = -ENOENT;
-	else if (rc != SQLITE_ROW)
-		rc = mf_db_fail(m->db, m->path, rc, "reading \"%s\"", sqlite3_sql(s->st));
-	else if ((rc = s->row(&s->l, s->st)) == KV_ERR_CORRUPT && s->err[0])
-		kv_log(KV_LOG_ERR, "manifest %s is damaged: %s", m->path, s->err);
-	sqlite3_reset(s->st);
-	return rc;
 }
 
 int kv_manifest_load_counts(struct kv_manifest *m, const struct kv_manifest_visitor *v,

@@ -6,7 +6,7 @@
  * counts each page once; after the walk those layers still load on demand,
  * until the loader is closed (then EIO, never ENOENT); the records of
  * extents only those layers name leave RAM after the reclaim, and come
- * back with their layer.
+ * back with their layer; the loader reads rows holding no index lock.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,9 +15,14 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <sqlite3.h>
 
 #include "index_fixture.h"
 #include "manifest_fixture.h"
@@ -266,6 +271,127 @@ static void test_budget_extents_trim(void **state)
 	store_done(&s);
 }
 
+/*
+ * The loader reads the manifest holding none of the index's locks: a
+ * lookup elsewhere goes on while it reads (it used to wait behind every
+ * chunk read under the write lock, 100-180 ms a chunk at 1M pages). An
+ * SQLite progress handler, put on every connection, asks a second thread
+ * for a lookup while the loader's connection runs its statements, and
+ * waits up to 2 s for the answer; the lookup takes the read lock, so it
+ * cannot answer while the loader holds the write lock.
+ */
+static struct probe {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct kv_index *x;
+	bool armed, asked, quit;
+	unsigned probes, blocked;
+} pr = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void *probe_thread(void *arg)
+{
+	struct kv_node_info n;
+
+	(void)arg;
+	pthread_mutex_lock(&pr.mu);
+	for (;;) {
+		while (!pr.asked && !pr.quit)
+			pthread_cond_wait(&pr.cv, &pr.mu);
+		if (pr.asked) {
+			pthread_mutex_unlock(&pr.mu);
+			(void)kv_index_get(pr.x, 6, &n);     /* a layer loaded by the walk */
+			pthread_mutex_lock(&pr.mu);
+			pr.asked = false;
+			pthread_cond_broadcast(&pr.cv);
+		} else {
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pr.mu);
+	return NULL;
+}
+
+static int probe_progress(void *arg)
+{
+	struct timespec until;
+	int rc = 0;
+
+	(void)arg;
+	pthread_mutex_lock(&pr.mu);
+	if (pr.armed && !pr.asked) {
+		pr.asked = true;
+		pthread_cond_broadcast(&pr.cv);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 2;
+		while (pr.asked && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&pr.cv, &pr.mu, &until);
+		pr.probes++;
+		if (pr.asked) {         /* waiting for the lock: once is enough */
+			pr.blocked++;
+			pr.armed = false;
+		}
+	}
+	pthread_mutex_unlock(&pr.mu);
+	return 0;
+}
+
+static int probe_connect(sqlite3 *db, char **err, const struct sqlite3_api_routines *api)
+{
+	(void)err;
+	(void)api;
+	sqlite3_progress_handler(db, 20, probe_progress, NULL);
+	return SQLITE_OK;
+}
+
+static void probe_arm(bool on)
+{
+	pthread_mutex_lock(&pr.mu);
+	pr.armed = on;
+	pthread_mutex_unlock(&pr.mu);
+}
+
+static void test_reads_hold_no_lock(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct kv_node_info n;
+	struct store s;
+	pthread_t th;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 3, 50);
+	kv_index_set_page_budget(x, 100);
+	pr.x = x;
+	assert_int_equal(pthread_create(&th, NULL, probe_thread, NULL), 0);
+	assert_int_equal(sqlite3_auto_extension((void (*)(void))probe_connect), SQLITE_OK);
+	l = lazy_begin(x, &s, &lm);       /* its connection gets the handler */
+	/* The walk: its scans of extents and pages. */
+	probe_arm(true);
+	assert_int_equal(lazy_run(l), 0);
+	probe_arm(false);
+	assert_true(pr.probes > 10);
+	assert_int_equal(pr.blocked, 0);
+	/* A layer left in the manifest, loaded after the walk. */
+	kv_index_load_end(l);
+	pr.probes = 0;
+	probe_arm(true);
+	assert_int_equal(kv_index_lookup(x, 4, "e7", &n), 0);
+	probe_arm(false);
+	assert_true(pr.probes > 10);
+	assert_int_equal(pr.blocked, 0);
+	pthread_mutex_lock(&pr.mu);
+	pr.quit = true;
+	pthread_cond_broadcast(&pr.cv);
+	pthread_mutex_unlock(&pr.mu);
+	pthread_join(th, NULL);
+	sqlite3_reset_auto_extension();
+	kv_index_load_close(l);
+	kv_manifest_close(lm);
+	store_done(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -274,6 +400,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_layer_mid_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_large_enough, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_extents_trim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reads_hold_no_lock, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
