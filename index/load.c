@@ -339,8 +339,8 @@ static const struct kv_manifest_visitor lazy_v = {
  * then put under the write lock: the lock is held for the index's part
  * alone, not for SQLite's reads (two thirds of a layer's load, and a disk
  * read each where the manifest is not cached; a lookup elsewhere waited
- * up to 180 ms behind a chunk read under the lock, 13 ms now:
- * docs/benchmarks/scale.md). Reading first changes nothing, since only
+ * 78-156 ms behind a chunk read under the lock, 4-14 ms now at 1M pages:
+ * docs/decisions/scale.md). Reading first changes nothing, since only
  * the holder of l->mu reads or puts: the walk reads its snapshot, the same
  * rows whenever it reads them; a layer's load reads rows that nothing
  * changes while the layer is not loaded, and extent rows that nothing
