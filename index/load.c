@@ -216,6 +216,7 @@ struct kv_index_loader {
 	 * pages of rows after it (the walk counted the rows before it). */
 	uint64_t walk_ino;
 	bool in_layer_load;               /* rows come from a layer's load */
+	uint64_t rows_to_pages;           /* that layer, until its first put */
 	bool ended;                       /* kv_index_load_end ran */
 	bool closed;                      /* kv_index_load_close ran */
 	/* Layers with a row (inode below ino_below) removed while the walk
@@ -345,7 +346,11 @@ static const struct kv_manifest_visitor lazy_v = {
  * rows whenever it reads them; a layer's load reads rows that nothing
  * changes while the layer is not loaded, and extent rows that nothing
  * changes while they are out of RAM (no page in RAM names them:
- * residency.c).
+ * residency.c). An extent's row read while its record is in RAM may be
+ * older than the record by the time it is put: the put uses the record
+ * (lazy_extent), and should the trim have taken the record out in
+ * between, the row is still right, since the trim takes only records
+ * whose count never changed since they were read (may_leave: `moved`).
  */
 
 /* A page's extent, offered with its row in a layer's load: put where the
@@ -369,6 +374,13 @@ static int read_put(struct kv_index_loader *l, struct kv_manifest_scan *s)
 	int rc = idx_read_chunk(l->buf, s, PUT_CHUNK), put = 0;
 
 	pthread_rwlock_wrlock(&l->x->lock);
+	/* A layer's rows leave its count (and the stats') with the first of
+	 * its pages, in one hold of the lock: a count that read 0 meanwhile
+	 * would let rmdir take a layer with pages for empty. */
+	if (l->rows_to_pages) {
+		idx_deferred_loading_locked(l->x, idx_node(l->x, l->rows_to_pages));
+		l->rows_to_pages = 0;
+	}
 	for (unsigned i = 0; put == 0 && idx_read_row(l->buf, i, &e, &p); i++) {
 		if (e)
 			put = l->in_layer_load ? layer_extent(l, e) : lazy_extent(l, e);
@@ -376,7 +388,8 @@ static int read_put(struct kv_index_loader *l, struct kv_manifest_scan *s)
 			put = lazy_page(l, p);
 	}
 	pthread_rwlock_unlock(&l->x->lock);
-	return rc < 0 ? rc : put ? put : rc;
+	/* the rows put came before the one the read stopped at */
+	return put ? put : rc;
 }
 
 /* Layer ino's rows into the index, a chunk at a time. */
@@ -389,6 +402,7 @@ static int layer_rows_load(struct kv_index_loader *l, uint64_t ino)
 	if (rc)
 		return rc;
 	l->in_layer_load = true;
+	l->rows_to_pages = ino;
 	while ((rc = read_put(l, s)) == 1)
 		;
 	l->in_layer_load = false;
@@ -434,10 +448,6 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 
 	if (l->phase == PHASE_COUNTS && (rc = load_prepare(l)) < 0)
 		return rc;
-	/* Its pages count themselves as they come in. */
-	pthread_rwlock_wrlock(&x->lock);
-	idx_deferred_loading_locked(x, idx_node(x, ino));
-	pthread_rwlock_unlock(&x->lock);
 	/* After the walk, outside its snapshot: the rows of a layer not
 	 * loaded cannot have changed since (residency.c). */
 	rc = layer_rows_load(l, ino);

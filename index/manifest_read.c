@@ -227,44 +227,59 @@ int mf_row_extent(struct mf_load *l, sqlite3_stmt *st)
 	return row_extent_at(l, st, 0);
 }
 
-int mf_row_page(struct mf_load *l, sqlite3_stmt *st)
+/* A page row's columns into rec, checked: 0, or KV_ERR_CORRUPT. */
+static int page_decode(struct mf_load *l, sqlite3_stmt *st, struct kv_page_rec *rec)
 {
 	struct row r = { .st = st };
-	struct kv_page_rec rec;
 
-	memset(&rec, 0, sizeof(rec));
-	rec.ino = (uint64_t)col_int(&r, 0, 1, INT64_MAX);
-	rec.layer_ino = (uint64_t)col_int(&r, 1, 1, INT64_MAX);
-	col_name(&r, 2, rec.name);
-	rec.extent_id = (uint64_t)col_int(&r, 3, 0, INT64_MAX);
-	rec.size = (uint64_t)col_int(&r, 4, 0, INT64_MAX);
-	if (!r.bad && (rec.extent_id == KV_EXTENT_EMPTY) != (rec.size == 0))
+	memset(rec, 0, sizeof(*rec));
+	rec->ino = (uint64_t)col_int(&r, 0, 1, INT64_MAX);
+	rec->layer_ino = (uint64_t)col_int(&r, 1, 1, INT64_MAX);
+	col_name(&r, 2, rec->name);
+	rec->extent_id = (uint64_t)col_int(&r, 3, 0, INT64_MAX);
+	rec->size = (uint64_t)col_int(&r, 4, 0, INT64_MAX);
+	if (!r.bad && (rec->extent_id == KV_EXTENT_EMPTY) != (rec->size == 0))
 		col_bad(&r, 3, "= %" PRIu64 " for a page of %" PRIu64 " bytes (extent 0 "
-			"is for empty pages only)", rec.extent_id, rec.size);
-	col_attr(&r, 5, &rec.attr);
+			"is for empty pages only)", rec->extent_id, rec->size);
+	col_attr(&r, 5, &rec->attr);
 	/* Column 11 is the extent's length, NULL when the extent is missing:
 	 * that is a reference problem the visitor reports, not a range one. */
 	if (!r.bad && sqlite3_column_type(st, 11) != SQLITE_NULL &&
-	    (uint64_t)sqlite3_column_int64(st, 11) != rec.size)
+	    (uint64_t)sqlite3_column_int64(st, 11) != rec->size)
 		col_bad(&r, 4, "= %" PRIu64 " differs from extent %" PRIu64
-			" length %lld", rec.size, rec.extent_id,
+			" length %lld", rec->size, rec->extent_id,
 			sqlite3_column_int64(st, 11));
 	if (!r.bad && sqlite3_column_int64(st, 12) !=
-		      mf_ident_page(rec.ino, rec.layer_ino, rec.name, rec.extent_id, rec.size))
+		      mf_ident_page(rec->ino, rec->layer_ino, rec->name, rec->extent_id, rec->size))
 		col_bad(&r, 12, "does not match the row: its name, layer, extent, size "
 			"or inode changed outside kvfs");
 	if (r.bad)
 		return bad_row(l, "pages", "ino", &r);
+	return 0;
+}
+
+int mf_row_page(struct mf_load *l, sqlite3_stmt *st)
+{
+	struct kv_page_rec rec;
+	int rc = page_decode(l, st, &rec);
+
+	if (rc)
+		return rc;
 	return l->v && l->v->page ? l->v->page(l->arg, &rec) : 0;
 }
 
+/* The page is checked first: its extent goes to v only with a page that
+ * will follow it. */
 int mf_row_page_extent(struct mf_load *l, sqlite3_stmt *st)
 {
-	int rc = 0;
+	struct kv_page_rec rec;
+	int rc = page_decode(l, st, &rec);
 
-	if (sqlite3_column_type(st, 13) != SQLITE_NULL)
+	if (rc == 0 && sqlite3_column_type(st, 13) != SQLITE_NULL)
 		rc = row_extent_at(l, st, 13);
-	return rc ? rc : mf_row_page(l, st);
+	if (rc)
+		return rc;
+	return l->v && l->v->page ? l->v->page(l->arg, &rec) : 0;
 }
 
 static int load_table(struct mf_load *l, const char *table, const char *sql,

@@ -277,7 +277,7 @@ static void test_budget_extents_trim(void **state)
  * chunk read under the write lock, 100-180 ms a chunk at 1M pages). An
  * SQLite progress handler, put on every connection, asks a second thread
  * for a lookup while the loader's connection runs its statements, and
- * waits up to 2 s for the answer; the lookup takes the read lock, so it
+ * waits up to 10 s for the answer; the lookup takes the read lock, so it
  * cannot answer while the loader holds the write lock.
  */
 static struct probe {
@@ -286,6 +286,10 @@ static struct probe {
 	struct kv_index *x;
 	bool armed, asked, quit;
 	unsigned probes, blocked;
+	/* a layer being loaded: how many pages it says it holds (least
+	 * seen), and rmdir's answer, meanwhile */
+	uint64_t layer, least_children;
+	int removal;
 } pr = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static void *probe_thread(void *arg)
@@ -300,6 +304,15 @@ static void *probe_thread(void *arg)
 		if (pr.asked) {
 			pthread_mutex_unlock(&pr.mu);
 			(void)kv_index_get(pr.x, 6, &n);     /* a layer loaded by the walk */
+			if (pr.layer) {
+				int rc = kv_index_remove(pr.x, pr.layer);
+
+				if (rc != -ENOTEMPTY)
+					pr.removal = rc;
+				if (kv_index_get(pr.x, pr.layer, &n) == 0 &&
+				    n.nchildren < pr.least_children)
+					pr.least_children = n.nchildren;
+			}
 			pthread_mutex_lock(&pr.mu);
 			pr.asked = false;
 			pthread_cond_broadcast(&pr.cv);
@@ -322,7 +335,7 @@ static int probe_progress(void *arg)
 		pr.asked = true;
 		pthread_cond_broadcast(&pr.cv);
 		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 2;
+		until.tv_sec += 10;
 		while (pr.asked && rc != ETIMEDOUT)
 			rc = pthread_cond_timedwait(&pr.cv, &pr.mu, &until);
 		pr.probes++;
@@ -373,14 +386,21 @@ static void test_reads_hold_no_lock(void **state)
 	probe_arm(false);
 	assert_true(pr.probes > 10);
 	assert_int_equal(pr.blocked, 0);
-	/* A layer left in the manifest, loaded after the walk. */
+	/* A layer left in the manifest, loaded after the walk: meanwhile it
+	 * holds its 50 pages, rows or nodes, and rmdir says ENOTEMPTY (a
+	 * count that read 0 between the two let rmdir answer EAGAIN). */
 	kv_index_load_end(l);
 	pr.probes = 0;
+	pr.layer = 4;
+	pr.least_children = UINT64_MAX;
+	pr.removal = -ENOTEMPTY;
 	probe_arm(true);
 	assert_int_equal(kv_index_lookup(x, 4, "e7", &n), 0);
 	probe_arm(false);
 	assert_true(pr.probes > 10);
 	assert_int_equal(pr.blocked, 0);
+	assert_int_equal(pr.least_children, 50);
+	assert_int_equal(pr.removal, -ENOTEMPTY);
 	pthread_mutex_lock(&pr.mu);
 	pr.quit = true;
 	pthread_cond_broadcast(&pr.cv);
