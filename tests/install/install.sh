@@ -46,7 +46,8 @@ for a in mount.fuse.kvfs.8 umount.fuse.kvfs.8; do need "$MAN/man8/$a"; done
 UNIT=$(find "$D" -name 'kvfs@.service' | head -1)
 [ -n "$UNIT" ] || fail "kvfs@.service not installed"
 grep -q "^ExecStart=$BIN/kvfs mount -f" "$UNIT" || fail "unit does not run $BIN/kvfs: $(grep ExecStart= "$UNIT")"
-for doc in usage.md operators.md engine.md engine-backends.md abi.md metrics.md; do need "$SHARE/doc/kvfs/$doc"; done
+for doc in usage.md operators.md engine.md engine-backends.md abi.md metrics.md \
+	decisions/scale.md benchmarks/scale.md; do need "$SHARE/doc/kvfs/$doc"; done
 PYMOD=$(find "$D" -name kvfs.py | head -1)
 [ -n "$PYMOD" ] || fail "the Python module is not installed"
 for m in __init__.py _common.py sglang.py vllm.py lmcache.py; do
