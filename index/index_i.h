@@ -289,8 +289,14 @@ int idx_read_chunk(struct kv_read_buf *b, struct kv_manifest_scan *s, unsigned m
 bool idx_read_row(const struct kv_read_buf *b, unsigned i, const struct kv_extent_rec **ext,
 		  const struct kv_page_rec **page);
 /* Layer n loads now: its rows leave the stats' count of rows kept in the
- * manifest, since its pages, as they come in, count themselves. */
-void idx_deferred_loading_locked(struct kv_index *x, struct node *n);
+ * manifest, since its pages, as they come in, count themselves; *rows and
+ * *bytes: what left. A load that failed puts back, as rows still in the
+ * manifest, those it did not bring in (back): the stats keep counting
+ * every page. residency.c. */
+void idx_deferred_loading_locked(struct kv_index *x, struct node *n, uint64_t *rows,
+				 uint64_t *bytes);
+void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
+			      uint64_t bytes);
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 

@@ -217,6 +217,9 @@ struct kv_index_loader {
 	uint64_t walk_ino;
 	bool in_layer_load;               /* rows come from a layer's load */
 	uint64_t rows_to_pages;           /* that layer, until its first put */
+	/* Its rows taken out of the stats then, and its pages put since: a
+	 * load that fails puts back the rows it did not bring in. */
+	uint64_t rows_taken, row_bytes_taken, pages_put, page_bytes_put;
 	bool ended;                       /* kv_index_load_end ran */
 	bool closed;                      /* kv_index_load_close ran */
 	/* Layers with a row (inode below ino_below) removed while the walk
@@ -372,21 +375,28 @@ static int read_put(struct kv_index_loader *l, struct kv_manifest_scan *s)
 	const struct kv_extent_rec *e;
 	const struct kv_page_rec *p;
 	int rc = idx_read_chunk(l->buf, s, PUT_CHUNK), put = 0;
+	uint64_t pages0, bytes0;
 
 	pthread_rwlock_wrlock(&l->x->lock);
 	/* A layer's rows leave its count (and the stats') with the first of
 	 * its pages, in one hold of the lock: a count that read 0 meanwhile
 	 * would let rmdir take a layer with pages for empty. */
 	if (l->rows_to_pages) {
-		idx_deferred_loading_locked(l->x, idx_node(l->x, l->rows_to_pages));
+		idx_deferred_loading_locked(l->x, idx_node(l->x, l->rows_to_pages),
+					    &l->rows_taken, &l->row_bytes_taken);
 		l->rows_to_pages = 0;
 	}
+	/* only the puts below change the counts while the lock is held */
+	pages0 = l->x->st.pages;
+	bytes0 = l->x->st.page_bytes;
 	for (unsigned i = 0; put == 0 && idx_read_row(l->buf, i, &e, &p); i++) {
 		if (e)
 			put = l->in_layer_load ? layer_extent(l, e) : lazy_extent(l, e);
 		if (put == 0 && p)
 			put = lazy_page(l, p);
 	}
+	l->pages_put += l->x->st.pages - pages0;
+	l->page_bytes_put += l->x->st.page_bytes - bytes0;
 	pthread_rwlock_unlock(&l->x->lock);
 	/* the rows put came before the one the read stopped at */
 	return put ? put : rc;
@@ -403,6 +413,7 @@ static int layer_rows_load(struct kv_index_loader *l, uint64_t ino)
 		return rc;
 	l->in_layer_load = true;
 	l->rows_to_pages = ino;
+	l->rows_taken = l->row_bytes_taken = l->pages_put = l->page_bytes_put = 0;
 	while ((rc = read_put(l, s)) == 1)
 		;
 	l->in_layer_load = false;
@@ -453,6 +464,10 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	rc = layer_rows_load(l, ino);
 	pthread_rwlock_wrlock(&x->lock);
 	n = idx_node(x, ino);
+	if (rc && l->rows_taken > l->pages_put)
+		idx_deferred_back_locked(x, n, l->rows_taken - l->pages_put,
+					 l->row_bytes_taken > l->page_bytes_put ?
+					 l->row_bytes_taken - l->page_bytes_put : 0);
 	if (rc == 0)
 		layer_loaded_locked(x, n);
 	else if (n && rc != -ENOMEM)   /* out of memory: the next use tries again */

@@ -150,17 +150,33 @@ int idx_deferred_row_locked(struct kv_index *x, struct node *layer,
 	return 0;
 }
 
-void idx_deferred_loading_locked(struct kv_index *x, struct node *n)
+void idx_deferred_loading_locked(struct kv_index *x, struct node *n, uint64_t *rows,
+				 uint64_t *bytes)
 {
 	struct dir_data *d;
 
+	*rows = *bytes = 0;
 	if (!n || n->kind != KV_KIND_LAYER)
 		return;
 	d = n->u.d;
+	*rows = d->rows;
+	*bytes = d->row_bytes;
 	x->st.pages -= d->rows;
 	x->st.page_bytes -= d->row_bytes;
 	x->st.pages_unloaded -= d->rows;
 	d->rows = d->row_bytes = 0;
+}
+
+void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
+			      uint64_t bytes)
+{
+	if (!n || n->kind != KV_KIND_LAYER)
+		return;
+	n->u.d->rows += rows;
+	n->u.d->row_bytes += bytes;
+	x->st.pages += rows;
+	x->st.page_bytes += bytes;
+	x->st.pages_unloaded += rows;
 }
 
 void kv_index_set_page_budget(struct kv_index *x, uint64_t pages)

@@ -6,7 +6,8 @@
  * counts each page once; after the walk those layers still load on demand,
  * until the loader is closed (then EIO, never ENOENT); the records of
  * extents only those layers name leave RAM after the reclaim, and come
- * back with their layer; the loader reads rows holding no index lock.
+ * back with their layer; a layer whose load fails keeps counting its
+ * pages; the loader reads rows holding no index lock.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,6 +58,23 @@ static void store_extent3_page(struct store *s, uint64_t ino, uint64_t layer_ino
 	assert_int_equal(kv_manifest_commit(s->m), 0);
 }
 
+/* The store of store_fill, with `layers` more layers of `pages` empty
+ * pages each (store_layers), walked whole with a page budget. */
+static struct kv_index_loader *budget_walk(struct kv_index *x, struct store *s,
+					   struct kv_manifest **lm, unsigned layers,
+					   unsigned pages, uint64_t budget)
+{
+	struct kv_index_loader *l;
+
+	store_make(s);
+	store_fill(s);
+	store_layers(s, layers, pages);
+	kv_index_set_page_budget(x, budget);
+	l = lazy_begin(x, s, lm);
+	assert_int_equal(lazy_run(l), 0);
+	return l;
+}
+
 /*
  * Layer 3 holds the three pages with extents (store_fill), layers 4..6
  * fifty empty pages each; every layer has the same mtime, so the newer
@@ -76,12 +94,7 @@ static void test_budget_defers_layers(void **state)
 	uint64_t ino;
 	size_t nd;
 
-	store_make(&s);
-	store_fill(&s);
-	store_layers(&s, 3, 50);
-	kv_index_set_page_budget(x, 100);
-	l = lazy_begin(x, &s, &lm);
-	assert_int_equal(lazy_run(l), 0);
+	l = budget_walk(x, &s, &lm, 3, 50, 100);
 	expect_unloaded(x, 153, 53, 2);
 	assert_false(kv_index_layer_whole(x, 3));
 	assert_false(kv_index_layer_whole(x, 4));
@@ -190,12 +203,7 @@ static void test_budget_large_enough(void **state)
 	struct kv_manifest *lm;
 	struct store s;
 
-	store_make(&s);
-	store_fill(&s);
-	store_layers(&s, 2, 20);
-	kv_index_set_page_budget(x, 43);
-	l = lazy_begin(x, &s, &lm);
-	assert_int_equal(lazy_run(l), 0);
+	l = budget_walk(x, &s, &lm, 2, 20, 43);
 	expect_unloaded(x, 43, 0, 0);
 	lazy_done(l, lm);
 	store_done(&s);
@@ -266,6 +274,34 @@ static void test_budget_extents_trim(void **state)
 	assert_int_equal(kv_index_extent_get(x, 1, &r), -ENOENT);
 	kv_index_stats(x, &st);
 	assert_int_equal(st.extents, 2);
+	kv_index_load_close(l);
+	kv_manifest_close(lm);
+	store_done(&s);
+}
+
+/* A layer whose load fails half way (a row damaged since the mount) keeps
+ * counting every page: those it brought in as pages, the others as rows
+ * still in the manifest (they dropped out of the stats before). */
+static void test_budget_failed_load_counts(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct kv_node_info n;
+	struct store s;
+
+	l = budget_walk(x, &s, &lm, 3, 50, 100);
+	kv_index_load_end(l);
+	expect_unloaded(x, 153, 53, 2);
+	/* layer 4's rows are inodes 400000..400049: the 26th is damaged */
+	store_sql(&s, "UPDATE pages SET ident = 0 WHERE ino = 400025");
+	assert_int_equal(kv_index_lookup(x, 4, "e7", &n), KV_ERR_CORRUPT);
+	expect_unloaded(x, 153, 3 + 25, 2);
+	assert_int_equal(kv_index_get(x, 4, &n), 0);
+	assert_int_equal(n.nchildren, 50);
+	/* the error stays: not tried again */
+	assert_int_equal(kv_index_lookup(x, 4, "e1", &n), KV_ERR_CORRUPT);
+	expect_unloaded(x, 153, 3 + 25, 2);
 	kv_index_load_close(l);
 	kv_manifest_close(lm);
 	store_done(&s);
@@ -420,6 +456,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_layer_mid_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_large_enough, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_extents_trim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_failed_load_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reads_hold_no_lock, setup, teardown),
 	};
 
