@@ -408,12 +408,13 @@ static int layer_rows_load(struct kv_index_loader *l, uint64_t ino)
 	struct kv_manifest_scan *s;
 	int rc;
 
+	/* before anything can fail: layer_load_now reads them then */
+	l->rows_taken = l->row_bytes_taken = l->pages_put = l->page_bytes_put = 0;
 	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &idx_read_v, l->buf, &s);
 	if (rc)
 		return rc;
 	l->in_layer_load = true;
 	l->rows_to_pages = ino;
-	l->rows_taken = l->row_bytes_taken = l->pages_put = l->page_bytes_put = 0;
 	while ((rc = read_put(l, s)) == 1)
 		;
 	l->in_layer_load = false;
