@@ -265,9 +265,8 @@ static int lazy_layer_rec(void *arg, const struct kv_layer_rec *r)
 
 /* An extent a layer's load already took is not put again: its count of
  * referring pages (seen) must survive. */
-static int lazy_extent(void *arg, const struct kv_extent_rec *r)
+static int lazy_extent(struct kv_index_loader *l, const struct kv_extent_rec *r)
 {
-	struct kv_index_loader *l = arg;
 	struct xent *e;
 	int rc;
 
@@ -296,9 +295,8 @@ static size_t gone_find(const struct kv_index_loader *l, uint64_t ino)
 	return lo < l->ngone && l->gone[lo] == ino ? lo : l->ngone;
 }
 
-static int lazy_page(void *arg, const struct kv_page_rec *r)
+static int lazy_page(struct kv_index_loader *l, const struct kv_page_rec *r)
 {
-	struct kv_index_loader *l = arg;
 	struct node *layer = idx_node(l->x, r->layer_ino), *n;
 	bool count;
 
@@ -333,9 +331,10 @@ static int lazy_counts(void *arg, uint64_t nodes, uint64_t extents)
 	return 0;
 }
 
+/* Models, layers and counts; extent and page rows come through a buffer
+ * (idx_read_v), and read_put hands them to lazy_extent and lazy_page. */
 static const struct kv_manifest_visitor lazy_v = {
-	.model = lazy_model, .layer = lazy_layer_rec, .extent = lazy_extent,
-	.page = lazy_page, .counts = lazy_counts, .sizes_checked = true,
+	.model = lazy_model, .layer = lazy_layer_rec, .counts = lazy_counts,
 };
 
 /*
