@@ -123,8 +123,10 @@ static void *load_main(void *arg)
 	if (rc == 0 && !stopping(fs))
 		rc = fs->load.ready(fs);
 	/* Once the reclaim has marked them: the records of extents only the
-	 * layers left in the manifest name (-o index_pages) leave RAM. A
-	 * failure (no memory for the survivors' copy) changes nothing. */
+	 * layers left in the manifest name (-o index_pages) leave RAM, copied
+	 * in steps that each hold the index's lock well under a millisecond.
+	 * A failure (no memory for the copy, or a layer that kept changing
+	 * under it) changes nothing and is not tried again this mount. */
 	if (rc == 0 && !stopping(fs)) {
 		uint64_t dropped;
 

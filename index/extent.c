@@ -23,16 +23,21 @@ uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length)
 	return htab_mix64(a ^ htab_mix64(b ^ length));
 }
 
-struct xent *idx_xent_find(const struct kv_index *x, uint64_t id)
+struct xent *idx_xent_find_in(const struct htab *by_id, uint64_t id)
 {
 	struct htab_probe p;
 	struct xent *e;
 
-	htab_probe_start(&x->ext_by_id, htab_mix64(id), &p);
-	while ((e = htab_probe_next(&x->ext_by_id, &p)))
+	htab_probe_start(by_id, htab_mix64(id), &p);
+	while ((e = htab_probe_next(by_id, &p)))
 		if (e->id == id)
 			return e;
 	return NULL;
+}
+
+struct xent *idx_xent_find(const struct kv_index *x, uint64_t id)
+{
+	return idx_xent_find_in(&x->ext_by_id, id);
 }
 
 /* ---- the tables ---- */
@@ -144,6 +149,7 @@ int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 		return -EINVAL;
 	if ((rc = xent_fits(r)) < 0)
 		return rc;
+	idx_trim_note(x, r->id);
 	/* next_ext is above every id put: a new one needs no probe (a
 	 * mount loads ids in ascending order, so every one is new). */
 	e = r->id < x->next_ext ? idx_xent_find(x, r->id) : NULL;
@@ -236,8 +242,10 @@ int kv_index_extent_durable(struct kv_index *x, uint64_t id)
 	e = idx_xent_find(x, id);
 	if (e && e->retired)
 		e = NULL;
-	if (e)
+	if (e) {
 		e->durable = true;
+		idx_trim_note(x, id);
+	}
 	pthread_rwlock_unlock(&x->lock);
 	return e ? 0 : -ENOENT;
 }
@@ -293,6 +301,7 @@ static int ref_locked(struct kv_index *x, uint64_t id, int delta, uint32_t *coun
 
 	if (!e || e->retired)
 		return -ENOENT;
+	idx_trim_note(x, id);
 	v = (int64_t)e->refcount + delta;
 	if (v < 0 || v > UINT32_MAX) {
 		kv_log(KV_LOG_ERR, "index: extent %" PRIu64 " refcount %" PRIu32

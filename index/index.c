@@ -213,6 +213,8 @@ static void child_link(struct kv_index *x, struct node *dir, struct node *n)
 {
 	struct dir_data *d = dir->u.d;
 
+	if (n->kind == KV_KIND_PAGE)
+		idx_trim_note(x, n->u.p.extent_id);
 	n->parent = dir;
 	n->next = IDX_NIL;
 	n->prev = idx_link(x, d->last);
@@ -592,8 +594,10 @@ static void update_apply(struct kv_index *x, struct node *n,
 	}
 	if (f & KV_UPD_STATE)
 		n->state = (uint8_t)in->state;
-	if (f & KV_UPD_DATA)
+	if (f & KV_UPD_DATA) {
 		n->u.p.extent_id = in->extent_id;
+		idx_trim_note(x, in->extent_id);
+	}
 	if (f & KV_UPD_GEO)
 		*n->u.d->geo = in->geo;
 }

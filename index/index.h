@@ -304,8 +304,11 @@ void kv_index_set_page_budget(struct kv_index *x, uint64_t pages);
  * of layers left in the manifest name leave RAM (their layer's load reads
  * them back with its pages), when the manifest's row says what the record
  * says (committed, its count unchanged since). Nothing to do without such
- * layers. Holds the write lock for a pass over every page and extent in
- * RAM. *dropped: how many left. 0 or -ENOMEM (nothing changed).
+ * layers. Copies the survivors in steps under the read lock, each well
+ * under a millisecond, and holds the write lock only to swap them in
+ * (index/trim.c). *dropped: how many left. 0, or -ENOMEM (no memory for
+ * the copy or for noting the changes made meanwhile) or -EAGAIN (a layer
+ * kept changing under the copy): nothing changed.
  */
 int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped);
 /* A layer the budget left in the manifest, the least recently changed

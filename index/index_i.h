@@ -132,8 +132,6 @@ struct xent {
 	 * key table and every lookup, kept by id until the mount's reclaim
 	 * has marked it (kv_index_retired_drop). */
 	uint8_t retired : 1;
-	/* kv_index_extents_trim (residency.c): a page in RAM names it */
-	uint8_t keep : 1;
 	/* its count changed since it was put: the manifest's may lag */
 	uint8_t moved : 1;
 };
@@ -179,6 +177,16 @@ struct kv_index {
 	/* kv_index_extents_trim ran: an extent missing from ext_by_id may be
 	 * a deferred layer's, to be read from the manifest (load.c). */
 	bool extents_trimmed;
+	/* While the trim copies outside the write lock (trim.c): the ids of
+	 * extents changed, added, removed or newly named by a page in RAM
+	 * meanwhile, for it to copy again; lost: one could not be listed. */
+	bool trim_noting, trim_lost;
+	uint64_t *trim_notes;
+	size_t ntrim_notes, trim_notes_cap;
+	/* Tests only: called between the trim's holds of the lock, the last
+	 * time (before_swap) after every step of the copy. */
+	void (*trim_gap)(void *arg, bool before_swap);
+	void *trim_gap_arg;
 	/* While loading in the background (0 otherwise): extents with an id
 	 * below it were in the manifest when the load began, and its check
 	 * compares their refcounts with the pages it finds. New pages may come
@@ -232,6 +240,16 @@ void idx_extents_fini(struct kv_index *x);
 /* Hash of an extent's (checksum, length) key, for ext_by_key. */
 uint64_t idx_key_hash(const uint8_t hash[KV_HASH_LEN], uint64_t length);
 struct xent *idx_xent_find(const struct kv_index *x, uint64_t id);
+/* The same in a table of extent records other than the index's own. */
+struct xent *idx_xent_find_in(const struct htab *by_id, uint64_t id);
+/* Extent id changed, or a page in RAM names it now (write lock): the
+ * trim, if one is copying, must copy it again (trim.c). */
+void idx_trim_note_slow(struct kv_index *x, uint64_t id);
+static inline void idx_trim_note(struct kv_index *x, uint64_t id)
+{
+	if (x->trim_noting && id != KV_EXTENT_EMPTY)
+		idx_trim_note_slow(x, id);
+}
 /* Insert or update an extent record. */
 int idx_xent_put_locked(struct kv_index *x, const struct kv_extent_rec *r,
 			struct xent **out);   /* out (may be NULL): its entry */

@@ -16,7 +16,7 @@
  * the end of the load covers the whole manifest, and in the stats, so that
  * statfs and the metrics count every page. Extents stay in RAM through
  * the load, for the reclaim after it to mark them all; then those only
- * deferred layers name leave RAM (kv_index_extents_trim, below) and come
+ * deferred layers name leave RAM (kv_index_extents_trim, trim.c) and come
  * back with their layer's load.
  *
  * Nothing changes a deferred layer's rows while it is deferred (a change
@@ -27,7 +27,6 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "index_i.h"
 
@@ -204,134 +203,4 @@ int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino)
 		*ino = best->ino;
 	pthread_rwlock_unlock(&x->lock);
 	return best != NULL;
-}
-
-/* ---- extents of the layers left out ---- */
-
-static void keep_clear(struct kv_index *x)
-{
-	struct xent *e;
-
-	for (size_t i = 0; i < htab_span(&x->ext_by_id); i++)
-		if ((e = htab_at(&x->ext_by_id, i)))
-			e->keep = 0;
-}
-
-/* Whether e may leave RAM: no page in RAM names it, and the manifest's
- * row says what the record says (committed, its count unchanged since it
- * was read or put: a change still queued for the committer would make a
- * later read of the row wrong). */
-static bool may_leave(const struct xent *e)
-{
-	return !e->keep && !e->moved && e->durable && !e->retired;
-}
-
-#define SWAP(a, b) do { __typeof__(a) t_ = (a); (a) = (b); (b) = t_; } while (0)
-
-static double ms_between(const struct timespec *a, const struct timespec *b)
-{
-	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
-}
-
-/* One pass: the survivors into new tables over a new slab (ns); the
- * others counted in *gone. -ENOMEM if a copy fails (nothing changed). */
-static int copy_survivors(struct kv_index *x, struct htab *by_id, struct htab *by_key,
-			  struct slab *ns, uint64_t *kept, uint64_t *gone)
-{
-	struct xent *e, *c;
-
-	for (size_t i = 0; i < htab_span(&x->ext_by_id); i++) {
-		e = htab_at(&x->ext_by_id, i);
-		if (!e)
-			continue;
-		if (may_leave(e)) {
-			(*gone)++;
-			continue;
-		}
-		if (htab_reserve(by_id, 1) || htab_reserve(by_key, 1) ||
-		    !(c = slab_alloc(ns, sizeof(*c))))
-			return -ENOMEM;
-		*c = *e;
-		c->keep = 0;
-		htab_insert(by_id, c);
-		if (!c->retired)        /* a retired one is out of the key table */
-			htab_insert(by_key, c);
-		(*kept)++;
-	}
-	return 0;
-}
-
-int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
-{
-	struct htab by_id = { 0 }, by_key = { 0 };
-	struct slab ns = { 0 };
-	uint64_t kept = 0, gone = 0;
-	struct timespec t0, tu, t1;
-	struct xent *e;
-	struct node *n;
-	int rc = 0;
-
-	*dropped = 0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	pthread_rwlock_wrlock(&x->lock);
-	/* Only once the reclaim has marked every extent (no retired list
-	 * left), and only if some layer stays out. */
-	if (x->extents_trimmed || x->nretired || x->retire_below ||
-	    !atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed))
-		goto out;
-	for (size_t i = 0; i < htab_span(&x->by_ino); i++) {
-		n = htab_at(&x->by_ino, i);
-		if (n && n->kind == KV_KIND_PAGE && n->u.p.extent_id &&
-		    (e = idx_xent_find(x, n->u.p.extent_id)))
-			e->keep = 1;
-	}
-	/* The survivors move to a slab of their own, and the old one goes
-	 * back to the system whole: freed records inside it would not. */
-	rc = slab_init(&ns);
-	if (rc == 0) {
-		rc = -ENOMEM;
-		/* sized at once for about as many as pages in RAM: growing
-		 * row by row rehashes every survivor about twice */
-		if (!htab_init(&by_id, x->ext_by_id.hash, ns.base) &&
-		    !htab_init(&by_key, x->ext_by_key.hash, ns.base) &&
-		    !htab_reserve(&by_id, x->by_ino.n) && !htab_reserve(&by_key, x->by_ino.n))
-			rc = copy_survivors(x, &by_id, &by_key, &ns, &kept, &gone);
-	}
-	if (rc < 0 || !gone) {
-		keep_clear(x);
-		goto out;
-	}
-	/* swap: the locals hold the old tables and slab from here */
-	SWAP(x->ext_by_id, by_id);
-	SWAP(x->ext_by_key, by_key);
-	SWAP(x->xslab, ns);
-	x->st.extents -= gone;
-	x->st.extents_unloaded += gone;
-	x->extents_trimmed = true;
-	*dropped = gone;
-out:
-	pthread_rwlock_unlock(&x->lock);
-	clock_gettime(CLOCK_MONOTONIC, &tu);
-	/* The old ones after a swap, else the unused new ones: unmapping
-	 * takes a while, not under the lock. */
-	htab_fini(&by_id);
-	htab_fini(&by_key);
-	slab_fini(&ns);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	if (gone || rc)
-		kv_log(rc ? KV_LOG_WARN : KV_LOG_INFO, "index: %" PRIu64 " extents named only by "
-		       "layers left in the manifest %s (%" PRIu64 " stay) in %.0f ms, %.0f of "
-		       "them holding the index's lock%s%s", gone,
-		       rc ? "could not leave RAM" : "left RAM", kept, ms_between(&t0, &t1),
-		       ms_between(&t0, &tu), rc ? ": " : "", rc ? kv_strerror(rc) : "");
-	return rc;
-}
-
-void idx_extent_reread_locked(struct kv_index *x, const struct xent *e)
-{
-	struct kv_extent ext = idx_xent_ext(e);
-
-	/* Counted already, as an extent out of RAM: put counted it again. */
-	x->st.extents_unloaded--;
-	x->st.extent_bytes -= kv_extent_footprint(&ext);
 }

@@ -36,6 +36,7 @@
  * writable when the first chunk is cut from it.
  */
 #define SLAB_REGION (16u << 20)
+_Static_assert(SLAB_REGION % SLAB_CHUNK == 0, "a region holds whole chunks");
 
 static size_t class_size(size_t size)
 {
@@ -144,4 +145,29 @@ void slab_free(struct slab *s, void *p, size_t size)
 	c->free = p;
 	s->live -= sz;
 	POISON(p, sz);
+}
+
+size_t slab_chunks(const struct slab *s)
+{
+	return s->nchunks;
+}
+
+/* Chunks are cut one after another from regions that follow each other,
+ * and a region holds a whole number of them (chunk_add): chunk k starts at
+ * base + k * SLAB_CHUNK. */
+char *slab_chunk_places(const struct slab *s, size_t k, size_t size, size_t *n)
+{
+	*n = k < s->nchunks ? SLAB_CHUNK / class_size(size) : 0;
+	return s->base + k * SLAB_CHUNK;
+}
+
+bool slab_place_readable(const void *p, size_t size)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	return !__asan_region_is_poisoned((void *)p, size);
+#else
+	(void)p;
+	(void)size;
+	return true;
+#endif
 }

@@ -62,4 +62,18 @@ void *slab_alloc(struct slab *s, size_t size);
 /* Give p back; size must be what it was allocated with. */
 void slab_free(struct slab *s, void *p, size_t size);
 
+/*
+ * Every object of a slab that holds one size only (the extent records), by
+ * address: chunk k of slab_chunks(s) holds *n places of `size` bytes from
+ * the address returned. A place may hold an object handed out, a freed one
+ * or nothing yet, and the caller tells which (the index looks the record
+ * up by its id). Addresses never move, so a walk in steps with the lock
+ * released between them sees every object that lived throughout.
+ */
+size_t slab_chunks(const struct slab *s);
+char *slab_chunk_places(const struct slab *s, size_t k, size_t size, size_t *n);
+/* Whether the place at p may be read: false for one free or never handed
+ * out under AddressSanitizer (poisoned); true otherwise. */
+bool slab_place_readable(const void *p, size_t size);
+
 #endif

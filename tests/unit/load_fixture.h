@@ -72,6 +72,25 @@ FIXTURE_FN void store_fill(struct store *s)
 	assert_int_equal(kv_manifest_commit(m), 0);
 }
 
+/* Extent id (32 KiB, in segment id - 1) and one page `name` (inode ino)
+ * in layer layer_ino naming it, committed through the manifest's API. */
+FIXTURE_FN void store_extent_page(struct store *s, uint64_t id, uint64_t ino,
+			      uint64_t layer_ino, const char *name)
+{
+	struct kv_extent_rec e = { .id = id, .refcount = 1,
+				   .ext = { .segment = (uint32_t)id - 1, .offset = 0,
+					    .length = 32768 } };
+	struct kv_page_rec p = { .ino = ino, .layer_ino = layer_ino, .extent_id = id,
+				 .size = 32768, .attr = { .mode = 0444 } };
+
+	snprintf(p.name, sizeof(p.name), "%s", name);
+	hash_of(id, e.hash);
+	assert_int_equal(kv_manifest_begin(s->m), 0);
+	assert_int_equal(kv_manifest_put_extent(s->m, &e), 0);
+	assert_int_equal(kv_manifest_put_page(s->m, &p), 0);
+	assert_int_equal(kv_manifest_commit(s->m), 0);
+}
+
 /* A second connection, as the daemon's loader has. */
 FIXTURE_FN struct kv_index_loader *lazy_begin(struct kv_index *x, struct store *s,
 					  struct kv_manifest **lm)

@@ -40,24 +40,6 @@ static void expect_unloaded(struct kv_index *x, uint64_t pages, uint64_t pages_u
 	assert_int_equal(st.layers_unloaded, layers_unloaded);
 }
 
-/* Extent 3 (32 KiB, segment 2) and one page `name` (inode ino) in layer
- * layer_ino naming it, committed through the manifest's API. */
-static void store_extent3_page(struct store *s, uint64_t ino, uint64_t layer_ino,
-			       const char *name)
-{
-	struct kv_extent_rec e3 = { .id = 3, .refcount = 1,
-				    .ext = { .segment = 2, .offset = 0, .length = 32768 } };
-	struct kv_page_rec p = { .ino = ino, .layer_ino = layer_ino, .extent_id = 3,
-				 .size = 32768, .attr = { .mode = 0444 } };
-
-	snprintf(p.name, sizeof(p.name), "%s", name);
-	hash_of(3, e3.hash);
-	assert_int_equal(kv_manifest_begin(s->m), 0);
-	assert_int_equal(kv_manifest_put_extent(s->m, &e3), 0);
-	assert_int_equal(kv_manifest_put_page(s->m, &p), 0);
-	assert_int_equal(kv_manifest_commit(s->m), 0);
-}
-
 /* The store of store_fill, with `layers` more layers of `pages` empty
  * pages each (store_layers), walked whole with a page budget. */
 static struct kv_index_loader *budget_walk(struct kv_index *x, struct store *s,
@@ -173,7 +155,7 @@ static void test_budget_layer_mid_walk(void **state)
 
 	store_make(&s);
 	store_fill(&s);
-	store_extent3_page(&s, 9000, 3, "p9000");
+	store_extent_page(&s, 3, 9000, 3, "p9000");
 	store_many(&s, 5000);
 	store_layers(&s, 1, 10);
 	kv_index_set_page_budget(x, 10);
@@ -230,7 +212,7 @@ static void test_budget_extents_trim(void **state)
 	store_make(&s);
 	store_fill(&s);
 	store_layers(&s, 1, 10);
-	store_extent3_page(&s, 500000, 4, "x");
+	store_extent_page(&s, 3, 500000, 4, "x");
 	kv_index_set_page_budget(x, 11);
 	l = lazy_begin(x, &s, &lm);
 	assert_int_equal(lazy_run(l), 0);
