@@ -125,8 +125,9 @@ static void *load_main(void *arg)
 	/* Once the reclaim has marked them: the records of extents only the
 	 * layers left in the manifest name (-o index_pages) leave RAM, copied
 	 * in steps that each hold the index's lock well under a millisecond.
-	 * A failure (no memory for the copy, or a layer that kept changing
-	 * under it) changes nothing and is not tried again this mount. */
+	 * A failure (no memory for the copy, or the index changing faster
+	 * than it keeps up) changes nothing and is not tried again this
+	 * mount. */
 	if (rc == 0 && !stopping(fs)) {
 		uint64_t dropped;
 

@@ -69,6 +69,10 @@ void htab_fini(struct htab *t);
  * arrays hold (a bulk load, whose count is known) grows all at once, to
  * size. 0 or -ENOMEM. */
 int htab_reserve(struct htab *t, size_t more);
+/* Fault in the arrays' pages now, for a table filled later where page
+ * faults would cost (under a lock): a fresh mapping faults on first touch,
+ * one page at a time, and inserts touch every page within a few thousand. */
+void htab_populate(struct htab *t);
 /* Insert e (duplicates allowed: this is also a multimap). 0 or -ENOMEM. */
 int htab_insert(struct htab *t, void *e);
 /* Remove the slot holding exactly e; false if e is not in the table. */

@@ -307,8 +307,8 @@ void kv_index_set_page_budget(struct kv_index *x, uint64_t pages);
  * layers. Copies the survivors in steps under the read lock, each well
  * under a millisecond, and holds the write lock only to swap them in
  * (index/trim.c). *dropped: how many left. 0, or -ENOMEM (no memory for
- * the copy or for noting the changes made meanwhile) or -EAGAIN (a layer
- * kept changing under the copy): nothing changed.
+ * the copy or for noting the changes made meanwhile) or -EAGAIN (more
+ * than 4 million changes noted meanwhile): nothing changed.
  */
 int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped);
 /* A layer the budget left in the manifest, the least recently changed

@@ -179,8 +179,10 @@ struct kv_index {
 	bool extents_trimmed;
 	/* While the trim copies outside the write lock (trim.c): the ids of
 	 * extents changed, added, removed or newly named by a page in RAM
-	 * meanwhile, for it to copy again; lost: one could not be listed. */
-	bool trim_noting, trim_lost;
+	 * meanwhile, for it to copy again; trim_lost: one could not be
+	 * listed (-ENOMEM, or -EAGAIN past the most it lists). */
+	bool trim_noting;
+	int trim_lost;
 	uint64_t *trim_notes;
 	size_t ntrim_notes, trim_notes_cap;
 	/* Tests only: called between the trim's holds of the lock, the last

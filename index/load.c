@@ -352,7 +352,9 @@ static const struct kv_manifest_visitor lazy_v = {
  * older than the record by the time it is put: the put uses the record
  * (lazy_extent), and should the trim have taken the record out in
  * between, the row is still right, since the trim takes only records
- * whose count never changed since they were read (may_leave: `moved`).
+ * whose count never changed since they were read (trim.c, row_says_all:
+ * `moved`); a page put before the trim's swap names its extent, which
+ * the trim then keeps (idx_trim_note in child_link).
  */
 
 /* A page's extent, offered with its row in a layer's load: put where the

@@ -50,10 +50,16 @@ int slab_init_span(struct slab *s, size_t span_bytes)
 	memset(s, 0, sizeof(*s));
 	if (span_bytes < SLAB_REGION || span_bytes > SLAB_SPAN || span_bytes % SLAB_REGION)
 		return -EINVAL;
+	s->chunk_cls = calloc(span_bytes / SLAB_CHUNK, 1);
+	if (!s->chunk_cls)
+		return -ENOMEM;
 	span = mmap(NULL, span_bytes, PROT_NONE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (span == MAP_FAILED)
+	if (span == MAP_FAILED) {
+		free(s->chunk_cls);
+		s->chunk_cls = NULL;
 		return -errno;
+	}
 	s->base = span;
 	s->span = span_bytes;
 	return 0;
@@ -66,6 +72,7 @@ int slab_init(struct slab *s)
 
 void slab_fini(struct slab *s)
 {
+	free(s->chunk_cls);
 	if (s->base) {
 		UNPOISON(s->base, (size_t)s->nregions * SLAB_REGION);
 		munmap(s->base, s->span);
@@ -101,7 +108,7 @@ static bool chunk_add(struct slab *s, struct slab_class *c)
 	chunk = s->region_cur;
 	s->region_cur += SLAB_CHUNK;
 	s->region_left -= SLAB_CHUNK;
-	s->nchunks++;
+	s->chunk_cls[s->nchunks++] = (uint8_t)(c - s->cls);
 	/* The old chunk's tail (smaller than one object) is left unused. */
 	c->cur = chunk;
 	c->left = SLAB_CHUNK;
@@ -154,10 +161,11 @@ size_t slab_chunks(const struct slab *s)
 
 /* Chunks are cut one after another from regions that follow each other,
  * and a region holds a whole number of them (chunk_add): chunk k starts at
- * base + k * SLAB_CHUNK. */
-char *slab_chunk_places(const struct slab *s, size_t k, size_t size, size_t *n)
+ * base + k * SLAB_CHUNK, and holds objects of one class from its start. */
+char *slab_chunk_places(const struct slab *s, size_t k, size_t *size, size_t *n)
 {
-	*n = k < s->nchunks ? SLAB_CHUNK / class_size(size) : 0;
+	*size = k < s->nchunks ? ((size_t)s->chunk_cls[k] + 1) * 8 : 8;
+	*n = k < s->nchunks ? SLAB_CHUNK / *size : 0;
 	return s->base + k * SLAB_CHUNK;
 }
 

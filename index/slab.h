@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define SLAB_MAX 512u             /* largest object */
 
@@ -42,6 +43,7 @@ struct slab {
 	char *region_cur;         /* the newest region's uncut part */
 	size_t region_left;
 	size_t nchunks;           /* chunks cut so far */
+	uint8_t *chunk_cls;       /* the class each was cut for (of span / chunk) */
 	size_t live;              /* bytes in objects handed out and not freed */
 };
 
@@ -63,15 +65,15 @@ void *slab_alloc(struct slab *s, size_t size);
 void slab_free(struct slab *s, void *p, size_t size);
 
 /*
- * Every object of a slab that holds one size only (the extent records), by
- * address: chunk k of slab_chunks(s) holds *n places of `size` bytes from
- * the address returned. A place may hold an object handed out, a freed one
- * or nothing yet, and the caller tells which (the index looks the record
- * up by its id). Addresses never move, so a walk in steps with the lock
- * released between them sees every object that lived throughout.
+ * Every object of a slab by address: chunk k of slab_chunks(s) holds *n
+ * places of *size bytes (its class's) from the address returned. A place
+ * may hold an object handed out, a freed one or nothing yet, and the
+ * caller tells which (the index looks the object up by its key). Objects
+ * never move, so a walk in steps with the lock released between them sees
+ * every object that lived throughout. Lock as for slab_alloc, shared.
  */
 size_t slab_chunks(const struct slab *s);
-char *slab_chunk_places(const struct slab *s, size_t k, size_t size, size_t *n);
+char *slab_chunk_places(const struct slab *s, size_t k, size_t *size, size_t *n);
 /* Whether the place at p may be read: false for one free or never handed
  * out under AddressSanitizer (poisoned); true otherwise. */
 bool slab_place_readable(const void *p, size_t size);

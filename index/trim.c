@@ -14,17 +14,20 @@
  * by the code that changes it (idx_trim_note, under the write lock): an
  * extent put, counted, made durable or dropped, and a page in RAM that
  * names an extent (linked into a layer: added, loaded, moved; or given
- * another extent). At the swap each noted extent is copied again from the
- * old tables, or left out if it is gone from them. Why that is enough:
+ * another extent). Each noted extent is copied again from the old tables,
+ * or left out if it is gone from them: most in steps before the swap, the
+ * last few at it. Why that is enough:
  *
  *   - a record that did not change between its copy and the swap is
  *     copied right, and one that changed is noted;
  *   - an extent a page in RAM names at the swap is in the new tables:
- *     either that page was in its layer when the first pass went through
- *     it, or it came there (or named the extent) after the noting began;
- *   - the walk over the records goes by their place in the slab, which
- *     does not move, not by their slot in a hash table, which moves as
- *     the table grows or loses entries.
+ *     either the first pass found that page, or the page came (or named
+ *     the extent) after the noting began;
+ *   - both passes walk objects by their place in a slab, which does not
+ *     move, not by a hash slot, which moves as its table grows or loses
+ *     entries, nor by a layer's list of pages, which a rename reorders (a
+ *     walk that went on from the page it stopped at skipped those after
+ *     it, when that page was renamed in between: found in review).
  *
  * Noted extents stay whatever they are (it takes no pass over the pages to
  * know whether a page still names them): a few more records in RAM.
@@ -37,15 +40,13 @@
 
 #include "index_i.h"
 
-/* One hold of the read lock: this many pages of a layer, or this many
- * slab chunks of extent records (5,461 records each): well under a
- * millisecond either way. */
-#define TRIM_PAGES_STEP 4096
-#define TRIM_CHUNKS_STEP 1
-/* Noted extents beyond this many (32 MiB), or a layer that keeps changing
- * under the walk: the trim gives up for this mount. */
+/* One hold of the read lock: one slab chunk (256 KiB: 5,461 extent
+ * records, or about 2,300 page nodes), or this many noted extents: well
+ * under a millisecond each. */
+#define TRIM_NOTES_STEP 4096
+/* Noted extents beyond this many (32 MiB): the trim gives up for this
+ * mount. */
 #define TRIM_NOTES_MAX (1u << 22)
-#define TRIM_RESTARTS_MAX 16
 
 #define SWAP(a, b) do { __typeof__(a) t_ = (a); (a) = (b); (b) = t_; } while (0)
 
@@ -55,6 +56,7 @@ struct trim {
 	struct slab ns;
 	struct timespec t0;
 	double held_ms;              /* the longest hold of either lock */
+	size_t noted;                /* x->trim_notes copied again up to here */
 };
 
 void idx_trim_note_slow(struct kv_index *x, uint64_t id)
@@ -62,13 +64,17 @@ void idx_trim_note_slow(struct kv_index *x, uint64_t id)
 	uint64_t *v;
 	size_t cap;
 
-	if (x->trim_lost)
+	if (x->trim_lost || (x->ntrim_notes && x->trim_notes[x->ntrim_notes - 1] == id))
 		return;
 	if (x->ntrim_notes == x->trim_notes_cap) {
 		cap = x->trim_notes_cap ? 2 * x->trim_notes_cap : 1024;
-		v = cap <= TRIM_NOTES_MAX ? realloc(x->trim_notes, cap * sizeof(*v)) : NULL;
+		if (cap > TRIM_NOTES_MAX) {
+			x->trim_lost = -EAGAIN;     /* the trim gives up: nothing lost */
+			return;
+		}
+		v = realloc(x->trim_notes, cap * sizeof(*v));
 		if (!v) {
-			x->trim_lost = true;     /* the trim gives up: nothing lost */
+			x->trim_lost = -ENOMEM;
 			return;
 		}
 		x->trim_notes = v;
@@ -139,75 +145,51 @@ static void uncopy(struct trim *t, uint64_t id)
 	slab_free(&t->ns, c, sizeof(*c));
 }
 
-/* The inodes of every layer (read lock held). */
-static int layer_inos(struct kv_index *x, uint64_t **out, size_t *n)
-{
-	size_t cap = 0;
-	uint64_t *v = NULL, *nv;
-
-	*n = 0;
-	for (struct node *m = x->root->u.d->first; m; m = idx_next(x, m))
-		for (struct node *l = m->u.d->first; l; l = idx_next(x, l)) {
-			if (*n == cap) {
-				cap = cap ? 2 * cap : 64;
-				nv = realloc(v, cap * sizeof(*v));
-				if (!nv) {
-					free(v);
-					return -ENOMEM;
-				}
-				v = nv;
-			}
-			v[(*n)++] = l->ino;
-		}
-	*out = v;
-	return 0;
-}
-
 /*
- * Pass 1: the extents of layer ino's pages in RAM, in steps. Between two
- * steps the page after which the next one starts may have gone or moved:
- * the layer is then gone through again from its first page (pages copied
- * already cost a probe each). A layer gone or turned into something else
- * meanwhile has nothing left to copy. Every layer's pages are gone
- * through, loaded or not: one whose load is under way has some already.
+ * Both passes walk a slab by address, one chunk per hold of the read lock
+ * (the page nodes' slab, then the extent records'). A place holds a live
+ * object if the index finds that object by its key there; a freed place's
+ * first word is its free list's link, which finds nothing or another.
  */
-static int copy_layer(struct trim *t, uint64_t ino)
+typedef int (*place_fn)(struct trim *t, const void *place, size_t size);
+
+static int walk_slab(struct trim *t, const struct slab *sl, place_fn fn)
 {
-	struct kv_index *x = t->x;
 	struct timespec since;
-	uint64_t after = 0;
-	struct node *layer, *n;
-	unsigned restarts = 0, k;
+	size_t k = 0, n, size;
+	const char *places;
+	bool more = true;
 	int rc = 0;
 
-	for (;;) {
+	while (more && rc == 0) {
 		hold(t, false, &since);
-		layer = idx_node(x, ino);
-		if (!layer || layer->kind != KV_KIND_LAYER) {
-			release(t, &since);
-			return 0;
-		}
-		n = after ? idx_node(x, after) : NULL;
-		if (after && (!n || n->parent != layer)) {
-			if (++restarts > TRIM_RESTARTS_MAX)
-				rc = -EAGAIN;
-			n = NULL;
-		}
-		n = n ? idx_next(x, n) : layer->u.d->first;
-		for (k = 0; rc == 0 && n && k < TRIM_PAGES_STEP; n = idx_next(x, n), k++) {
-			const struct xent *e = n->kind == KV_KIND_PAGE &&
-				n->u.p.extent_id != KV_EXTENT_EMPTY ?
-				idx_xent_find(x, n->u.p.extent_id) : NULL;
-
-			if (e)
-				rc = copy_one(t, e);
-			after = n->ino;
+		more = k < slab_chunks(sl);
+		if (more) {
+			places = slab_chunk_places(sl, k++, &size, &n);
+			for (size_t j = 0; rc == 0 && j < n; j++)
+				if (slab_place_readable(places + j * size, size))
+					rc = fn(t, places + j * size, size);
 		}
 		release(t, &since);
-		if (rc < 0 || !n)
-			return rc;
 		gap(t, false);
 	}
+	return rc;
+}
+
+/* Pass 1: the extent of every page in RAM. A node never moves in its
+ * slab, so a page renamed, moved or relinked between two steps is still
+ * where the walk finds it (or, given a new node for a longer name, it
+ * came after the noting began, and was noted). */
+static int copy_page_extent(struct trim *t, const void *place, size_t size)
+{
+	const struct node *n = place;
+	const struct xent *e;
+
+	if (size < offsetof(struct node, name) || idx_node(t->x, n->ino) != n ||
+	    n->kind != KV_KIND_PAGE || n->u.p.extent_id == KV_EXTENT_EMPTY)
+		return 0;
+	e = idx_xent_find(t->x, n->u.p.extent_id);
+	return e ? copy_one(t, e) : 0;
 }
 
 /* Whether e may leave RAM if no page in RAM names it: the manifest's row
@@ -219,56 +201,67 @@ static bool row_says_all(const struct xent *e)
 	return !e->moved && e->durable && !e->retired;
 }
 
-/* Pass 2: every record the manifest's row cannot stand for, by its place
- * in the extent slab, in steps. A place holds a live record if the table
- * finds that record by its id there. */
-static int copy_unsaid(struct trim *t)
+/* Pass 2: every record the manifest's row cannot stand for. */
+static int copy_unsaid(struct trim *t, const void *place, size_t size)
+{
+	const struct xent *e = place;
+
+	if (size != sizeof(*e) || row_says_all(e) || idx_xent_find(t->x, e->id) != e)
+		return 0;
+	return copy_one(t, e);
+}
+
+/* The noted extents from t->noted up to end, copied again from the
+ * index's tables, or taken out where these no longer hold them (a lock
+ * held). */
+static int catch_up(struct trim *t, size_t end)
 {
 	struct kv_index *x = t->x;
-	struct timespec since;
-	size_t k = 0, n, j;
-	const char *places;
+	const struct xent *e;
 	int rc = 0;
 
-	for (bool more = true; more && rc == 0;) {
-		hold(t, false, &since);
-		for (size_t end = k + TRIM_CHUNKS_STEP; rc == 0 && k < end; k++) {
-			more = k < slab_chunks(&x->xslab);
-			if (!more)
-				break;
-			places = slab_chunk_places(&x->xslab, k, sizeof(struct xent), &n);
-			for (j = 0; rc == 0 && j < n; j++) {
-				const struct xent *e = (const void *)(places + j * sizeof(*e));
+	for (; rc == 0 && t->noted < end; t->noted++) {
+		uncopy(t, x->trim_notes[t->noted]);
+		if ((e = idx_xent_find(x, x->trim_notes[t->noted])))
+			rc = copy_one(t, e);
+	}
+	return rc;
+}
 
-				if (slab_place_readable(e, sizeof(*e)) && !row_says_all(e) &&
-				    idx_xent_find(x, e->id) == e)
-					rc = copy_one(t, e);
-			}
-		}
+/* Before the swap, under the read lock in steps: the notes made so far,
+ * so that the swap has only those made since (a few, unless the index
+ * changes faster than this keeps up: then the swap takes the rest). */
+static int catch_up_steps(struct trim *t)
+{
+	struct timespec since;
+	bool more = true;
+	int rc = 0;
+
+	for (unsigned i = 0; more && rc == 0 && i < 64; i++) {
+		hold(t, false, &since);
+		more = t->x->ntrim_notes - t->noted > TRIM_NOTES_STEP;
+		if (more)
+			rc = catch_up(t, t->noted + TRIM_NOTES_STEP);
 		release(t, &since);
 		gap(t, false);
 	}
 	return rc;
 }
 
-/* The swap (write lock held): the noted extents copied again, then the
- * new tables take the old ones' place; *gone: the records left out. */
+/* The swap (write lock held): the rest of the noted extents copied
+ * again, then the new tables take the old ones' place; *gone: the records
+ * left out. */
 static int swap_in(struct trim *t, uint64_t *gone)
 {
 	struct kv_index *x = t->x;
-	const struct xent *e;
-	int rc = 0;
+	int rc;
 
 	*gone = 0;
 	if (x->trim_lost)
-		return -ENOMEM;
+		return x->trim_lost;
 	if (x->nretired || x->retire_below)
 		return -EAGAIN;
-	for (size_t i = 0; rc == 0 && i < x->ntrim_notes; i++) {
-		uncopy(t, x->trim_notes[i]);
-		if ((e = idx_xent_find(x, x->trim_notes[i])))
-			rc = copy_one(t, e);
-	}
+	rc = catch_up(t, x->ntrim_notes);
 	if (rc < 0 || x->ext_by_id.n <= t->by_id.n)
 		return rc;
 	*gone = x->ext_by_id.n - t->by_id.n;
@@ -283,7 +276,8 @@ static int swap_in(struct trim *t, uint64_t *gone)
 
 static void noting_end(struct kv_index *x)
 {
-	x->trim_noting = x->trim_lost = false;
+	x->trim_noting = false;
+	x->trim_lost = 0;
 	free(x->trim_notes);
 	x->trim_notes = NULL;
 	x->ntrim_notes = x->trim_notes_cap = 0;
@@ -306,8 +300,8 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 {
 	struct trim t = { .x = x };
 	struct timespec since;
-	uint64_t *layers = NULL, gone = 0, kept;
-	size_t nlayers = 0, pages = 0;
+	uint64_t gone = 0, kept;
+	size_t pages = 0;
 	int rc;
 
 	*dropped = 0;
@@ -317,22 +311,28 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 		pthread_rwlock_unlock(&x->lock);
 		return 0;
 	}
-	rc = layer_inos(x, &layers, &nlayers);
 	pthread_rwlock_unlock(&x->lock);
 	/* sized at once for about as many as pages in RAM: growing record by
 	 * record rehashes every survivor about twice */
-	if (rc == 0 && (rc = slab_init(&t.ns)) == 0) {
+	rc = slab_init(&t.ns);
+	if (rc == 0) {
 		rc = -ENOMEM;
 		if (!htab_init(&t.by_id, x->ext_by_id.hash, t.ns.base) &&
 		    !htab_init(&t.by_key, x->ext_by_key.hash, t.ns.base) &&
 		    !htab_reserve(&t.by_id, pages) && !htab_reserve(&t.by_key, pages))
 			rc = 0;
 	}
-	for (size_t i = 0; rc == 0 && i < nlayers; i++)
-		rc = copy_layer(&t, layers[i]);
-	free(layers);
+	/* Faulting 20 MB of fresh table in at 10M pages took the first step
+	 * 15 ms under the lock. */
+	if (rc == 0) {
+		htab_populate(&t.by_id);
+		htab_populate(&t.by_key);
+		rc = walk_slab(&t, &x->slab, copy_page_extent);
+	}
 	if (rc == 0)
-		rc = copy_unsaid(&t);
+		rc = walk_slab(&t, &x->xslab, copy_unsaid);
+	if (rc == 0)
+		rc = catch_up_steps(&t);
 	gap(&t, true);
 	hold(&t, true, &since);
 	if (rc == 0)
@@ -349,8 +349,10 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped)
 		kv_log(rc ? KV_LOG_WARN : KV_LOG_INFO, "index: %" PRIu64 " extents named only by "
 		       "layers left in the manifest %s (%" PRIu64 " stay) in %.0f ms, holding the "
 		       "index's lock at most %.1f ms at a time%s%s", gone,
-		       rc ? "could not leave RAM" : "left RAM", kept,
-		       ms_since(&t.t0), t.held_ms, rc ? ": " : "", rc ? kv_strerror(rc) : "");
+		       rc ? "could not leave RAM" : "left RAM", kept, ms_since(&t.t0),
+		       t.held_ms, rc ? ": " : "", rc == -EAGAIN ? "the index changed too "
+		       "much while they were copied; they stay until the next mount" :
+		       rc ? kv_strerror(rc) : "");
 	*dropped = gone;
 	return rc;
 }

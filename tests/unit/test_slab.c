@@ -1,7 +1,8 @@
 /*
  * Unit tests for the index's object slab (index/slab.c): every size class
  * hands out aligned, disjoint objects across many chunks, a freed object is
- * reused by its own class only, and the live byte count follows.
+ * reused by its own class only, the live byte count follows, and a walk by
+ * address finds every object handed out.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -124,6 +125,49 @@ static void test_full_span(void **state)
 	free(p);
 }
 
+/* The walk by address (slab_chunk_places): objects of two classes over
+ * many chunks and two regions, every other one freed; each object still
+ * handed out lies at a place of a chunk of its own class, once. */
+static void test_chunk_places(void **state)
+{
+	enum { N = 250000 };
+	struct slab s;
+	uint64_t **p = calloc(N, sizeof(*p));
+	size_t k, j, n, size, found = 0;
+	char *places;
+
+	(void)state;
+	assert_non_null(p);
+	assert_int_equal(slab_init(&s), 0);
+	for (uint64_t i = 0; i < N; i++) {
+		p[i] = slab_alloc(&s, i % 3 ? 48 : 100);
+		assert_non_null(p[i]);
+		*p[i] = i + 1;               /* the object's key, never 0 */
+	}
+	for (size_t i = 0; i < N; i += 2)
+		slab_free(&s, p[i], i % 3 ? 48 : 100);
+	assert_true(slab_chunks(&s) > 64);      /* past one 16 MiB region */
+	for (k = 0; k < slab_chunks(&s); k++) {
+		places = slab_chunk_places(&s, k, &size, &n);
+		assert_true(size == 48 || size == 104);
+		assert_int_equal(n, (256u * 1024) / size);
+		for (j = 0; j < n; j++) {
+			uint64_t *o = (uint64_t *)(void *)(places + j * size);
+
+			if (!slab_place_readable(o, size) || *o == 0 || *o > N)
+				continue;
+			/* a live one: its key names it, at its class's size */
+			if (p[*o - 1] != o || (*o - 1) % 2 == 0)
+				continue;
+			assert_int_equal(size, (*o - 1) % 3 ? 48 : 104);
+			found++;
+		}
+	}
+	assert_int_equal(found, N / 2);
+	slab_fini(&s);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -131,6 +175,7 @@ int main(void)
 		cmocka_unit_test(test_objects_are_disjoint),
 		cmocka_unit_test(test_free_list_reuse),
 		cmocka_unit_test(test_full_span),
+		cmocka_unit_test(test_chunk_places),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
