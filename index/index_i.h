@@ -185,6 +185,7 @@ struct kv_index {
 	int trim_lost;
 	uint64_t *trim_notes;
 	size_t ntrim_notes, trim_notes_cap;
+	size_t trim_caught;               /* notes copied again so far */
 	/* Tests only: called between the trim's holds of the lock, the last
 	 * time (before_swap) after every step of the copy. */
 	void (*trim_gap)(void *arg, bool before_swap);
@@ -305,6 +306,18 @@ void idx_extent_reread_locked(struct kv_index *x, const struct xent *e);
 struct kv_read_buf;
 extern const struct kv_manifest_visitor idx_read_v;
 struct kv_read_buf *idx_read_buf_new(unsigned rows);
+void idx_read_buf_free(struct kv_read_buf *b);
+/* Exchange the rows of a and b (a scan stays bound to its buffer). */
+void idx_read_buf_swap(struct kv_read_buf *a, struct kv_read_buf *b);
+/* A thread reading one chunk (idx_read_chunk) at a time, when asked
+ * (load_read.c): the caller puts the previous chunk meanwhile, and waits
+ * for it before it uses the scan's connection again. */
+struct idx_read_ahead;
+int idx_read_ahead_new(struct idx_read_ahead **out);
+void idx_read_ahead_free(struct idx_read_ahead *ra);
+void idx_read_ahead_ask(struct idx_read_ahead *ra, struct kv_manifest_scan *s,
+			struct kv_read_buf *b);
+int idx_read_ahead_wait(struct idx_read_ahead *ra);
 int idx_read_chunk(struct kv_read_buf *b, struct kv_manifest_scan *s, unsigned max);
 bool idx_read_row(const struct kv_read_buf *b, unsigned i, const struct kv_extent_rec **ext,
 		  const struct kv_page_rec **page);

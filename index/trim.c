@@ -56,7 +56,6 @@ struct trim {
 	struct slab ns;
 	struct timespec t0;
 	double held_ms;              /* the longest hold of either lock */
-	size_t noted;                /* x->trim_notes copied again up to here */
 };
 
 void idx_trim_note_slow(struct kv_index *x, uint64_t id)
@@ -64,7 +63,9 @@ void idx_trim_note_slow(struct kv_index *x, uint64_t id)
 	uint64_t *v;
 	size_t cap;
 
-	if (x->trim_lost || (x->ntrim_notes && x->trim_notes[x->ntrim_notes - 1] == id))
+	/* The same as the last note, not copied again yet: once is enough. */
+	if (x->trim_lost || (x->ntrim_notes > x->trim_caught &&
+			     x->trim_notes[x->ntrim_notes - 1] == id))
 		return;
 	if (x->ntrim_notes == x->trim_notes_cap) {
 		cap = x->trim_notes_cap ? 2 * x->trim_notes_cap : 1024;
@@ -211,37 +212,39 @@ static int copy_unsaid(struct trim *t, const void *place, size_t size)
 	return copy_one(t, e);
 }
 
-/* The noted extents from t->noted up to end, copied again from the
- * index's tables, or taken out where these no longer hold them (a lock
- * held). */
+/* The noted extents from x->trim_caught up to end, copied again from
+ * the index's tables, or taken out where these no longer hold them (a
+ * lock held; trim_caught is only the trim's, and notes are only made
+ * under the write lock). */
 static int catch_up(struct trim *t, size_t end)
 {
 	struct kv_index *x = t->x;
 	const struct xent *e;
 	int rc = 0;
 
-	for (; rc == 0 && t->noted < end; t->noted++) {
-		uncopy(t, x->trim_notes[t->noted]);
-		if ((e = idx_xent_find(x, x->trim_notes[t->noted])))
+	for (; rc == 0 && x->trim_caught < end; x->trim_caught++) {
+		uncopy(t, x->trim_notes[x->trim_caught]);
+		if ((e = idx_xent_find(x, x->trim_notes[x->trim_caught])))
 			rc = copy_one(t, e);
 	}
 	return rc;
 }
 
 /* Before the swap, under the read lock in steps: the notes made so far,
- * so that the swap has only those made since (a few, unless the index
- * changes faster than this keeps up: then the swap takes the rest). */
+ * until fewer than a step's are left for the swap. Notes made faster
+ * than this copies them end the trim at TRIM_NOTES_MAX (trim_lost). */
 static int catch_up_steps(struct trim *t)
 {
+	struct kv_index *x = t->x;
 	struct timespec since;
 	bool more = true;
 	int rc = 0;
 
-	for (unsigned i = 0; more && rc == 0 && i < 64; i++) {
+	while (more && rc == 0) {
 		hold(t, false, &since);
-		more = t->x->ntrim_notes - t->noted > TRIM_NOTES_STEP;
+		more = !x->trim_lost && x->ntrim_notes - x->trim_caught > TRIM_NOTES_STEP;
 		if (more)
-			rc = catch_up(t, t->noted + TRIM_NOTES_STEP);
+			rc = catch_up(t, x->trim_caught + TRIM_NOTES_STEP);
 		release(t, &since);
 		gap(t, false);
 	}
@@ -280,7 +283,7 @@ static void noting_end(struct kv_index *x)
 	x->trim_lost = 0;
 	free(x->trim_notes);
 	x->trim_notes = NULL;
-	x->ntrim_notes = x->trim_notes_cap = 0;
+	x->ntrim_notes = x->trim_notes_cap = x->trim_caught = 0;
 }
 
 /* Whether a trim is due: only once the reclaim has marked every extent

@@ -137,7 +137,7 @@ static void test_budget_refcount_mismatch(void **state)
 
 /*
  * Layer 3 (p10..p12, 5000 empty pages, then p9000 with extent 3) is left
- * in the manifest; layer 4 fits. After one chunk of the walk, a lookup
+ * in the manifest; layer 4 fits. After one step of the walk, a lookup
  * loads layer 3: the pages whose rows the walk passed (p10..p12) must not
  * be counted again, the ones after it (p9000) must be; the check at the
  * end of the walk fails otherwise.
@@ -160,7 +160,8 @@ static void test_budget_layer_mid_walk(void **state)
 	store_layers(&s, 1, 10);
 	kv_index_set_page_budget(x, 10);
 	l = lazy_begin(x, &s, &lm);
-	/* counts, the extents, and one chunk of pages: part of layer 3 */
+	/* counts, the extents, and one step of pages (8 chunks of 512 rows):
+	 * part of layer 3 */
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(kv_index_load_step(l), 1);
 	kv_index_stats(x, &st);
@@ -264,29 +265,45 @@ static void test_budget_extents_trim(void **state)
 /* A layer whose load fails half way (a row damaged since the mount) keeps
  * counting every page: those it brought in as pages, the others as rows
  * still in the manifest (they dropped out of the stats before). */
-static void test_budget_failed_load_counts(void **state)
+static void failed_load_counts(struct kv_index *x, unsigned pages, unsigned bad)
 {
-	struct kv_index *x = *state;
 	struct kv_index_loader *l;
 	struct kv_manifest *lm;
 	struct kv_node_info n;
 	struct store s;
+	char sql[128];
+	uint64_t all = 3 + 3 * (uint64_t)pages;
 
-	l = budget_walk(x, &s, &lm, 3, 50, 100);
+	l = budget_walk(x, &s, &lm, 3, pages, 2 * pages);
 	kv_index_load_end(l);
-	expect_unloaded(x, 153, 53, 2);
-	/* layer 4's rows are inodes 400000..400049: the 26th is damaged */
-	store_sql(&s, "UPDATE pages SET ident = 0 WHERE ino = 400025");
+	expect_unloaded(x, all, 3 + pages, 2);
+	/* layer 4's rows are inodes 400000.., read in that order: one is
+	 * damaged, and the rows before it are put */
+	snprintf(sql, sizeof(sql), "UPDATE pages SET ident = 0 WHERE ino = %u", 400000 + bad);
+	store_sql(&s, sql);
 	assert_int_equal(kv_index_lookup(x, 4, "e7", &n), KV_ERR_CORRUPT);
-	expect_unloaded(x, 153, 3 + 25, 2);
+	expect_unloaded(x, all, 3 + pages - bad, 2);
 	assert_int_equal(kv_index_get(x, 4, &n), 0);
-	assert_int_equal(n.nchildren, 50);
+	assert_int_equal(n.nchildren, pages);
 	/* the error stays: not tried again */
 	assert_int_equal(kv_index_lookup(x, 4, "e1", &n), KV_ERR_CORRUPT);
-	expect_unloaded(x, 153, 3 + 25, 2);
+	expect_unloaded(x, all, 3 + pages - bad, 2);
 	kv_index_load_close(l);
 	kv_manifest_close(lm);
 	store_done(&s);
+}
+
+/* In the first chunk: the 26th of 50 rows. */
+static void test_budget_failed_load_counts(void **state)
+{
+	failed_load_counts(*state, 50, 25);
+}
+
+/* In the third chunk (of 512 rows), read ahead while the second is put
+ * (load.c, read_put): the 1,501st of 2,000 rows. */
+static void test_budget_failed_load_read_ahead(void **state)
+{
+	failed_load_counts(*state, 2000, 1500);
 }
 
 /*
@@ -439,6 +456,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_large_enough, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_extents_trim, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_failed_load_counts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_failed_load_read_ahead, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reads_hold_no_lock, setup, teardown),
 	};
 
