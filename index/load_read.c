@@ -141,7 +141,8 @@ static void *read_ahead_main(void *arg)
 		int rc = idx_read_chunk(ra->b, ra->s, ra->b->cap);
 		pthread_mutex_lock(&ra->mu);
 		ra->rc = rc;
-		ra->state = RA_DONE;
+		if (ra->state != RA_QUIT)     /* freed while reading: still quit */
+			ra->state = RA_DONE;
 		pthread_cond_broadcast(&ra->cv);
 	}
 	pthread_mutex_unlock(&ra->mu);
