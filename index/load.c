@@ -613,9 +613,9 @@ int kv_index_load_begin(struct kv_index *x, struct kv_manifest *m,
 		return -ENOMEM;
 	}
 	/* Without it, each chunk is read after the last one is put. */
-	if (idx_read_ahead_new(&l->ra) < 0)
-		kv_log(KV_LOG_WARN, "index: no thread to read the manifest ahead: "
-		       "the load reads and puts in turn");
+	if ((rc = idx_read_ahead_new(&l->ra)) < 0)
+		kv_log(KV_LOG_WARN, "index: no thread to read the manifest ahead (%s): "
+		       "the load reads and puts in turn", kv_strerror(rc));
 	l->x = x;
 	l->m = m;
 	pthread_mutex_init(&l->mu, NULL);

@@ -168,14 +168,3 @@ char *slab_chunk_places(const struct slab *s, size_t k, size_t *size, size_t *n)
 	*n = k < s->nchunks ? SLAB_CHUNK / *size : 0;
 	return s->base + k * SLAB_CHUNK;
 }
-
-bool slab_place_readable(const void *p, size_t size)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	return !__asan_region_is_poisoned((void *)p, size);
-#else
-	(void)p;
-	(void)size;
-	return true;
-#endif
-}
