@@ -37,6 +37,7 @@
 #include <sqlite3.h>
 #include <xxhash.h>
 
+#include "htab.h"
 #include "manifest_i.h"
 
 #define IDX_MAX 8              /* indexes on one table (the schema has ≤ 2) */
@@ -72,43 +73,57 @@ struct kv_check_sums {
 	struct check_table t[NTABLES];
 };
 
-/* Hash of one row's values at the given columns of st, then the rowid:
- * each value as its type and 8 bytes (a text or blob by its own hash). */
-static uint64_t entry_hash(sqlite3_stmt *st, const int *col, int ncol, int64_t rowid)
+/* A value as its type and 8 bytes (a text or blob by its XXH3). */
+static uint64_t value_word(sqlite3_value *v, int t)
 {
-	uint8_t buf[IDX_COLS * 9 + 8];
-	size_t n = 0;
+	uint64_t w = 0;
+	double d;
+
+	switch (t) {
+	case SQLITE_INTEGER:
+		return (uint64_t)sqlite3_value_int64(v);
+	case SQLITE_FLOAT:
+		d = sqlite3_value_double(v);
+		memcpy(&w, &d, sizeof(w));
+		return w;
+	case SQLITE_NULL:
+		return 0;
+	default: {
+		const void *p = t == SQLITE_TEXT ? (const void *)sqlite3_value_text(v)
+						 : sqlite3_value_blob(v);
+		int len = sqlite3_value_bytes(v);
+
+		return XXH3_64bits(p, p ? (size_t)len : 0);
+	}
+	}
+}
+
+/*
+ * Hash of one entry: its values (cv[0..ncol), each fetched once from the
+ * statement) and then its rowid, chained through htab_mix64 (fmix64) with
+ * each value's type. Values are read through sqlite3_value_*, not
+ * sqlite3_column_*: each column call repeats the statement's checks and
+ * error bookkeeping, and a text column was asked three times (type, bytes,
+ * text). A second XXH3 over a buffer of the words cost as much again as
+ * the chain.
+ */
+static uint64_t entry_hash(sqlite3_value *const *cv, int ncol, int64_t rowid)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull;
 
 	for (int i = 0; i < ncol; i++) {
-		int c = col[i], t = sqlite3_column_type(st, c);
-		uint64_t v = 0;
-		double d;
+		int t = sqlite3_value_type(cv[i]);
 
-		switch (t) {
-		case SQLITE_INTEGER:
-			v = (uint64_t)sqlite3_column_int64(st, c);
-			break;
-		case SQLITE_FLOAT:
-			d = sqlite3_column_double(st, c);
-			memcpy(&v, &d, sizeof(v));
-			break;
-		case SQLITE_NULL:
-			break;
-		default: {
-			const void *p = t == SQLITE_TEXT ? (const void *)sqlite3_column_text(st, c)
-							 : sqlite3_column_blob(st, c);
-			int len = sqlite3_column_bytes(st, c);
-
-			v = XXH3_64bits(p, p ? (size_t)len : 0);
-		}
-		}
-		buf[n++] = (uint8_t)t;
-		memcpy(buf + n, &v, sizeof(v));
-		n += sizeof(v);
+		h = htab_mix64(h ^ value_word(cv[i], t)) + (uint64_t)t * 0x9e3779b97f4a7c15ull;
 	}
-	memcpy(buf + n, &rowid, sizeof(rowid));
-	n += sizeof(rowid);
-	return XXH3_64bits(buf, n);
+	return htab_mix64(h ^ (uint64_t)rowid);
+}
+
+/* The values of st at columns col[0..ncol) into cv. */
+static void row_values(sqlite3_stmt *st, const int *col, int ncol, sqlite3_value **cv)
+{
+	for (int i = 0; i < ncol; i++)
+		cv[i] = sqlite3_column_value(st, col[i]);
 }
 
 /*
@@ -124,53 +139,53 @@ struct key_val {
 	size_t len, cap;
 };
 
-/* Are columns [0, n) of st equal to prev (NULLs never equal, as SQLite's
+/* Are the values cv[0..n) equal to prev (NULLs never equal, as SQLite's
  * UNIQUE has it)? */
-static bool same_key(sqlite3_stmt *st, const struct key_val *prev, int n)
+static bool same_key(sqlite3_value *const *cv, const struct key_val *prev, int n)
 {
 	for (int i = 0; i < n; i++) {
-		int t = sqlite3_column_type(st, i);
+		int t = sqlite3_value_type(cv[i]);
 		const void *p;
 		size_t len;
 
 		if (t == SQLITE_NULL || t != prev[i].type)
 			return false;
 		if (t == SQLITE_INTEGER) {
-			if (sqlite3_column_int64(st, i) != prev[i].i)
+			if (sqlite3_value_int64(cv[i]) != prev[i].i)
 				return false;
 			continue;
 		}
 		if (t == SQLITE_FLOAT) {
-			if (sqlite3_column_double(st, i) != prev[i].d)
+			if (sqlite3_value_double(cv[i]) != prev[i].d)
 				return false;
 			continue;
 		}
-		p = t == SQLITE_TEXT ? (const void *)sqlite3_column_text(st, i)
-				     : sqlite3_column_blob(st, i);
-		len = (size_t)sqlite3_column_bytes(st, i);
+		p = t == SQLITE_TEXT ? (const void *)sqlite3_value_text(cv[i])
+				     : sqlite3_value_blob(cv[i]);
+		len = (size_t)sqlite3_value_bytes(cv[i]);
 		if (len != prev[i].len || (len && memcmp(p, prev[i].buf, len) != 0))
 			return false;
 	}
 	return true;
 }
 
-/* Keep columns [0, n) of st as the previous key. 0 or -ENOMEM. */
-static int keep_key(sqlite3_stmt *st, struct key_val *prev, int n)
+/* Keep the values cv[0..n) as the previous key. 0 or -ENOMEM. */
+static int keep_key(sqlite3_value *const *cv, struct key_val *prev, int n)
 {
 	for (int i = 0; i < n; i++) {
 		struct key_val *k = &prev[i];
 		const void *p;
 
-		k->type = sqlite3_column_type(st, i);
+		k->type = sqlite3_value_type(cv[i]);
 		if (k->type == SQLITE_INTEGER)
-			k->i = sqlite3_column_int64(st, i);
+			k->i = sqlite3_value_int64(cv[i]);
 		else if (k->type == SQLITE_FLOAT)
-			k->d = sqlite3_column_double(st, i);
+			k->d = sqlite3_value_double(cv[i]);
 		if (k->type != SQLITE_TEXT && k->type != SQLITE_BLOB)
 			continue;
-		p = k->type == SQLITE_TEXT ? (const void *)sqlite3_column_text(st, i)
-					   : sqlite3_column_blob(st, i);
-		k->len = (size_t)sqlite3_column_bytes(st, i);
+		p = k->type == SQLITE_TEXT ? (const void *)sqlite3_value_text(cv[i])
+					   : sqlite3_value_blob(cv[i]);
+		k->len = (size_t)sqlite3_value_bytes(cv[i]);
 		if (k->len > k->cap) {
 			void *nb = realloc(k->buf, k->len);
 
@@ -262,10 +277,12 @@ static int scan_table(struct kv_manifest *m, const char *table, const char *tcol
 		return rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t rowid = sqlite3_column_int64(st, 0);
+		sqlite3_value *cv[IDX_COLS];
 
 		for (int i = 0; i < nix; i++) {
+			row_values(st, ix[i].col, ix[i].ncol, cv);
 			ix[i].rows++;
-			ix[i].sum += entry_hash(st, ix[i].col, ix[i].ncol, rowid);
+			ix[i].sum += entry_hash(cv, ix[i].ncol, rowid);
 		}
 	}
 	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "scanning table %s", table);
@@ -279,7 +296,8 @@ static int scan_index(struct kv_manifest *m, const char *table, struct idx *x)
 {
 	char sql[2 * SQL_MAX];     /* the column list twice, and the names */
 	struct key_val prev[IDX_COLS] = { 0 };
-	int col[IDX_COLS], rc;
+	sqlite3_value *cv[IDX_COLS + 1];
+	int col[IDX_COLS + 1], rc;
 	sqlite3_stmt *st;
 
 	x->n = x->isum = x->dups = 0;
@@ -287,16 +305,17 @@ static int scan_index(struct kv_manifest *m, const char *table, struct idx *x)
 		 x->cols, table, x->name, x->cols);
 	if ((rc = prepare(m, sql, &st)))
 		return rc;
-	for (int i = 0; i < x->ncol; i++)
+	for (int i = 0; i <= x->ncol; i++)
 		col[i] = i;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		row_values(st, col, x->ncol + 1, cv);   /* the key, then the rowid */
 		x->n++;
-		x->isum += entry_hash(st, col, x->ncol, sqlite3_column_int64(st, x->ncol));
+		x->isum += entry_hash(cv, x->ncol, sqlite3_value_int64(cv[x->ncol]));
 		if (!x->unique)
 			continue;
-		if (same_key(st, prev, x->ncol))
+		if (same_key(cv, prev, x->ncol))
 			x->dups++;
-		if ((rc = keep_key(st, prev, x->ncol)))
+		if ((rc = keep_key(cv, prev, x->ncol)))
 			goto out;
 	}
 	rc = rc == SQLITE_DONE ? 0 : mf_db_fail(m->db, m->path, rc, "scanning index %s", x->name);
@@ -403,10 +422,12 @@ struct check_table *mf_sums_bind(struct kv_check_sums *s, const char *table,
 void mf_sums_row(struct check_table *ct, sqlite3_stmt *st)
 {
 	int64_t rowid = sqlite3_column_int64(st, 0);
+	sqlite3_value *cv[IDX_COLS];
 
 	for (int i = 0; i < ct->nix; i++) {
+		row_values(st, ct->row_col[i], ct->ix[i].ncol, cv);
 		ct->ix[i].rows++;
-		ct->ix[i].sum += entry_hash(st, ct->row_col[i], ct->ix[i].ncol, rowid);
+		ct->ix[i].sum += entry_hash(cv, ct->ix[i].ncol, rowid);
 	}
 }
 
