@@ -15,7 +15,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <xxhash.h>
 
@@ -24,7 +23,7 @@
 
 /* ---- hashing and lookup ---- */
 
-static uint64_t node_ino_hash(const void *e)
+uint64_t idx_node_ino_hash(const void *e)
 {
 	return htab_mix64(((const struct node *)e)->ino);
 }
@@ -34,7 +33,7 @@ static uint32_t name_hash(uint64_t parent, const char *name, size_t len);
 /* Computed again where the table needs it (growth, removal), not kept in
  * the node: 4 bytes less per page, and a node is in the table only while
  * it has a parent. */
-static uint64_t node_name_hash(const void *e)
+uint64_t idx_node_name_hash(const void *e)
 {
 	const struct node *n = e;
 	char name[KV_NAME_MAX + 1];
@@ -163,7 +162,7 @@ static void snapshot(const struct kv_index *x, const struct node *n,
 		o->geo = *n->u.d->geo;
 }
 
-static void dir_data_free(struct node *n)
+void idx_dir_data_free(struct node *n)
 {
 	if (is_dir(n) && n->u.d) {
 		free(n->u.d->geo);
@@ -171,9 +170,9 @@ static void dir_data_free(struct node *n)
 	}
 }
 
-static void node_free(struct kv_index *x, struct node *n)
+void idx_node_free(struct kv_index *x, struct node *n)
 {
-	dir_data_free(n);
+	idx_dir_data_free(n);
 	slab_free(&x->slab, n, idx_node_bytes(idx_node_name_stored(n)));
 }
 
@@ -202,7 +201,7 @@ static struct node *node_new(struct kv_index *x, const struct kv_node_info *in, 
 			*n->u.d->geo = in->geo;
 	}
 	if (!n->u.d || (in->kind == KV_KIND_MODEL && !n->u.d->geo)) {
-		node_free(x, n);
+		idx_node_free(x, n);
 		return NULL;
 	}
 	n->u.d->layer = in->layer;
@@ -279,7 +278,7 @@ static void node_drop(struct kv_index *x, struct node *n)
 	htab_remove(&x->by_name, n);
 	child_unlink(x, n);
 	account(x, n, -1);
-	node_free(x, n);
+	idx_node_free(x, n);
 }
 
 /* Checks of kv_index_add that need no table lookups. */
@@ -347,126 +346,6 @@ int idx_add_locked(struct kv_index *x, const struct kv_node_info *in)
 }
 
 /* ---- public: lifetime ---- */
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int make_root(struct kv_index *x)
-{
-	struct node *r = slab_alloc(&x->slab, idx_node_bytes(1));
-
-	if (!r)
-		return -ENOMEM;
-	memset(r, 0, idx_node_bytes(1));
-	r->prev = r->next = IDX_NIL;
-	r->kind = KV_KIND_ROOT;
-	r->u.d = calloc(1, sizeof(*r->u.d));
-	if (!r->u.d) {
-		node_free(x, r);
-		return -ENOMEM;
-	}
-	r->ino = KV_ROOT_INO;
-	r->kind = KV_KIND_ROOT;
-	r->mode = 0755;
-	r->ctime_ns = r->mtime_ns = r->atime_ns = now_ns();
-	if (htab_insert(&x->by_ino, r) < 0) {
-		node_free(x, r);
-		return -ENOMEM;
-	}
-	x->root = r;
-	return 0;
-}
-
-static int init_lock(pthread_rwlock_t *lock)
-{
-	pthread_rwlockattr_t a;
-	int rc;
-
-	/* Lookups come from many FUSE threads at once; glibc's default (reader
-	 * preference) would let them starve the committer and unlink forever. */
-	if ((rc = pthread_rwlockattr_init(&a)))
-		return -rc;
-	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	rc = pthread_rwlock_init(lock, &a);
-	pthread_rwlockattr_destroy(&a);
-	return -rc;
-}
-
-int kv_index_new(struct kv_index **out)
-{
-	struct kv_index *x = calloc(1, sizeof(*x));
-	int rc = -ENOMEM;
-
-	*out = NULL;
-	if (!x)
-		return -ENOMEM;
-	rc = slab_init(&x->slab);
-	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "index: cannot reserve %llu GiB of address space for "
-		       "its records: %s", (unsigned long long)(SLAB_SPAN >> 30),
-		       kv_strerror(rc));
-		free(x);
-		return rc;
-	}
-	rc = -ENOMEM;
-	/* every element of the tables comes from the slab (htab.h) */
-	if (htab_init(&x->by_ino, node_ino_hash, x->slab.base) ||
-	    htab_init(&x->by_name, node_name_hash, x->slab.base) ||
-	    (rc = idx_extents_init(x)) < 0)
-		goto fail_tables;
-	rc = make_root(x);
-	if (rc < 0)
-		goto fail_tables;
-	rc = init_lock(&x->lock);
-	if (rc < 0)
-		goto fail_root;
-	pthread_mutex_init(&x->touched_lock, NULL);
-	x->touched_max = IDX_TOUCHED_MAX;
-	x->next_ino = KV_ROOT_INO + 1;
-	x->next_ext = 1;
-	*out = x;
-	return 0;
-fail_root:
-	node_free(x, x->root);
-fail_tables:
-	htab_fini(&x->by_ino);
-	htab_fini(&x->by_name);
-	idx_extents_fini(x);
-	slab_fini(&x->slab);
-	free(x);
-	return rc;
-}
-
-void kv_index_free(struct kv_index *x)
-{
-	struct node *model, *layer;
-
-	if (!x)
-		return;
-	idx_loader_free(x->loader);
-	/* Only directories own memory outside the slab, and they are all in
-	 * the tree: no pass over every page. */
-	for (model = x->root->u.d->first; model; model = idx_next(x, model)) {
-		for (layer = model->u.d->first; layer; layer = idx_next(x, layer))
-			dir_data_free(layer);
-		dir_data_free(model);
-	}
-	dir_data_free(x->root);
-	slab_fini(&x->slab);
-	htab_fini(&x->by_ino);
-	htab_fini(&x->by_name);
-	idx_extents_fini(x);
-	pthread_rwlock_destroy(&x->lock);
-	pthread_mutex_destroy(&x->touched_lock);
-	free(x->touched);
-	free(x->retired);
-	free(x);
-}
 
 uint64_t kv_index_next_ino(struct kv_index *x)
 {
@@ -741,7 +620,7 @@ static int move_locked(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 	if (rc < 0 || mv.old == mv.n)
 		return rc;
 	/* Another length, another allocation: a node's slab size always
-	 * follows from its name (node_free). */
+	 * follows from its name (idx_node_free). */
 	stored = idx_name_stored(name, mv.len);
 	if (stored != idx_node_name_stored(mv.n)) {
 		nn = slab_alloc(&x->slab, idx_node_bytes(stored));

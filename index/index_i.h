@@ -330,6 +330,12 @@ void idx_deferred_loading_locked(struct kv_index *x, struct node *n, uint64_t *r
 				 uint64_t *bytes);
 void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
 			      uint64_t bytes);
+/* The tables' hash functions, and a node's memory given back (index.c;
+ * lifetime.c makes and frees the index with them). */
+uint64_t idx_node_ino_hash(const void *e);
+uint64_t idx_node_name_hash(const void *e);
+void idx_dir_data_free(struct node *n);
+void idx_node_free(struct kv_index *x, struct node *n);
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 
