@@ -79,10 +79,14 @@ static struct op *queue_tail(struct kvfs_commit *c)
 	return (struct op *)((char *)c->tail - offsetof(struct op, next));
 }
 
-/* Put o at the queue's tail (commit.lock held). */
-static void append_locked(struct kvfs_commit *c, struct op *o)
+/* Put o at the queue's tail (commit.lock held). Its layer stays in RAM
+ * until o is committed (index/unload.c): a layer reloaded from rows that
+ * lack a change would lose it. */
+static void append_locked(struct kvfs *fs, struct kvfs_commit *c, struct op *o)
 {
 	o->seq = c->next_seq++;
+	if (fs->idx)
+		kv_index_layer_queued(fs->idx, &o->node, o->seq);
 	o->with_next |= c->groups > 0;
 	*c->tail = o;
 	c->tail = &o->next;
@@ -96,7 +100,7 @@ static void enqueue(struct kvfs *fs, struct op *o)
 	struct kvfs_commit *c = fs->commit;
 
 	pthread_mutex_lock(&c->lock);
-	append_locked(c, o);
+	append_locked(fs, c, o);
 	if (kvfs_commit_batch_due(fs, c))
 		pthread_cond_signal(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
@@ -235,7 +239,7 @@ int kvfs_commit_new_page(struct kvfs *fs, const struct kv_node_info *n,
 	/* Seq and queue position are taken before the write can complete, so
 	 * the committer always finds the op it must wait for. */
 	pthread_mutex_lock(&c->lock);
-	append_locked(c, o);
+	append_locked(fs, c, o);
 	pthread_mutex_unlock(&c->lock);
 	rc = kv_store_io_async(fs->store, &o->io, 1, on_written_op, o);
 	if (rc < 0) {

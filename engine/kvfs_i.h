@@ -18,13 +18,19 @@
  *                  hands it (taken inside ns_lock when queuing).
  *   index loader   (index/load.c) one reader of the background load's
  *                  manifest connection: the walk, or a layer a lookup
- *                  wants first; taken inside kv_index_lookup/readdir and
- *                  kv_index_layer_load before the rwlock, which it takes
- *                  per chunk of rows. The layer of a new page, of a page
- *                  removed or moved, and a layer removed, are loaded
+ *                  wants first, or a layer going back to the manifest
+ *                  (index/unload.c); taken inside kv_index_lookup/readdir
+ *                  and kv_index_layer_load before the rwlock, which it
+ *                  takes per chunk of rows. The layer of a new page, of a
+ *                  page removed or moved, and a layer removed, are loaded
  *                  before ns_lock is taken (it is I/O); kv_index_add,
- *                  _remove and _move refuse a layer not loaded (EAGAIN)
- *                  rather than load it under the caller's locks.
+ *                  _remove, _move and _update load it themselves only if
+ *                  it went back to the manifest in between, which takes
+ *                  it being unused for seconds (then under ns_lock). The
+ *                  unloader (engine/unload.c) takes ns_lock, then
+ *                  commit.lock (kvfs_commit_mark), then the rwlock to mark
+ *                  a layer gone, and the index loader without ns_lock to
+ *                  take its pages out.
  *   index rwlock   inside kv_index_*; lookups take only this.
  *   index touched  (index/listing.c) the list of pages reads set an access
  *                  time on; taken inside the rwlock (a read lock) or alone.
@@ -780,6 +786,12 @@ int kvfs_changes_damaged(struct kvfs *fs);
 /* engine/open.c: rebuild the allocator from the index's extents and give
  * back what no row names (reclaim); once per open, with the index whole. */
 int kvfs_recover_space(struct kvfs *fs);
+
+/* engine/unload.c: with a page budget (-o index_pages), on the loader's
+ * thread once the load is over and until the unmount: layers unused for a
+ * few seconds go back to the manifest while more pages than the budget
+ * are in RAM (index/unload.c). */
+void kvfs_unload_loop(struct kvfs *fs);
 
 /* engine/fault.c: user.kvfs.fault on the root (-o fault_injection only).
  * set: arm the store's or the manifest's fault seam from a spec (-EPERM

@@ -79,6 +79,16 @@ static void pause_ms(struct kvfs *fs, unsigned ms)
 	}
 }
 
+bool kvfs_load_stopping(struct kvfs *fs)
+{
+	return stopping(fs);
+}
+
+void kvfs_load_pause_ms(struct kvfs *fs, unsigned ms)
+{
+	pause_ms(fs, ms);
+}
+
 static void finish(struct kvfs *fs, int rc)
 {
 	atomic_store(&fs->load.ms, (uint64_t)((mono_s() - fs->load.t0) * 1000));
@@ -164,16 +174,19 @@ static void *load_main(void *arg)
 			fs->load.damaged(fs, rc);
 	}
 	finish(fs, rc);
+	if (rc == 0 && fs->load.after)
+		fs->load.after(fs);
 	return NULL;
 }
 
 int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
-		    void (*damaged)(struct kvfs *fs, int err))
+		    void (*damaged)(struct kvfs *fs, int err), void (*after)(struct kvfs *fs))
 {
 	int rc;
 
 	fs->load.ready = ready;
 	fs->load.damaged = damaged;
+	fs->load.after = after;
 	pthread_mutex_init(&fs->load.lock, NULL);
 	fs->load.inited = true;
 	fs->load.t0 = mono_s();

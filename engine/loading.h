@@ -28,6 +28,7 @@ struct kvfs_load {
 	_Atomic int err;                  /* 0, or why changes are refused */
 	int (*ready)(struct kvfs *fs);    /* kvfs_load_start's callbacks */
 	void (*damaged)(struct kvfs *fs, int err);
+	void (*after)(struct kvfs *fs);
 	double t0;                        /* when it began (CLOCK_MONOTONIC s) */
 	_Atomic uint64_t ms;              /* how long it took, once done */
 };
@@ -36,12 +37,16 @@ struct kvfs_load {
  * start: after the committer and evictor exist; once every row is in,
  * ready() runs on the loader's thread before changes are let through, and
  * damaged() is told of a damaged manifest (callbacks: loading.c sits below
- * the files that start it and those it reports to); stop: first thing at close;
+ * the files that start it and those it reports to); after() (may be NULL)
+ * runs on it once the load succeeded, until kvfs_load_stopping (it waits
+ * with kvfs_load_pause_ms, which returns early then); stop: first thing at close;
  * free: after the index is freed. Nothing waits for the load: every change
  * goes ahead meanwhile (see loading.c). kvfs_loading: the walk is still
  * going (stats). */
 int kvfs_load_start(struct kvfs *fs, int (*ready)(struct kvfs *fs),
-		    void (*damaged)(struct kvfs *fs, int err));
+		    void (*damaged)(struct kvfs *fs, int err), void (*after)(struct kvfs *fs));
+bool kvfs_load_stopping(struct kvfs *fs);
+void kvfs_load_pause_ms(struct kvfs *fs, unsigned ms);
 void kvfs_load_stop(struct kvfs *fs);
 void kvfs_load_free(struct kvfs *fs);
 bool kvfs_loading(struct kvfs *fs);

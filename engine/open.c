@@ -559,7 +559,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc == 0 && !fs->opts.offline)
 		rc = kvfs_prefetch_start(fs);
 	if (rc == 0 && background)
-		rc = kvfs_load_start(fs, kvfs_recover_space, kvfs_manifest_damaged);
+		rc = kvfs_load_start(fs, kvfs_recover_space, kvfs_manifest_damaged,
+				     fs->opts.index_pages ? kvfs_unload_loop : NULL);
 	if (rc < 0)
 		goto fail;
 	*out = fs;

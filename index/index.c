@@ -212,8 +212,10 @@ static void child_link(struct kv_index *x, struct node *dir, struct node *n)
 {
 	struct dir_data *d = dir->u.d;
 
-	if (n->kind == KV_KIND_PAGE)
+	if (n->kind == KV_KIND_PAGE) {
 		idx_trim_note(x, n->u.p.extent_id);
+		d->writing += n->state == KV_PAGE_WRITING;
+	}
 	n->parent = dir;
 	n->next = IDX_NIL;
 	n->prev = idx_link(x, d->last);
@@ -240,6 +242,8 @@ static void child_unlink(struct kv_index *x, struct node *n)
 		d->last = prev;
 	n->prev = n->next = IDX_NIL;
 	d->nchildren--;
+	if (n->kind == KV_KIND_PAGE)
+		d->writing -= n->state == KV_PAGE_WRITING;
 }
 
 static void account(struct kv_index *x, const struct node *n, int sign)
@@ -278,6 +282,19 @@ static void node_drop(struct kv_index *x, struct node *n)
 	htab_remove(&x->by_name, n);
 	child_unlink(x, n);
 	account(x, n, -1);
+	idx_node_free(x, n);
+}
+
+void idx_node_unload_locked(struct kv_index *x, struct node *n)
+{
+	struct dir_data *d = n->parent->u.d;
+
+	d->rows++;
+	d->row_bytes += n->u.p.size;
+	x->st.pages_unloaded++;
+	htab_remove(&x->by_ino, n);
+	htab_remove(&x->by_name, n);
+	child_unlink(x, n);
 	idx_node_free(x, n);
 }
 
@@ -361,29 +378,39 @@ uint64_t kv_index_next_ino(struct kv_index *x)
 
 int kv_index_add(struct kv_index *x, const struct kv_node_info *n)
 {
-	int rc;
+	int rc, tries = 0;
 
-	pthread_rwlock_wrlock(&x->lock);
-	rc = n->kind == KV_KIND_PAGE ? idx_layer_unloaded_locked(x, n->parent, n->name) : 0;
-	if (rc == 0)
-		rc = idx_add_locked(x, n);
-	pthread_rwlock_unlock(&x->lock);
+	do {
+		pthread_rwlock_wrlock(&x->lock);
+		rc = n->kind == KV_KIND_PAGE ? idx_layer_unloaded_locked(x, n->parent) : 0;
+		if (rc == 0)
+			rc = idx_add_locked(x, n);
+		pthread_rwlock_unlock(&x->lock);
+	} while (rc == -EAGAIN && (rc = idx_change_retry(x, rc, 0, n->parent, &tries)) == 0);
 	return rc;
 }
 
+/* A page not in RAM may be in a layer that went back to the manifest
+ * (unload.c): the kernel still holds its inode. */
 int kv_index_get(struct kv_index *x, uint64_t ino, struct kv_node_info *out)
 {
 	struct node *n;
-	int rc = -ENOENT;
+	int rc;
 
-	pthread_rwlock_rdlock(&x->lock);
-	n = ino_find(x, ino);
-	if (n) {
-		snapshot(x, n, out);
-		rc = 0;
+	for (int tries = 0;; tries++) {
+		pthread_rwlock_rdlock(&x->lock);
+		n = ino_find(x, ino);
+		if (n) {
+			if (n->kind == KV_KIND_PAGE)
+				idx_layer_used(x, n->parent);
+			snapshot(x, n, out);
+		}
+		pthread_rwlock_unlock(&x->lock);
+		if (n)
+			return 0;
+		if (tries || (rc = idx_reload_by_ino(x, ino)) <= 0)
+			return tries ? -ENOENT : rc < 0 ? rc : -ENOENT;
 	}
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
 }
 
 int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
@@ -391,23 +418,37 @@ int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
 {
 	size_t len = strnlen(name, KV_NAME_MAX + 1);
 	uint32_t h;
-	struct node *n;
-	int rc = -ENOENT;
+	struct node *n, *p;
+	int rc;
 
 	if (len > KV_NAME_MAX)
 		return -ENAMETOOLONG;
-	if ((rc = idx_layer_ready(x, parent)) < 0)
-		return rc;
-	rc = -ENOENT;
 	h = name_hash(parent, name, len);
-	pthread_rwlock_rdlock(&x->lock);
-	n = name_find(x, parent, name, len, h);
-	if (n) {
-		snapshot(x, n, out);
-		rc = 0;
+	/* Loaded, then looked up under the lock: a layer may go back to the
+	 * manifest in between (unload.c), and a name missing from a layer
+	 * not loaded is no answer. */
+	for (int tries = 0;; tries++) {
+		bool again = false;
+
+		if ((rc = idx_layer_ready(x, parent)) < 0)
+			return rc;
+		if (x->ready_gap)
+			x->ready_gap(x->ready_gap_arg, parent);
+		pthread_rwlock_rdlock(&x->lock);
+		n = name_find(x, parent, name, len, h);
+		if (n) {
+			idx_layer_used(x, n->parent);
+			snapshot(x, n, out);
+		} else if ((p = ino_find(x, parent)) && p->kind == KV_KIND_LAYER) {
+			idx_layer_used(x, p);
+			again = p->u.d->unloaded;
+		}
+		pthread_rwlock_unlock(&x->lock);
+		if (!again)
+			return n ? 0 : -ENOENT;
+		if (tries == 2)
+			return -EAGAIN;     /* it keeps going back: never a wrong ENOENT */
 	}
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
 }
 
 #define KV_UPD_ALL (KV_UPD_ATTR | KV_UPD_SIZE | KV_UPD_STATE | KV_UPD_DATA | \
@@ -471,8 +512,11 @@ static void update_apply(struct kv_index *x, struct node *n,
 		x->st.page_bytes += in->size - n->u.p.size;
 		n->u.p.size = in->size;
 	}
-	if (f & KV_UPD_STATE)
+	if (f & KV_UPD_STATE) {
+		n->parent->u.d->writing += (uint64_t)(in->state == KV_PAGE_WRITING) -
+					   (n->state == KV_PAGE_WRITING);
 		n->state = (uint8_t)in->state;
+	}
 	if (f & KV_UPD_DATA) {
 		n->u.p.extent_id = in->extent_id;
 		idx_trim_note(x, in->extent_id);
@@ -485,18 +529,25 @@ int kv_index_update(struct kv_index *x, uint64_t ino,
 		    const struct kv_node_info *in, unsigned fields)
 {
 	struct node *n;
-	int rc;
+	int rc, tries = 0;
 
 	if (fields & ~(unsigned)KV_UPD_ALL)
 		return -EINVAL;
 	if (fields == KV_UPD_ATIME)
 		return touch_atime(x, ino, in->attr.atime_ns);
-	pthread_rwlock_wrlock(&x->lock);
-	n = ino_find(x, ino);
-	rc = n ? update_ok(x, n, in, fields) : -ENOENT;
-	if (rc == 0)
-		update_apply(x, n, in, fields);
-	pthread_rwlock_unlock(&x->lock);
+	/* A page's row changes: the layer reloaded before that change is
+	 * committed would bring the row back as it was. */
+	do {
+		pthread_rwlock_wrlock(&x->lock);
+		n = ino_find(x, ino);
+		rc = n ? update_ok(x, n, in, fields) : -ENOENT;
+		if (rc == 0 && n->kind == KV_KIND_PAGE && idx_node_unloaded_locked(x, n))
+			rc = -EAGAIN;
+		if (rc == 0)
+			update_apply(x, n, in, fields);
+		pthread_rwlock_unlock(&x->lock);
+	} while ((rc == -EAGAIN || rc == -ENOENT) &&
+		 (rc = idx_change_retry(x, rc, ino, 0, &tries)) == 0);
 	return rc;
 }
 
@@ -508,6 +559,7 @@ int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id)
 	pthread_rwlock_wrlock(&x->lock);
 	n = ino_find(x, ino);
 	if (n && n->kind == KV_KIND_PAGE && n->u.p.extent_id == extent_id) {
+		n->parent->u.d->writing -= n->state == KV_PAGE_WRITING;
 		n->state = KV_PAGE_DURABLE;
 		rc = 0;
 	}
@@ -518,15 +570,19 @@ int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id)
 int kv_index_remove(struct kv_index *x, uint64_t ino)
 {
 	struct node *n;
-	int rc = -ENOENT;
+	int rc, tries = 0;
 
-	pthread_rwlock_wrlock(&x->lock);
-	n = ino_find(x, ino);
-	if (n == x->root)
-		rc = -EBUSY;
-	else if (n && (rc = idx_removable_locked(x, n)) == 0)
-		node_drop(x, n);
-	pthread_rwlock_unlock(&x->lock);
+	do {
+		rc = -ENOENT;
+		pthread_rwlock_wrlock(&x->lock);
+		n = ino_find(x, ino);
+		if (n == x->root)
+			rc = -EBUSY;
+		else if (n && (rc = idx_removable_locked(x, n)) == 0)
+			node_drop(x, n);
+		pthread_rwlock_unlock(&x->lock);
+	} while ((rc == -EAGAIN || rc == -ENOENT) &&
+		 (rc = idx_change_retry(x, rc, ino, 0, &tries)) == 0);
 	return rc;
 }
 
@@ -649,13 +705,16 @@ int kv_index_move(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 		  const char *new_name, int replace, uint64_t *replaced)
 {
 	uint64_t dummy, *out = replaced ? replaced : &dummy;
-	int rc;
+	int rc, tries = 0;
 
-	*out = 0;
-	pthread_rwlock_wrlock(&x->lock);
-	rc = idx_layer_unloaded_locked(x, new_parent, new_name);   /* only pages go there */
-	if (rc == 0)
-		rc = move_locked(x, ino, new_parent, new_name, replace, out);
-	pthread_rwlock_unlock(&x->lock);
+	do {
+		*out = 0;
+		pthread_rwlock_wrlock(&x->lock);
+		rc = idx_layer_unloaded_locked(x, new_parent);   /* only pages go there */
+		if (rc == 0)
+			rc = move_locked(x, ino, new_parent, new_name, replace, out);
+		pthread_rwlock_unlock(&x->lock);
+	} while ((rc == -EAGAIN || rc == -ENOENT) &&
+		 (rc = idx_change_retry(x, rc, ino, new_parent, &tries)) == 0);
 	return rc;
 }

@@ -84,14 +84,20 @@ uint64_t kv_index_next_extent_id(struct kv_index *x);
  * -EINVAL for an empty name, ".", "..", one with '/', a layer whose name does
  * not spell n->layer, ino 0 or kind KV_KIND_ROOT; -ENOENT too for a page
  * naming an extent (extent_id, not 0) the table lacks: put it first. A
- * page's ext and hash are ignored (they are its extent's). -EAGAIN for a
- * page into a layer the background load has not loaded yet: the name may
- * be taken in the manifest (kv_index_layer_load it first).
+ * page's ext and hash are ignored (they are its extent's). A page into a
+ * layer whose pages are not all in RAM (the background load has not loaded
+ * it, or it went back to the manifest) loads that layer first, since the
+ * name may be taken there: the caller should kv_index_layer_load it before
+ * taking its own locks (it is I/O), and this loads it only if it went back
+ * in between; -EAGAIN if it kept going back, or the load's error.
  */
 int kv_index_add(struct kv_index *x, const struct kv_node_info *n);
 
 /* Snapshot of a node by inode / by (parent, name). -ENOENT if absent,
- * -ENAMETOOLONG for a name over KV_NAME_MAX. The root's name is "". */
+ * -ENAMETOOLONG for a name over KV_NAME_MAX. The root's name is "". A
+ * page not in RAM is looked for in its layer (loaded first; by inode, the
+ * manifest names the layer once the load is over): -EAGAIN if the layer
+ * kept going back to the manifest, or the load's error. */
 int kv_index_get(struct kv_index *x, uint64_t ino, struct kv_node_info *out);
 int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
 		    struct kv_node_info *out);
@@ -110,7 +116,9 @@ enum {
  * name an extent in the table, else -ENOENT). -ENOENT if absent, -EISDIR
  * for SIZE/STATE/DATA on a directory, -EINVAL for GEO on anything but a
  * model or for unknown bits; nothing is changed on error. KV_UPD_ATIME alone
- * takes only the read lock (cheap enough for every read).
+ * takes only the read lock (cheap enough for every read). Anything else on
+ * a page whose layer went back to the manifest loads the layer first (as
+ * kv_index_add): a change made to a page leaving RAM would be lost.
  */
 int kv_index_update(struct kv_index *x, uint64_t ino,
 		    const struct kv_node_info *n, unsigned fields);
@@ -124,10 +132,11 @@ int kv_index_update(struct kv_index *x, uint64_t ino,
 int kv_index_page_durable(struct kv_index *x, uint64_t ino, uint64_t extent_id);
 
 /*
- * Remove a node. -ENOTEMPTY for a directory with children, -EBUSY for the
- * root, -EAGAIN for a layer whose pages the background load has not loaded
- * yet, or a page in one (kv_index_layer_load it first). A page's extent
- * refcount is the caller's to drop (kv_index_extent_ref).
+ * Remove a node. -ENOTEMPTY for a directory with children (in RAM or
+ * still in the manifest), -EBUSY for the root. A page in a layer not all
+ * in RAM loads it first (as kv_index_add), since the layer's load would
+ * bring the page back. A page's extent refcount is the caller's to drop
+ * (kv_index_extent_ref).
  */
 int kv_index_remove(struct kv_index *x, uint64_t ino);
 
@@ -143,7 +152,8 @@ int kv_index_remove(struct kv_index *x, uint64_t ino);
  * -ENOTDIR if new_parent is a page, -EINVAL if it is a directory of the
  * wrong level; -EBUSY for the root. A moved layer takes the number its new
  * name spells (-EINVAL if none, -EEXIST if the model has it already).
- * -EAGAIN (as kv_index_add) into a layer the background load has not read.
+ * Out of or into a layer not all in RAM: it is loaded first (as
+ * kv_index_add).
  */
 int kv_index_move(struct kv_index *x, uint64_t ino, uint64_t new_parent,
 		  const char *new_name, int replace, uint64_t *replaced);
@@ -275,9 +285,11 @@ int kv_index_load(struct kv_index *x, struct kv_manifest *m);
  * Until kv_index_load_step has returned 0, the refcount check at the end
  * counts the pages the walk finds: new pages share no extent the manifest
  * held (kv_index_extent_candidates), and a page removed or moved must be in
- * a layer loaded whole (kv_index_remove, kv_index_move: -EAGAIN otherwise).
- * A page reached by inode alone (kv_index_get) is found once its layer is
- * loaded; inodes come from lookups and listings, which load it.
+ * a layer loaded whole (kv_index_remove, kv_index_move load it first).
+ * A page reached by inode alone (kv_index_get) is found once the walk is
+ * over through the manifest, which names its layer (a layer that went
+ * back to the manifest: index/unload.c); during the walk, inodes come from
+ * lookups and listings, which load their layer.
  */
 struct kv_index_loader;
 /* Whether ino's pages are all in the index: false only for a layer still
@@ -314,6 +326,37 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped);
 /* A layer the budget left in the manifest, the least recently changed
  * (for an eviction that found too little in RAM): 1 and *ino, or 0. */
 int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino);
+/*
+ * Layers back to the manifest, so that the page budget bounds the pages
+ * in RAM after the load too (index/unload.c): a layer whose pages are all
+ * committed, none being written, and unused for `idle` ticks of the
+ * caller's clock goes whole, and its next use loads it again, as one the
+ * walk left there. Changes keep working meanwhile: a lookup, listing or
+ * change in a layer gone back loads it first, and a page asked for by
+ * inode alone is found through the manifest. Its extents' records stay
+ * until kv_index_extents_trim.
+ *
+ * kv_index_layer_queued: the caller queued a manifest change for node n
+ * (its layer: a page's parent, or a layer itself) as number seq of its
+ * commit order, under the lock it makes and queues its changes under.
+ * kv_index_unload_tick moves the clock on by one. kv_index_unload_pick:
+ * 1 and *ino, the least recently used layer that may go (as below), when
+ * more pages are in RAM than the budget; else 0. kv_index_unload_begin marks layer
+ * ino not loaded, if it may go and every change queued for it is in
+ * committed (the caller's seq up to which all is committed): 0, -EBUSY
+ * (not now) or -ENOENT. Call holding the caller's lock for changes (no
+ * change half made), then kv_index_unload_finish without it: the pages
+ * leave RAM a step at a time, *pages of them (a page whose access time is
+ * to be saved stays). 0, or -ESHUTDOWN after kv_index_load_close (the
+ * layer stays).
+ */
+void kv_index_layer_queued(struct kv_index *x, const struct kv_node_info *n, uint64_t seq);
+void kv_index_unload_tick(struct kv_index *x);
+int kv_index_unload_pick(struct kv_index *x, unsigned idle, uint64_t committed,
+			 uint64_t *ino);
+int kv_index_unload_begin(struct kv_index *x, uint64_t ino, uint64_t committed,
+			  unsigned idle);
+int kv_index_unload_finish(struct kv_index *x, uint64_t ino, uint64_t *pages);
 /* One chunk: 1 while rows remain, 0 once every row is in and every
  * refcount agrees, KV_ERR_CORRUPT (logged, naming the row) or -errno. */
 int kv_index_load_step(struct kv_index_loader *l);

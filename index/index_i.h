@@ -38,6 +38,13 @@ struct dir_data {
 	/* Layers: rows the walk passed while the layer stays in the
 	 * manifest, counted in the index's stats as pages (residency.c). */
 	uint64_t rows, row_bytes;
+	/* Layers (unload.c): children being written (KV_PAGE_WRITING: no
+	 * row yet; write lock); the caller's seq of the last manifest change
+	 * queued for the layer or its pages (kv_index_layer_queued) and the
+	 * unload clock's tick when it was last used (both __atomic). */
+	uint64_t writing;
+	uint64_t queued_seq;
+	uint64_t used;
 };
 
 /*
@@ -172,8 +179,15 @@ struct kv_index {
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
 	/* Most pages the background walk brings into RAM (0: all); the
-	 * layers beyond it stay in the manifest until used (residency.c). */
+	 * layers beyond it stay in the manifest until used (residency.c),
+	 * and layers unused go back to it when more are in RAM (unload.c). */
 	uint64_t page_budget;
+	/* The unload clock: kv_index_unload_tick moves it on (__atomic). */
+	uint64_t use_tick;
+	/* Tests only: called by a lookup, listing or get between making its
+	 * layer ready and taking the lock (where a layer may go back). */
+	void (*ready_gap)(void *arg, uint64_t layer);
+	void *ready_gap_arg;
 	/* kv_index_extents_trim ran: an extent missing from ext_by_id may be
 	 * a deferred layer's, to be read from the manifest (load.c). */
 	bool extents_trimmed;
@@ -262,10 +276,11 @@ struct node *idx_node(const struct kv_index *x, uint64_t ino);
  * lookup or listing in it); 0 at once if they are, or if ino is no layer.
  * Call without the lock. load.c. */
 int idx_layer_ready(struct kv_index *x, uint64_t ino);
-/* -EAGAIN (logged) if parent is a layer whose pages the background load
- * has not read yet, so that page name may be taken by a row not reached;
- * 0 otherwise (write lock held). load.c. */
-int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent, const char *name);
+/* -EAGAIN if parent is a layer whose pages are not all in RAM (the
+ * background load has not read them yet, or they went back to the
+ * manifest), so that a page name may be taken by a row not in RAM; 0
+ * otherwise (write lock held). residency.c. */
+int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent);
 /* Whether n is a layer whose pages are not all loaded, or a page in one:
  * removing or moving it then is -EAGAIN (kv_index_layer_load its layer
  * first), since the layer's load would bring the page back from the
@@ -336,6 +351,31 @@ uint64_t idx_node_ino_hash(const void *e);
 uint64_t idx_node_name_hash(const void *e);
 void idx_dir_data_free(struct node *n);
 void idx_node_free(struct kv_index *x, struct node *n);
+/* Layer n (a layer node; pages name theirs as parent) was used now: the
+ * unload clock's tick into it, under the read lock (unload.c). Written
+ * only when it moved, so that lookups do not bounce its cache line. */
+static inline void idx_layer_used(struct kv_index *x, struct node *n)
+{
+	uint64_t t = __atomic_load_n(&x->use_tick, __ATOMIC_RELAXED);
+
+	if (n && n->kind == KV_KIND_LAYER && __atomic_load_n(&n->u.d->used, __ATOMIC_RELAXED) != t)
+		__atomic_store_n(&n->u.d->used, t, __ATOMIC_RELAXED);
+}
+/* Page n leaves RAM for its layer's rows (write lock; unload.c): counted
+ * as one of them, as a row the walk left in the manifest is. index.c. */
+void idx_node_unload_locked(struct kv_index *x, struct node *n);
+/* A change refused with rc (-EAGAIN: a layer it needs is not loaded;
+ * -ENOENT: node ino was not found) tries again: 0 once a layer it needs
+ * was loaded (that of node ino, or dir; or found for ino in the manifest),
+ * else rc or the load's error. Callers load layers before their own
+ * locks; this is for one that went back to the manifest in between, so
+ * *tries bounds it. Call without the lock. unload.c. */
+int idx_change_retry(struct kv_index *x, int rc, uint64_t ino, uint64_t dir, int *tries);
+/* Page ino is not in RAM: if its row names a layer that went back to
+ * the manifest, that layer is loaded. 1 if it was (look again), 0 if
+ * there is nothing to load, or the load's error. Call without the lock.
+ * unload.c. */
+int idx_reload_by_ino(struct kv_index *x, uint64_t ino);
 /* Add a node after validating it (kv_index_add without the lock). */
 int idx_add_locked(struct kv_index *x, const struct kv_node_info *in);
 

@@ -44,18 +44,32 @@ int kv_index_readdir(struct kv_index *x, uint64_t dir, struct kv_dirent **out,
 
 	*out = NULL;
 	*n = 0;
-	if ((rc = idx_layer_ready(x, dir)) < 0)
-		return rc;
-	pthread_rwlock_rdlock(&x->lock);
-	d = idx_node(x, dir);
-	if (!d)
-		rc = -ENOENT;
-	else if (d->kind == KV_KIND_PAGE)
-		rc = -ENOTDIR;
-	else if (d->u.d->nchildren && !(*out = dirents_copy(x, d, n)))
-		rc = -ENOMEM;
-	pthread_rwlock_unlock(&x->lock);
-	return rc;
+	/* Loaded, then listed under the lock: a layer may go back to the
+	 * manifest in between (unload.c). */
+	for (int tries = 0;; tries++) {
+		bool again = false;
+
+		if ((rc = idx_layer_ready(x, dir)) < 0)
+			return rc;
+		if (x->ready_gap)
+			x->ready_gap(x->ready_gap_arg, dir);
+		pthread_rwlock_rdlock(&x->lock);
+		d = idx_node(x, dir);
+		if (!d)
+			rc = -ENOENT;
+		else if (d->kind == KV_KIND_PAGE)
+			rc = -ENOTDIR;
+		else if (d->kind == KV_KIND_LAYER && d->u.d->unloaded) {
+			again = tries < 2;
+			rc = -EAGAIN;   /* it keeps going back: never a partial listing */
+		}
+		else if (d->u.d->nchildren && !(*out = dirents_copy(x, d, n)))
+			rc = -ENOMEM;
+		idx_layer_used(x, d);
+		pthread_rwlock_unlock(&x->lock);
+		if (!again)
+			return rc;
+	}
 }
 
 void kv_dirents_free(struct kv_dirent *d, size_t n)

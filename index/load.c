@@ -452,6 +452,7 @@ static int layer_state(struct kv_index *x, uint64_t ino)
 
 	pthread_rwlock_rdlock(&x->lock);
 	n = idx_node(x, ino);
+	idx_layer_used(x, n);      /* before it loads: not sent back meanwhile */
 	if (n && n->kind == KV_KIND_LAYER && n->u.d->unloaded)
 		rc = n->u.d->load_err ? n->u.d->load_err : 1;
 	pthread_rwlock_unlock(&x->lock);

@@ -335,6 +335,9 @@ int kv_manifest_layer_pages(struct kv_manifest *m,
 			    void *arg);
 /* The largest inode and extent id of any row (0 if none). */
 int kv_manifest_max_ids(struct kv_manifest *m, uint64_t *ino, uint64_t *extent);
+/* The layer of page ino's row: 0 and *layer_ino, -ENOENT if no row has
+ * it, or the database's error. */
+int kv_manifest_page_layer(struct kv_manifest *m, uint64_t ino, uint64_t *layer_ino);
 
 /*
  * PRAGMA integrity_check, meta, every row's values (as kv_manifest_load),

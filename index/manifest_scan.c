@@ -272,3 +272,30 @@ int kv_manifest_max_ids(struct kv_manifest *m, uint64_t *ino, uint64_t *extent)
 	*extent = e > 0 ? (uint64_t)e : 0;
 	return 0;
 }
+
+int kv_manifest_page_layer(struct kv_manifest *m, uint64_t ino, uint64_t *layer_ino)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	*layer_ino = 0;
+	if (ino > INT64_MAX)
+		return -ENOENT;
+	rc = sqlite3_prepare_v2(m->db, "SELECT layer_ino FROM pages WHERE ino = ?1", -1, &st,
+				NULL);
+	if (rc != SQLITE_OK)
+		return mf_db_fail(m->db, m->path, rc, "preparing a page's layer");
+	sqlite3_bind_int64(st, 1, (int64_t)ino);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
+	    sqlite3_column_int64(st, 0) > 0) {
+		*layer_ino = (uint64_t)sqlite3_column_int64(st, 0);
+		rc = 0;
+	} else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+		rc = -ENOENT;
+	} else {
+		rc = mf_db_fail(m->db, m->path, rc, "reading the layer of page %" PRIu64, ino);
+	}
+	sqlite3_finalize(st);
+	return rc;
+}

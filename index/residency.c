@@ -205,21 +205,16 @@ int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino)
 	return best != NULL;
 }
 
-int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent, const char *name)
+int idx_layer_unloaded_locked(struct kv_index *x, uint64_t parent)
 {
-	static struct kv_log_limit limit;
 	const struct node *l;
 
 	if (!atomic_load(&x->layers_unloaded))
 		return 0;
 	l = idx_node(x, parent);
-	if (!l || l->kind != KV_KIND_LAYER || !l->u.d->unloaded)
-		return 0;
-	/* The caller must kv_index_layer_load it first, holding no lock:
-	 * loading here would read the manifest under the caller's locks. */
-	KV_LOG_LIMITED(&limit, KV_LOG_ERR, "index: page '%s' into layer %" PRIu64
-		       " before its pages were loaded (EAGAIN)", name, parent);
-	return -EAGAIN;
+	/* Loading here would read the manifest under the index's lock: the
+	 * caller loads it without (idx_change_retry) and tries again. */
+	return l && l->kind == KV_KIND_LAYER && l->u.d->unloaded ? -EAGAIN : 0;
 }
 
 bool idx_node_unloaded_locked(const struct kv_index *x, const struct node *n)

@@ -287,11 +287,12 @@ static void noting_end(struct kv_index *x)
 }
 
 /* Whether a trim is due: only once the reclaim has marked every extent
- * (no retired one left), only if some layer stays out, only once. If so,
- * the noting begins (write lock held). */
+ * (no retired one left), only if some layer stays out, one at a time
+ * (after the load, and after layers went back to the manifest: unload.c).
+ * If so, the noting begins (write lock held). */
 static bool trim_begin(struct kv_index *x, size_t *pages)
 {
-	if (x->extents_trimmed || x->trim_noting || x->nretired || x->retire_below ||
+	if (x->trim_noting || x->nretired || x->retire_below ||
 	    !atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed))
 		return false;
 	x->trim_noting = true;

@@ -7,8 +7,16 @@
 # rename and rmdir, statfs's inode count, the stats' page count; their
 # extents' records leave RAM after the load and come back with them; a
 # full store evicts their pages too (the evictor loads the coldest), and
-# so does kvfs gc.
+# so does kvfs gc. After the load, layers unused for a few seconds go back
+# to the manifest while more pages than N are in RAM (index/unload.c),
+# and come back as the ones the load left there: inodes the kernel holds
+# still answer, and changes to them are kept.
 . "$(dirname "$0")/lib.sh"
+
+# The unloader polls every second, and a layer goes after five polls
+# unused: the sections below check what the load leaves, so none goes
+# back while they run (the last section sets a short poll).
+export KVFS_TEST_UNLOAD_POLL_MS=60000
 
 stat_of() {
 	python3 -c 'import json, sys; d = json.load(open(sys.argv[1] + "/.kvfs/stats")); print(d[sys.argv[2]][sys.argv[3]])' "$MNT" "$1" "$2"
@@ -101,6 +109,58 @@ sleep 1.2
 [ "$(stat_of namespace layers_unloaded)" = 0 ] || fail "gc did not reach the layers left in the manifest"
 [ "$(stat_of ssd pages)" = 0 ] || fail "gc left $(stat_of ssd pages) pages not read for 1 s"
 no_errors_in_log
+umount_kvfs
+
+# Layers go back to the manifest after the load: five polls of 100 ms
+# unused, while more than 40 pages are in RAM.
+in_ram() { echo $(( $(stat_of namespace pages) - $(stat_of namespace pages_unloaded) )); }
+wait_unloaded() {   # until at least $1 layers are out of RAM
+	for _ in $(seq 100); do
+		[ "$(stat_of namespace layers_unloaded)" -ge "$1" ] && return 0
+		sleep 0.1
+	done
+	fail "$(stat_of namespace layers_unloaded) layers went back, want $1; $(in_ram) pages in RAM"
+}
+export KVFS_TEST_UNLOAD_POLL_MS=100
+mount_kvfs -o index_pages=40
+wait_loaded
+for l in 05 06 07 08; do
+	mkdir "$MNT/m/$l" && $PAGETOOL write "$MNT/m/$l" "u$l-" 30 16384 --fsync ||
+		fail "writing layer $l"
+done
+exec 3< "$MNT/m/05/u05-000001"      # the kernel holds its inode
+wait_unloaded 3
+[ "$(in_ram)" -le 40 ] || fail "$(in_ram) pages in RAM, budget 40"
+[ "$(stat_of ssd pages)" = 120 ] || fail "ssd.pages $(stat_of ssd pages), want 120"
+grep -q "layer(s) unused for 0.5 s went back to the manifest" "$LOG" ||
+	fail "the log does not say what went back: $(grep 'went back' "$LOG")"
+# The inode the kernel holds answers (GETATTR by inode alone; a read).
+sleep 1.1                           # past the attribute timeout
+[ "$(stat -c %s "$MNT/m/05/u05-000001")" = 16384 ] || fail "stat of a page held by the kernel"
+[ "$(head -c 16384 <&3 | wc -c)" = 16384 ] || fail "reading an open page whose layer went back"
+exec 3<&-
+# Every page is there, each layer loaded again by its lookups.
+for l in 05 06 07 08; do
+	[ "$($PAGETOOL verify "$MNT/m/$l" "u$l-" 30 16384)" = 30 ] || fail "pages of layer $l"
+done
+# Changes to layers that went back: they come back first.
+wait_unloaded 3
+rm "$MNT/m/06/u06-000001" || fail "unlink in a layer that went back"
+mv "$MNT/m/07/u07-000002" "$MNT/m/08/moved" || fail "rename across layers that went back"
+chmod 0400 "$MNT/m/05/u05-000003" || fail "chmod in a layer that went back"
+head -c 5000 /dev/urandom > "$T/new2"
+cp "$T/new2" "$MNT/m/06/new" || fail "a new page into a layer that went back"
+sync -f "$MNT/m/06/new" 2>/dev/null || sync
+wait_unloaded 3
+no_errors_in_log
+umount_kvfs
+mount_kvfs -o index_pages=1
+wait_loaded
+[ -e "$MNT/m/06/u06-000001" ] && fail "an unlinked page is back"
+[ -e "$MNT/m/07/u07-000002" ] && fail "a moved page is back under its old name"
+[ -e "$MNT/m/08/moved" ] || fail "the moved page is missing"
+[ "$(stat -c %a "$MNT/m/05/u05-000003")" = 400 ] || fail "the chmod was lost"
+cmp "$MNT/m/06/new" "$T/new2" || fail "the new page after a remount"
 umount_kvfs
 "$KVFS" fsck "$STORE" >/dev/null || fail "fsck: $("$KVFS" fsck "$STORE" 2>&1)"
 echo "PASS: index budget"
