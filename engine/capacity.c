@@ -372,6 +372,7 @@ static bool load_deferred(struct kvfs *fs);
 int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 {
 	uint32_t mode = a->flags & (KVFS_GC_OLDER | KVFS_GC_TARGET);
+	struct kv_index_stats st;
 	uint64_t pages = 0;
 	int rc;
 
@@ -385,8 +386,11 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 		return rc;
 	usage_now(fs, &a->used_before);
 	/* Layers left in the manifest (-o index_pages) are the coldest: an
-	 * age sweep loads every one, a target as many as it takes. */
-	for (;;) {
+	 * age sweep loads every one, a target as many as it takes. At most as
+	 * many loads as there are layers: one that went back to the manifest
+	 * since (index/unload.c) would be offered again. */
+	kv_index_stats(fs->idx, &st);
+	for (uint64_t loads = 0;; loads++) {
 		uint64_t n = 0;
 
 		rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
@@ -396,7 +400,7 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 			break;
 		if (mode == KVFS_GC_TARGET && usage_now(fs, NULL) <= a->target_bytes)
 			break;
-		if (!load_deferred(fs))
+		if (loads > st.layers || !load_deferred(fs))
 			break;
 	}
 	usage_now(fs, &a->used_after);

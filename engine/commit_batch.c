@@ -417,6 +417,10 @@ int kvfs_commit_apply_batch(struct kvfs *fs, struct op *batch, uint64_t *dropped
 			kv_log(KV_LOG_ERR, "manifest: change to %s (inode %llu) refused: %s; "
 			       "it is not durable and will not survive a restart",
 			       o->node.name, (unsigned long long)o->node.ino, kv_strerror(rc));
+			/* Its layer's rows lack it: the layer stays in RAM (a
+			 * reload would undo the change before the restart). */
+			if (fs->idx)
+				kv_index_layer_queued(fs->idx, &o->node, UINT64_MAX);
 			*dropped = o->seq;
 			continue;
 		}

@@ -472,6 +472,9 @@ int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
 	struct kvfs_live *l;
 	int rc;
 
+	/* A page whose layer went back to the manifest is loaded now, not
+	 * under ns_lock (index/unload.c). */
+	(void)kv_index_get(fs->idx, ino, &n);
 	/* Decide RAM or disk under ns_lock: sealing sets the RAM copy and the
 	 * extent together, and the copy is dropped only once the extent is
 	 * durable, so a page never appears with an extent not yet written. */

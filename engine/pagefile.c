@@ -182,10 +182,14 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags)
 int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **out)
 {
 	struct kvfs_file *f = file_new(ino, false);
+	struct kv_node_info warm;
 	int rc;
 
 	if (!f)
 		return -ENOMEM;
+	/* The kernel opens inodes it cached: one whose layer went back to the
+	 * manifest (index/unload.c) is loaded here, not under ns_lock. */
+	(void)kv_index_get(fs->idx, ino, &warm);
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_open(fs, ino, flags);
 	pthread_mutex_unlock(&fs->ns_lock);

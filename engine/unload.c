@@ -57,6 +57,8 @@ static uint64_t unload_cold(struct kvfs *fs, unsigned *layers)
 			break;
 		all += pages;
 		(*layers)++;
+		if (!pages)
+			break;    /* what is left waits for its access times to be saved */
 	}
 	return all;
 }

@@ -338,7 +338,9 @@ int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino);
  *
  * kv_index_layer_queued: the caller queued a manifest change for node n
  * (its layer: a page's parent, or a layer itself) as number seq of its
- * commit order, under the lock it makes and queues its changes under.
+ * commit order, under the lock it makes and queues its changes under (the
+ * number only grows: UINT64_MAX keeps the layer in RAM for the mount, for
+ * a change the manifest refused).
  * kv_index_unload_tick moves the clock on by one. kv_index_unload_pick:
  * 1 and *ino, the least recently used layer that may go (as below), when
  * more pages are in RAM than the budget; else 0. kv_index_unload_begin marks layer

@@ -432,6 +432,9 @@ static int layer_rows_load(struct kv_index_loader *l, uint64_t ino)
 /* Mark a layer whole (write lock held). */
 static void layer_loaded_locked(struct kv_index *x, struct node *n)
 {
+	/* used now: not sent back before whoever wanted it has looked (a
+	 * layer of 1M pages takes seconds to load) */
+	idx_layer_used(x, n);
 	if (n && n->kind == KV_KIND_LAYER && n->u.d->unloaded) {
 		n->u.d->unloaded = false;
 		atomic_fetch_sub_explicit(&x->layers_unloaded, 1, memory_order_release);

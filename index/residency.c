@@ -92,7 +92,8 @@ int idx_defer_layers(struct kv_index *x, struct kv_manifest *m, uint64_t *deferr
 		n = idx_node(x, c.v[i].ino);
 		c.v[i].mtime_ns = n ? n->mtime_ns : INT64_MIN;
 	}
-	qsort(c.v, c.n, sizeof(*c.v), newest_first);
+	if (c.n)      /* no layer has a page: c.v is NULL, which qsort may not take */
+		qsort(c.v, c.n, sizeof(*c.v), newest_first);
 	for (i = 0; i < c.n; i++) {
 		n = idx_node(x, c.v[i].ino);
 		/* A row naming no layer: the walk reports it. A layer loaded

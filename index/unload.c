@@ -64,8 +64,15 @@ void kv_index_layer_queued(struct kv_index *x, const struct kv_node_info *n, uin
 		return;
 	pthread_rwlock_rdlock(&x->lock);
 	l = idx_node(x, ino);
-	if (l && l->kind == KV_KIND_LAYER)
-		__atomic_store_n(&l->u.d->queued_seq, seq, __ATOMIC_RELAXED);
+	if (l && l->kind == KV_KIND_LAYER) {
+		uint64_t *q = &l->u.d->queued_seq, old = __atomic_load_n(q, __ATOMIC_RELAXED);
+
+		/* only up: UINT64_MAX (a change the manifest refused) stays */
+		while (old < seq && !__atomic_compare_exchange_n(q, &old, seq, true,
+								  __ATOMIC_RELAXED,
+								  __ATOMIC_RELAXED))
+			;
+	}
 	pthread_rwlock_unlock(&x->lock);
 }
 
@@ -88,9 +95,21 @@ static bool layer_idle(const struct kv_index *x, const struct node *n, unsigned 
 	const struct dir_data *d = n->u.d;
 	uint64_t now = __atomic_load_n(&x->use_tick, __ATOMIC_RELAXED);
 
-	return !d->unloaded && !d->writing && !d->load_err && d->nchildren &&
+	/* One that went back with pages left in RAM (their access times were
+	 * still to be saved) is tried again: those may go now. */
+	return !d->writing && !d->load_err && d->nchildren &&
 	       now - __atomic_load_n(&d->used, __ATOMIC_RELAXED) >= idle &&
 	       __atomic_load_n(&d->queued_seq, __ATOMIC_RELAXED) <= committed;
+}
+
+/* Layers still loaded before those sent back with pages left (which go
+ * only once their access times are saved); then the least recently used. */
+static bool colder(const struct node *a, const struct node *b)
+{
+	if (a->u.d->unloaded != b->u.d->unloaded)
+		return !a->u.d->unloaded;
+	return __atomic_load_n(&a->u.d->used, __ATOMIC_RELAXED) <
+	       __atomic_load_n(&b->u.d->used, __ATOMIC_RELAXED);
 }
 
 int kv_index_unload_pick(struct kv_index *x, unsigned idle, uint64_t committed,
@@ -105,8 +124,7 @@ int kv_index_unload_pick(struct kv_index *x, unsigned idle, uint64_t committed,
 		for (model = x->root->u.d->first; model; model = idx_next(x, model))
 			for (layer = model->u.d->first; layer; layer = idx_next(x, layer))
 				if (layer_idle(x, layer, idle, committed) &&
-				    (!best || __atomic_load_n(&layer->u.d->used, __ATOMIC_RELAXED) <
-					      __atomic_load_n(&best->u.d->used, __ATOMIC_RELAXED)))
+				    (!best || colder(layer, best)))
 					best = layer;
 	if (best)
 		*ino = best->ino;
@@ -126,7 +144,7 @@ int kv_index_unload_begin(struct kv_index *x, uint64_t ino, uint64_t committed,
 		rc = -ENOENT;
 	else if (!settled(x) || !layer_idle(x, n, idle, committed))
 		rc = -EBUSY;
-	if (rc == 0) {
+	if (rc == 0 && !n->u.d->unloaded) {
 		n->u.d->unloaded = true;
 		n->u.d->deferred = true;     /* as the walk leaves one */
 		atomic_fetch_add_explicit(&x->layers_unloaded, 1, memory_order_release);
