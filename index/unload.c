@@ -34,7 +34,9 @@
  *     (idx_reload_by_ino);
  *   - a page whose access time is yet to be saved stays (the flush
  *     writes it), and with it the layer stays marked not loaded: its
- *     next use loads the others around it, as after a load that failed.
+ *     next use loads the others around it, as after a load that failed,
+ *     and once the flush has saved the times it is offered again (after
+ *     the layers still loaded).
  *
  * Its extents' records stay: kv_index_extents_trim takes out those only
  * pages out of RAM name.
