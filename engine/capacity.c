@@ -34,6 +34,7 @@
 #define RUN_WAIT_MS 100            /* then it looks again */
 #define RETRY_MS 20                /* evictor's next look while pages drain */
 #define FULL_STUCK_RUNS 3   /* stuck runs (RETRY_MS apart) that mean full */
+#define IDLE_CHECK_MS 1000  /* an idle evictor looks at usage this often */
 
 struct kvfs_cap {
 	pthread_mutex_t lock;          /* inside ns_lock, never around it */
@@ -464,6 +465,28 @@ static bool load_deferred(struct kvfs *fs)
 	return rc == 0;
 }
 
+/*
+ * Writers wake the evictor when their room would pass the high watermark,
+ * but each looks before it takes the room: writers that look together
+ * can all fit and still pass it, none of them asking. A mount may also
+ * start above it (a lower -o evict_high, a smaller -o capacity). So an
+ * idle evictor also wakes every IDLE_CHECK_MS and runs if usage is above
+ * the mark (cap.lock held; usage takes ns_lock, which comes first).
+ */
+static void idle_wait_locked(struct kvfs *fs, struct kvfs_cap *c)
+{
+	bool above;
+
+	pause_locked(c, IDLE_CHECK_MS);
+	if (c->wanted || c->stop)
+		return;
+	pthread_mutex_unlock(&c->lock);
+	above = usage_now(fs, NULL) > c->st.high;
+	pthread_mutex_lock(&c->lock);
+	if (above)
+		c->wanted = true;
+}
+
 static void *evictor(void *arg)
 {
 	struct kvfs *fs = arg;
@@ -475,7 +498,7 @@ static void *evictor(void *arg)
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		while (!c->wanted && !c->stop)
-			pthread_cond_wait(&c->work_cv, &c->lock);
+			idle_wait_locked(fs, c);
 		if (c->stop)
 			break;
 		c->wanted = false;

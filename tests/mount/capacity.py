@@ -271,6 +271,23 @@ def step_flood(mnt):
             fail(f'{n} reads back wrong')
 
 
+def step_lowered(mnt):
+    """Mounted with a high watermark below what the store holds: the
+    evictor brings usage down without a write to set it off (it used to
+    wait for the next writer, so a store left above the mark, by a lower
+    -o evict_high or by writers that passed the check together, stayed
+    there while idle)."""
+    s = stats(mnt)['ssd']
+    if s['physical_bytes'] <= s['high_watermark_bytes']:
+        fail(f'the store is not above the lowered high watermark: {s}')
+    for _ in range(100):
+        s = stats(mnt)['ssd']
+        if s['physical_bytes'] <= s['low_watermark_bytes']:
+            return
+        time.sleep(0.1)
+    fail(f'idle above the high watermark, nothing evicted in 10 s: {s}')
+
+
 def step_authoritative(mnt):
     """Authoritative mode: nothing is evicted, a full store says ENOSPC."""
     before = sorted(os.listdir(os.path.join(mnt, 'm', '0')))

@@ -23,6 +23,9 @@ mount_kvfs
 $CAP_PY after-remount "$MNT" || fail "LRU order after a restart"
 KVFS_STORE=$STORE $CAP_PY flood "$MNT" || fail "writer flood"
 umount_kvfs
+mount_kvfs -o evict_high=50,evict_low=40
+$CAP_PY lowered "$MNT" || fail "a mount above its high watermark"
+umount_kvfs
 mount_kvfs -o authoritative
 $CAP_PY authoritative "$MNT" || fail "authoritative mode"
 umount_kvfs
