@@ -164,5 +164,29 @@ wait_loaded
 [ "$(stat -c %a "$MNT/m/05/u05-000003")" = 400 ] || fail "the chmod was lost"
 cmp "$MNT/m/06/new" "$T/new2" || fail "the new page after a remount"
 umount_kvfs
+
+# The engine tells the index what each layer waits for (engine/commit.c):
+# with every manifest commit failing, a chmod in a layer that went back
+# loads it, and it stays in RAM while the change is not in the manifest
+# (going back would reload the old mode from the rows); once the commits
+# land it goes again, and the change survives a remount.
+mount_kvfs -o index_pages=1,fault_injection
+wait_loaded
+wait_unloaded 4 1
+fault() { python3 -c 'import os,sys; os.setxattr(sys.argv[1], "user.kvfs.fault", sys.argv[2].encode())' "$MNT" "$1"; }
+fault "manifest commit 1 EIO 100000" ||
+	fail "arming the manifest fault"
+chmod 0600 "$MNT/m/08/u08-000003" || fail "chmod with the committer failing"
+sleep 2                             # 20 polls, each layer idle after 5
+[ "$(stat_of namespace layers_unloaded)" = 3 ] ||
+	fail "$(stat_of namespace layers_unloaded) layers out of RAM while a change to one is not committed, want 3"
+[ "$(stat -c %a "$MNT/m/08/u08-000003")" = 600 ] || fail "the chmod reads back wrong"
+fault off || fail "disarming the manifest fault"
+wait_unloaded 4 1
+umount_kvfs
+mount_kvfs -o index_pages=1
+wait_loaded
+[ "$(stat -c %a "$MNT/m/08/u08-000003")" = 600 ] || fail "the chmod made while commits failed was lost"
+umount_kvfs
 "$KVFS" fsck "$STORE" >/dev/null || fail "fsck: $("$KVFS" fsck "$STORE" 2>&1)"
 echo "PASS: index budget"
