@@ -38,9 +38,31 @@
 #define SLAB_REGION (16u << 20)
 _Static_assert(SLAB_REGION % SLAB_CHUNK == 0, "a region holds whole chunks");
 
+/* A chunk's state. On its class's partial list exactly while it has freed
+ * objects (and is in use): an allocation finds one in O(1), and a free
+ * that empties a chunk takes it off in O(1). */
+struct slab_chunk {
+	void *free;               /* freed objects, linked through their first word */
+	uint32_t live;            /* objects handed out */
+	uint32_t prev, next;      /* partial list (index + 1; 0: none); next also
+	                           * links the chunks given back */
+	uint8_t cls;              /* class index */
+	bool in_use;              /* cut, not given back */
+};
+
 static size_t class_size(size_t size)
 {
 	return (size + 7) & ~(size_t)7;
+}
+
+static uint32_t chunk_of(const struct slab *s, const void *p)
+{
+	return (uint32_t)(((const char *)p - s->base) / SLAB_CHUNK);
+}
+
+static char *chunk_at(const struct slab *s, uint32_t k)
+{
+	return s->base + (size_t)k * SLAB_CHUNK;
 }
 
 int slab_init_span(struct slab *s, size_t span_bytes)
@@ -50,14 +72,16 @@ int slab_init_span(struct slab *s, size_t span_bytes)
 	memset(s, 0, sizeof(*s));
 	if (span_bytes < SLAB_REGION || span_bytes > SLAB_SPAN || span_bytes % SLAB_REGION)
 		return -EINVAL;
-	s->chunk_cls = calloc(span_bytes / SLAB_CHUNK, 1);
-	if (!s->chunk_cls)
+	/* 24 bytes per 256 KiB of span: 3 MiB for the whole 32 GiB, of
+	 * which only the pages of chunks cut are ever touched. */
+	s->chunks = calloc(span_bytes / SLAB_CHUNK, sizeof(*s->chunks));
+	if (!s->chunks)
 		return -ENOMEM;
 	span = mmap(NULL, span_bytes, PROT_NONE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (span == MAP_FAILED) {
-		free(s->chunk_cls);
-		s->chunk_cls = NULL;
+		free(s->chunks);
+		s->chunks = NULL;
 		return -errno;
 	}
 	s->base = span;
@@ -72,7 +96,7 @@ int slab_init(struct slab *s)
 
 void slab_fini(struct slab *s)
 {
-	free(s->chunk_cls);
+	free(s->chunks);
 	if (s->base) {
 		UNPOISON(s->base, (size_t)s->nregions * SLAB_REGION);
 		munmap(s->base, s->span);
@@ -80,13 +104,62 @@ void slab_fini(struct slab *s)
 	memset(s, 0, sizeof(*s));
 }
 
-/* A new chunk for class c; false when out of memory. */
-static bool chunk_add(struct slab *s, struct slab_class *c)
+static void partial_add(struct slab *s, struct slab_class *c, uint32_t k)
 {
-	char *chunk;
+	struct slab_chunk *m = &s->chunks[k];
 
+	m->prev = 0;
+	m->next = c->partial;
+	if (c->partial)
+		s->chunks[c->partial - 1].prev = k + 1;
+	c->partial = k + 1;
+}
+
+static void partial_remove(struct slab *s, struct slab_class *c, uint32_t k)
+{
+	struct slab_chunk *m = &s->chunks[k];
+
+	if (m->prev)
+		s->chunks[m->prev - 1].next = m->next;
+	else
+		c->partial = m->next;
+	if (m->next)
+		s->chunks[m->next - 1].prev = m->prev;
+	m->prev = m->next = 0;
+}
+
+/*
+ * Chunk k holds nothing: its memory goes back to the system, and the
+ * chunk waits to be cut again. If madvise fails the memory stays
+ * resident, and is reused all the same.
+ */
+static void chunk_give_back(struct slab *s, struct slab_class *c, uint32_t k)
+{
+	struct slab_chunk *m = &s->chunks[k];
+
+	if (m->free)
+		partial_remove(s, c, k);
+	POISON(chunk_at(s, k), SLAB_CHUNK);
+	(void)madvise(chunk_at(s, k), SLAB_CHUNK, MADV_DONTNEED);
+	*m = (struct slab_chunk){ .next = s->empty };
+	s->empty = k + 1;
+	s->nempty++;
+}
+
+/* A chunk of fresh space: one given back, or the next of the newest
+ * region (mapping a new region when it is used up). */
+static bool chunk_cut(struct slab *s, uint32_t *k)
+{
+	char *region;
+
+	if (s->empty) {
+		*k = s->empty - 1;
+		s->empty = s->chunks[*k].next;
+		s->nempty--;
+		return true;
+	}
 	if (s->region_left < SLAB_CHUNK) {
-		chunk = s->base + (size_t)s->nregions * SLAB_REGION;
+		region = s->base + (size_t)s->nregions * SLAB_REGION;
 		if ((size_t)(s->nregions + 1) * SLAB_REGION > s->span) {
 			if (!s->span_full)
 				kv_log(KV_LOG_ERR, "index: the %llu MiB of address space "
@@ -98,20 +171,35 @@ static bool chunk_add(struct slab *s, struct slab_class *c)
 			s->span_full = true;
 			return false;
 		}
-		if (mprotect(chunk, SLAB_REGION, PROT_READ | PROT_WRITE) < 0)
+		if (mprotect(region, SLAB_REGION, PROT_READ | PROT_WRITE) < 0)
 			return false;
-		POISON(chunk, SLAB_REGION);
+		POISON(region, SLAB_REGION);
 		s->nregions++;
-		s->region_cur = chunk;
+		s->region_cur = region;
 		s->region_left = SLAB_REGION;
 	}
-	chunk = s->region_cur;
+	*k = chunk_of(s, s->region_cur);
 	s->region_cur += SLAB_CHUNK;
 	s->region_left -= SLAB_CHUNK;
-	s->chunk_cls[s->nchunks++] = (uint8_t)(c - s->cls);
-	/* The old chunk's tail (smaller than one object) is left unused. */
-	c->cur = chunk;
+	s->nchunks++;
+	return true;
+}
+
+/* A new chunk for class c to cut from; false when out of memory. The old
+ * one's tail (smaller than one object) is left unused, and the old one
+ * goes back if everything cut from it was freed meanwhile. */
+static bool chunk_add(struct slab *s, struct slab_class *c)
+{
+	uint32_t k, old = c->bump;
+
+	if (!chunk_cut(s, &k))
+		return false;
+	s->chunks[k] = (struct slab_chunk){ .cls = (uint8_t)(c - s->cls), .in_use = true };
+	c->bump = k + 1;
+	c->cur = chunk_at(s, k);
 	c->left = SLAB_CHUNK;
+	if (old && s->chunks[old - 1].live == 0)
+		chunk_give_back(s, c, old - 1);
 	return true;
 }
 
@@ -119,15 +207,21 @@ void *slab_alloc(struct slab *s, size_t size)
 {
 	size_t sz = class_size(size);
 	struct slab_class *c;
+	struct slab_chunk *m;
+	uint32_t k;
 	void *p;
 
 	if (size == 0 || size > SLAB_MAX)
 		return NULL;
 	c = &s->cls[sz / 8 - 1];
-	if (c->free) {
-		p = c->free;
+	if (c->partial) {
+		k = c->partial - 1;
+		m = &s->chunks[k];
+		p = m->free;
 		UNPOISON(p, sz);
-		memcpy(&c->free, p, sizeof(void *));
+		memcpy(&m->free, p, sizeof(void *));
+		if (!m->free)
+			partial_remove(s, c, k);
 	} else {
 		if (c->left < sz && !chunk_add(s, c))
 			return NULL;
@@ -135,7 +229,9 @@ void *slab_alloc(struct slab *s, size_t size)
 		UNPOISON(p, sz);
 		c->cur += sz;
 		c->left -= sz;
+		m = &s->chunks[c->bump - 1];
 	}
+	m->live++;
 	s->live += sz;
 	return p;
 }
@@ -144,14 +240,29 @@ void slab_free(struct slab *s, void *p, size_t size)
 {
 	size_t sz = class_size(size);
 	struct slab_class *c;
+	struct slab_chunk *m;
+	uint32_t k;
 
 	if (!p)
 		return;
 	c = &s->cls[sz / 8 - 1];
-	memcpy(p, &c->free, sizeof(void *));
-	c->free = p;
+	k = chunk_of(s, p);
+	m = &s->chunks[k];
 	s->live -= sz;
+	if (--m->live == 0 && c->bump != k + 1) {
+		chunk_give_back(s, c, k);
+		return;
+	}
+	if (!m->free)
+		partial_add(s, c, k);
+	memcpy(p, &m->free, sizeof(void *));
+	m->free = p;
 	POISON(p, sz);
+}
+
+size_t slab_resident(const struct slab *s)
+{
+	return (s->nchunks - s->nempty) * SLAB_CHUNK;
 }
 
 size_t slab_chunks(const struct slab *s)
@@ -164,7 +275,9 @@ size_t slab_chunks(const struct slab *s)
  * base + k * SLAB_CHUNK, and holds objects of one class from its start. */
 char *slab_chunk_places(const struct slab *s, size_t k, size_t *size, size_t *n)
 {
-	*size = k < s->nchunks ? ((size_t)s->chunk_cls[k] + 1) * 8 : 8;
-	*n = k < s->nchunks ? SLAB_CHUNK / *size : 0;
+	bool in_use = k < s->nchunks && s->chunks[k].in_use;
+
+	*size = in_use ? ((size_t)s->chunks[k].cls + 1) * 8 : 8;
+	*n = in_use ? SLAB_CHUNK / *size : 0;
 	return s->base + k * SLAB_CHUNK;
 }

@@ -8,12 +8,15 @@
  * mapped 16 MiB regions, outside malloc's arenas: slab.c says why) by size
  * class (8-byte steps, so 8-byte alignment), with no header: the caller
  * gives the size back on free (the index knows it: a node's follows from
- * its name). A freed object goes on its class's free list, and the next
- * allocation of that class takes it.
+ * its name). A freed object goes on its chunk's free list; an allocation
+ * takes a freed object of its class first (from a chunk that has one),
+ * and only then cuts new space.
  *
- * Regions go back to the system only at slab_fini: a store that shrank
- * keeps its high-water mark for the next growth, as a malloc heap would
- * (whose freed small chunks are rarely returned either).
+ * A chunk whose every object was freed goes back to the system at once
+ * (madvise): a layer that went back to the manifest (index/unload.c)
+ * empties the chunks its load filled, and they would otherwise stay
+ * resident until the unmount, at the high-water mark. Such a chunk is
+ * cut again, for any class, before new space is.
  *
  * Not thread-safe: the index's write lock protects it. Under
  * AddressSanitizer free objects and unused chunk space are poisoned, so a
@@ -29,10 +32,13 @@
 #define SLAB_MAX 512u             /* largest object */
 
 struct slab_class {
-	void *free;               /* freed objects, linked through their first word */
+	uint32_t partial;         /* first chunk with freed objects (index + 1; 0: none) */
+	uint32_t bump;            /* the chunk cur is in (index + 1; 0: none) */
 	char *cur;                /* unused space of the class's newest chunk */
 	size_t left;              /* bytes at cur */
 };
+
+struct slab_chunk;            /* slab.c: a chunk's class, count and free list */
 
 struct slab {
 	struct slab_class cls[SLAB_MAX / 8];
@@ -43,7 +49,9 @@ struct slab {
 	char *region_cur;         /* the newest region's uncut part */
 	size_t region_left;
 	size_t nchunks;           /* chunks cut so far */
-	uint8_t *chunk_cls;       /* the class each was cut for (of span / chunk) */
+	struct slab_chunk *chunks;    /* of span / chunk: each one cut */
+	uint32_t empty;           /* chunks given back, to cut again (index + 1) */
+	size_t nempty;            /* how many */
 	size_t live;              /* bytes in objects handed out and not freed */
 };
 
@@ -61,16 +69,21 @@ void slab_fini(struct slab *s);
 /* An object of size bytes (1..SLAB_MAX), 8-byte aligned, contents
  * undefined; NULL when out of memory or for a size out of range. */
 void *slab_alloc(struct slab *s, size_t size);
-/* Give p back; size must be what it was allocated with. */
+/* Give p back; size must be what it was allocated with. The last object
+ * of a chunk gives the chunk's memory back to the system. */
 void slab_free(struct slab *s, void *p, size_t size);
+/* Bytes of chunks in use (cut and not given back): what is resident, at
+ * most, besides the regions' uncut tails. */
+size_t slab_resident(const struct slab *s);
 
 /*
  * Every object of a slab by address: chunk k of slab_chunks(s) holds *n
  * places of *size bytes (its class's) from the address returned. A place
  * may hold an object handed out, a freed one or nothing yet, and the
- * caller tells which (the index looks the object up by its key). Objects
- * never move, so a walk in steps with the lock released between them sees
- * every object that lived throughout. Lock as for slab_alloc, shared.
+ * caller tells which (the index looks the object up by its key); a chunk
+ * given back has no places. Objects never move, so a walk in steps with
+ * the lock released between them sees every object that lived
+ * throughout. Lock as for slab_alloc, shared.
  */
 size_t slab_chunks(const struct slab *s);
 char *slab_chunk_places(const struct slab *s, size_t k, size_t *size, size_t *n);

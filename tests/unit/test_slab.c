@@ -1,8 +1,8 @@
 /*
  * Unit tests for the index's object slab (index/slab.c): every size class
  * hands out aligned, disjoint objects across many chunks, a freed object is
- * reused by its own class only, the live byte count follows, and a walk by
- * address finds every object handed out.
+ * reused by its own class only, the live byte count follows, a walk by
+ * address finds every object handed out, and a chunk emptied goes back.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -13,6 +13,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "slab.h"
 
@@ -168,6 +170,82 @@ static void test_chunk_places(void **state)
 	free(p);
 }
 
+/* Pages of [p, p + len) resident (mincore). */
+static size_t resident_pages(const void *p, size_t len)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = len / pg, in = 0;
+	unsigned char *vec = calloc(n, 1);
+
+	assert_non_null(vec);
+	assert_int_equal(mincore((void *)p, len, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		in += vec[i] & 1;
+	free(vec);
+	return in;
+}
+
+/* A chunk whose every object is freed goes back to the system (its pages
+ * leave RAM), has no places for the walk, and is the next chunk cut, for
+ * any class; the objects of other chunks keep their bytes. The newest
+ * chunk of a class stays while it is cut from, and goes once replaced. */
+static void test_empty_chunks_go_back(void **state)
+{
+	enum { CHUNK = 256 * 1024, SZ = 104, PER = CHUNK / SZ, N = 3 * PER + 10 };
+	struct slab s;
+	char **p = calloc(N, sizeof(*p));
+	char *first, *q, *places;
+	size_t chunks, n, size;
+
+	(void)state;
+	assert_non_null(p);
+	assert_int_equal(slab_init(&s), 0);
+	for (size_t i = 0; i < N; i++) {
+		p[i] = slab_alloc(&s, SZ);
+		assert_non_null(p[i]);
+		memset(p[i], (int)(i % 251) + 1, SZ);
+	}
+	chunks = s.nchunks;
+	assert_int_equal(chunks, 4);
+	assert_int_equal(slab_resident(&s), 4 * (size_t)CHUNK);
+	first = p[0];
+	assert_true(resident_pages(first, CHUNK) > 0);
+	for (size_t i = 0; i < PER; i++)        /* the whole first chunk */
+		slab_free(&s, p[i], SZ);
+	assert_int_equal(slab_resident(&s), 3 * (size_t)CHUNK);
+	assert_int_equal(resident_pages(first, CHUNK), 0);
+	places = slab_chunk_places(&s, 0, &size, &n);
+	assert_ptr_equal(places, first);
+	assert_int_equal(n, 0);
+	/* Another class cuts it again before new space. */
+	q = slab_alloc(&s, 48);
+	assert_ptr_equal(q, first);
+	assert_int_equal(s.nchunks, chunks);
+	assert_int_equal(slab_resident(&s), 4 * (size_t)CHUNK);
+	slab_chunk_places(&s, 0, &size, &n);
+	assert_int_equal(size, 48);
+	assert_int_equal(n, CHUNK / 48);
+	for (size_t i = PER; i < N; i++)
+		for (size_t b = 0; b < SZ; b++)
+			assert_int_equal((unsigned char)p[i][b], i % 251 + 1);
+	/* The newest chunk of class 104 (10 objects) emptied: kept while
+	 * it is cut from; a chunk of the second one's objects freed but one,
+	 * then new objects come from that one's free list, not new space. */
+	for (size_t i = 3 * PER; i < N; i++)
+		slab_free(&s, p[i], SZ);
+	assert_int_equal(slab_resident(&s), 4 * (size_t)CHUNK);
+	for (size_t i = PER; i < 2 * PER - 1; i++)
+		slab_free(&s, p[i], SZ);
+	assert_int_equal(slab_resident(&s), 4 * (size_t)CHUNK);
+	assert_ptr_equal(slab_alloc(&s, SZ), p[2 * PER - 2]);   /* last freed */
+	slab_free(&s, p[2 * PER - 2], SZ);
+	slab_free(&s, p[2 * PER - 1], SZ);       /* the second chunk's last */
+	assert_int_equal(slab_resident(&s), 3 * (size_t)CHUNK);
+	assert_int_equal(s.live, 48 + (PER) * SZ);
+	slab_free(&s, q, 48);
+	slab_fini(&s);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -176,6 +254,7 @@ int main(void)
 		cmocka_unit_test(test_free_list_reuse),
 		cmocka_unit_test(test_full_span),
 		cmocka_unit_test(test_chunk_places),
+		cmocka_unit_test(test_empty_chunks_go_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
