@@ -22,7 +22,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "kvfs_i.h"
@@ -34,7 +33,8 @@
 #define RUN_WAIT_MS 100            /* then it looks again */
 #define RETRY_MS 20                /* evictor's next look while pages drain */
 #define FULL_STUCK_RUNS 3   /* stuck runs (RETRY_MS apart) that mean full */
-#define IDLE_CHECK_MS 1000  /* an idle evictor looks at usage this often */
+#define IDLE_CHECK_MS 1000  /* an idle evictor looks at usage this often, */
+#define IDLE_CHECK_MAX_MS 64000   /* backing off to this while nothing can go */
 
 struct kvfs_cap {
 	pthread_mutex_t lock;          /* inside ns_lock, never around it */
@@ -44,6 +44,7 @@ struct kvfs_cap {
 	bool running, stop, wanted;
 	uint64_t runs_started, runs_done;   /* the evictor's runs, one at a time */
 	bool last_run_stuck;           /* the last run found nothing to evict */
+	long idle_ms;                  /* the idle evictor's next look */
 	unsigned stuck_runs;           /* runs in a row that found nothing to evict
 	                                * and left nothing draining */
 	uint64_t need;                 /* most bytes a waiting writer needs */
@@ -71,124 +72,6 @@ static uint64_t usage_now(struct kvfs *fs, uint64_t *used)
 static bool evicting(const struct kvfs *fs)
 {
 	return fs->cap && fs->cap->st.capacity && !fs->cap->st.authoritative;
-}
-
-/* ---- choosing victims ---- */
-
-struct victim {
-	uint64_t ino;
-	uint64_t extent_id;
-	int64_t atime_ns;
-	bool protect;
-};
-
-struct victims {
-	int64_t older_than_ns;        /* 0: any age */
-	struct victim *v;
-	size_t n, cap;
-	int commit_rc;                /* the deletes of a batch did not commit */
-};
-
-static int collect_one(void *arg, const struct kv_page_brief *p)
-{
-	struct victims *vs = arg;
-	struct victim *nv;
-
-	if (p->state != KV_PAGE_DURABLE)
-		return 0;     /* still in write-back: not ours to drop */
-	if (p->extent_id == KV_EXTENT_EMPTY && !vs->older_than_ns)
-		return 0;     /* frees nothing: only an age sweep takes it */
-	if (vs->older_than_ns && p->atime_ns >= vs->older_than_ns)
-		return 0;
-	if (vs->n == vs->cap) {
-		size_t nc = vs->cap ? vs->cap * 2 : 1024;
-
-		nv = realloc(vs->v, nc * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		vs->v = nv;
-		vs->cap = nc;
-	}
-	vs->v[vs->n++] = (struct victim){ .ino = p->ino, .extent_id = p->extent_id,
-					  .atime_ns = p->atime_ns,
-					  .protect = (p->mode & S_ISVTX) != 0 };
-	return 0;
-}
-
-static int victim_cmp(const void *pa, const void *pb)
-{
-	const struct victim *a = pa, *b = pb;
-
-	if (a->protect != b->protect)
-		return a->protect ? 1 : -1;
-	if (a->atime_ns != b->atime_ns)
-		return a->atime_ns < b->atime_ns ? -1 : 1;
-	return a->ino < b->ino ? -1 : a->ino > b->ino;
-}
-
-static int victim_ino_cmp(const void *pa, const void *pb)
-{
-	const struct victim *a = pa, *b = pb;
-
-	return a->ino < b->ino ? -1 : a->ino > b->ino;
-}
-
-/* The walk may show a page twice (kv_index_page_walk): keep one. */
-static void drop_twice_seen(struct victims *vs)
-{
-	size_t k = 0;
-
-	if (vs->n < 2)
-		return;
-	qsort(vs->v, vs->n, sizeof(*vs->v), victim_ino_cmp);
-	for (size_t i = 0; i < vs->n; i++)
-		if (k == 0 || vs->v[k - 1].ino != vs->v[i].ino)
-			vs->v[k++] = vs->v[i];
-	vs->n = k;
-}
-
-/* Durable pages (last read before older_than_ns, if set), least recently
- * used first, shared or pinned ones last. Sharing is looked up after the
- * walk: the walk runs under the index's lock. */
-static bool missing_stripe(struct kvfs *fs, uint32_t stripe)
-{
-	struct kv_stripe_state ss;
-
-	return fs->opts.degraded && kv_store_stripe_state(fs->store, stripe, &ss) == 0 &&
-	       ss.health == KV_STRIPE_MISSING;
-}
-
-static int collect_victims(struct kvfs *fs, int64_t older_than_ns,
-			   struct victims *vs)
-{
-	struct kv_extent_rec er;
-	size_t k = 0;
-	int rc;
-
-	memset(vs, 0, sizeof(*vs));
-	vs->older_than_ns = older_than_ns;
-	rc = kv_index_page_walk(fs->idx, collect_one, vs);
-	if (rc < 0) {
-		free(vs->v);
-		vs->v = NULL;
-		return rc;
-	}
-	drop_twice_seen(vs);
-	for (size_t i = 0; i < vs->n; i++) {
-		bool have = kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0;
-
-		/* a degraded mount keeps the missing stripe's pages for when
-		 * it is back: evicting them would free nothing here anyway */
-		if (have && missing_stripe(fs, er.ext.stripe))
-			continue;
-		if (have && er.refcount > 1)
-			vs->v[i].protect = true;
-		vs->v[k++] = vs->v[i];
-	}
-	vs->n = k;
-	if (vs->n)
-		qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
-	return 0;
 }
 
 /* ---- evicting ---- */
@@ -229,7 +112,7 @@ static void log_eviction(const struct kv_node_info *n, bool protect)
 }
 
 /* Forget one victim (ns_lock held); adds the bytes its extent will free. */
-static bool evict_one(struct kvfs *fs, const struct victim *v,
+static bool evict_one(struct kvfs *fs, const struct kvfs_victim *v,
 		      int64_t older_than_ns, struct evicted *out, uint64_t *freed)
 {
 	struct kv_extent_rec er;
@@ -275,7 +158,7 @@ static void forget_later(struct kvfs *fs, const struct evicted *gone, size_t n)
  * deferred behind a fast-path batch still reading it). *freed gets the
  * bytes the evicted extents free. False if no page went.
  */
-static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
+static bool evict_some(struct kvfs *fs, struct kvfs_victims *vs, size_t *next,
 		       uint64_t want, uint64_t *freed)
 {
 	struct evicted *gone = malloc(EVICT_BATCH * sizeof(*gone));
@@ -291,7 +174,7 @@ static bool evict_some(struct kvfs *fs, struct victims *vs, size_t *next,
 	pthread_mutex_lock(&fs->ns_lock);
 	while (*next < vs->n && ngone < EVICT_BATCH && scanned++ < EVICT_SCAN &&
 	       *freed < want) {
-		const struct victim *v = &vs->v[(*next)++];
+		const struct kvfs_victim *v = &vs->v[(*next)++];
 
 		if (evict_one(fs, v, vs->older_than_ns, &gone[ngone], freed))
 			nshared += gone[ngone++].protect;
@@ -326,7 +209,7 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	       uint64_t *pages_out)
 {
 	struct kvfs_cap *c = fs->cap;
-	struct victims vs;
+	struct kvfs_victims vs;
 	uint64_t before, want, freed, pages = 0, ev0;
 	size_t next = 0;
 	int rc;
@@ -336,7 +219,7 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	 * (store/reclaim.c), so eviction stops at its target. */
 	if ((rc = kvfs_changes_damaged(fs)) < 0)
 		return rc;
-	rc = collect_victims(fs, older_than_ns, &vs);
+	rc = kvfs_victims_collect(fs, older_than_ns, &vs);
 	if (rc < 0)
 		return rc;
 	before = usage_now(fs, NULL);
@@ -471,13 +354,15 @@ static bool load_deferred(struct kvfs *fs)
  * can all fit and still pass it, none of them asking. A mount may also
  * start above it (a lower -o evict_high, a smaller -o capacity). So an
  * idle evictor also wakes every IDLE_CHECK_MS and runs if usage is above
- * the mark (cap.lock held; usage takes ns_lock, which comes first).
+ * the mark (cap.lock held; usage takes ns_lock, which comes first). A run
+ * walks every page: while runs find nothing to evict (pages held open, a
+ * missing stripe's), the looks back off to IDLE_CHECK_MAX_MS.
  */
 static void idle_wait_locked(struct kvfs *fs, struct kvfs_cap *c)
 {
 	bool above;
 
-	pause_locked(c, IDLE_CHECK_MS);
+	pause_locked(c, c->idle_ms);
 	if (c->wanted || c->stop)
 		return;
 	pthread_mutex_unlock(&c->lock);
@@ -531,6 +416,9 @@ static void *evictor(void *arg)
 		 * (Usage alone would lie: frees wait behind fast-path reads.) */
 		c->last_run_stuck = pages == 0 && above && !more;
 		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
+		c->idle_ms = !c->last_run_stuck ? IDLE_CHECK_MS :
+			     c->idle_ms * 2 > IDLE_CHECK_MAX_MS ? IDLE_CHECK_MAX_MS :
+			     c->idle_ms * 2;
 		c->runs_done++;
 		pthread_cond_broadcast(&c->room_cv);
 		/* Stuck with nothing draining: pages being written now (their
@@ -746,6 +634,7 @@ int kvfs_cap_start(struct kvfs *fs)
 	pthread_cond_init(&c->work_cv, NULL);
 	pthread_cond_init(&c->room_cv, NULL);
 	c->atime_flushed_ns = kvfs_now_ns();   /* the manifest has all before */
+	c->idle_ms = IDLE_CHECK_MS;
 	fs->cap = c;
 	/* The committer's thread owns the manifest connection: it writes the
 	 * access times when it has nothing else to do. */

@@ -1,0 +1,111 @@
+/*
+ * Which pages eviction takes, and in which order (capacity.h): a walk of
+ * every durable page in the index, then sharing and stripes looked up
+ * outside the walk's lock, then a sort.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvfs_i.h"
+
+static int collect_one(void *arg, const struct kv_page_brief *p)
+{
+	struct kvfs_victims *vs = arg;
+	struct kvfs_victim *nv;
+
+	if (p->state != KV_PAGE_DURABLE)
+		return 0;     /* still in write-back: not ours to drop */
+	if (p->extent_id == KV_EXTENT_EMPTY && !vs->older_than_ns)
+		return 0;     /* frees nothing: only an age sweep takes it */
+	if (vs->older_than_ns && p->atime_ns >= vs->older_than_ns)
+		return 0;
+	if (vs->n == vs->cap) {
+		size_t nc = vs->cap ? vs->cap * 2 : 1024;
+
+		nv = realloc(vs->v, nc * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		vs->v = nv;
+		vs->cap = nc;
+	}
+	vs->v[vs->n++] = (struct kvfs_victim){ .ino = p->ino, .extent_id = p->extent_id,
+					  .atime_ns = p->atime_ns,
+					  .protect = (p->mode & S_ISVTX) != 0 };
+	return 0;
+}
+
+static int victim_cmp(const void *pa, const void *pb)
+{
+	const struct kvfs_victim *a = pa, *b = pb;
+
+	if (a->protect != b->protect)
+		return a->protect ? 1 : -1;
+	if (a->atime_ns != b->atime_ns)
+		return a->atime_ns < b->atime_ns ? -1 : 1;
+	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+static int victim_ino_cmp(const void *pa, const void *pb)
+{
+	const struct kvfs_victim *a = pa, *b = pb;
+
+	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+/* The walk may show a page twice (kv_index_page_walk): keep one. */
+static void drop_twice_seen(struct kvfs_victims *vs)
+{
+	size_t k = 0;
+
+	if (vs->n < 2)
+		return;
+	qsort(vs->v, vs->n, sizeof(*vs->v), victim_ino_cmp);
+	for (size_t i = 0; i < vs->n; i++)
+		if (k == 0 || vs->v[k - 1].ino != vs->v[i].ino)
+			vs->v[k++] = vs->v[i];
+	vs->n = k;
+}
+
+static bool missing_stripe(struct kvfs *fs, uint32_t stripe)
+{
+	struct kv_stripe_state ss;
+
+	return fs->opts.degraded && kv_store_stripe_state(fs->store, stripe, &ss) == 0 &&
+	       ss.health == KV_STRIPE_MISSING;
+}
+
+int kvfs_victims_collect(struct kvfs *fs, int64_t older_than_ns,
+			   struct kvfs_victims *vs)
+{
+	struct kv_extent_rec er;
+	size_t k = 0;
+	int rc;
+
+	memset(vs, 0, sizeof(*vs));
+	vs->older_than_ns = older_than_ns;
+	rc = kv_index_page_walk(fs->idx, collect_one, vs);
+	if (rc < 0) {
+		free(vs->v);
+		vs->v = NULL;
+		return rc;
+	}
+	drop_twice_seen(vs);
+	for (size_t i = 0; i < vs->n; i++) {
+		bool have = kv_index_extent_get(fs->idx, vs->v[i].extent_id, &er) == 0;
+
+		/* a degraded mount keeps the missing stripe's pages for when
+		 * it is back: evicting them would free nothing here anyway */
+		if (have && missing_stripe(fs, er.ext.stripe))
+			continue;
+		if (have && er.refcount > 1)
+			vs->v[i].protect = true;
+		vs->v[k++] = vs->v[i];
+	}
+	vs->n = k;
+	if (vs->n)
+		qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
+	return 0;
+}
+
