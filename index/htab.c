@@ -164,17 +164,14 @@ static int rehash(struct htab *t, size_t cap)
 	return 0;
 }
 
-/* Start growing: the current arrays become the old ones, drained by the
- * inserts that follow. */
-static int grow(struct htab *t)
+/* Start moving into new arrays of cap slots: the current arrays become
+ * the old ones, drained by the inserts that follow (and htab_drain). */
+static int move_start(struct htab *t, size_t cap)
 {
-	size_t cap = (t->mask + 1) * 2;
 	uint8_t *tag;
 	uint32_t *slot;
 	int rc;
 
-	if (cap < t->mask + 1)
-		return -ENOMEM;
 	rc = arrays_new(cap, &slot, &tag);
 	if (rc < 0)
 		return rc;
@@ -187,6 +184,39 @@ static int grow(struct htab *t)
 	t->tag = tag;
 	t->mask = cap - 1;
 	return 0;
+}
+
+static int grow(struct htab *t)
+{
+	size_t cap = (t->mask + 1) * 2;
+
+	return cap < t->mask + 1 ? -ENOMEM : move_start(t, cap);
+}
+
+/*
+ * Shrinking is growth the other way: the current arrays become the old
+ * ones, new arrays of the smallest capacity that holds the elements at
+ * most 3/8 full (they may double before the table grows again) take their
+ * place, and drains move the elements across. Only once they would hold
+ * a quarter of the slots or fewer: removals after a peak (layers going
+ * back to the manifest) leave the arrays at the peak's size otherwise,
+ * and a table that swings about one size never shrinks and grows back.
+ */
+bool htab_shrink(struct htab *t)
+{
+	size_t cap = HTAB_MIN_CAP;
+
+	if (t->old_slot)
+		return false;
+	while (cap / 8 * 3 < t->n)
+		cap *= 2;
+	return cap <= (t->mask + 1) / 4 && move_start(t, cap) == 0;
+}
+
+bool htab_drain(struct htab *t, size_t slots)
+{
+	drain(t, slots);
+	return t->old_slot != NULL;
 }
 
 static bool full(const struct htab *t, size_t want)

@@ -16,6 +16,7 @@
  * lasts, an element is in exactly one of the two; a lookup probes the new
  * arrays, then the old ones. A removal from the old arrays leaves a
  * tombstone (tag HTAB_TOMB) there, so the old probe runs stay unbroken.
+ * Shrinking (htab_shrink) is the same move into smaller arrays.
  *
  * A slot holds a 32-bit handle, not a pointer: the element's offset from
  * the table's base in 8-byte units. Every element of the index's tables
@@ -73,6 +74,12 @@ int htab_reserve(struct htab *t, size_t more);
  * faults would cost (under a lock): a fresh mapping faults on first touch,
  * one page at a time, and inserts touch every page within a few thousand. */
 void htab_populate(struct htab *t);
+/* Start shrinking a table that holds few elements for its size (a
+ * quarter of its slots or fewer would do); true if it started. The
+ * elements move as in growth: htab_drain moves them, up to `slots` old
+ * slots per call, and says whether old arrays are left (growth's too). */
+bool htab_shrink(struct htab *t);
+bool htab_drain(struct htab *t, size_t slots);
 /* Insert e (duplicates allowed: this is also a multimap). 0 or -ENOMEM. */
 int htab_insert(struct htab *t, void *e);
 /* Remove the slot holding exactly e; false if e is not in the table. */

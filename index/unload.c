@@ -54,6 +54,7 @@
  * more), so 4,096 held it 7-11 ms at 10M pages; 1,024: 1.8 ms at the median
  * of 100 layers, 2.4 at the 90th percentile, 5.5 at most. */
 #define UNLOAD_STEP 1024u
+#define TABLE_DRAIN_STEP 65536u   /* old slots moved per hold (1 tag byte each) */
 #define CHANGE_TRIES 3
 
 void kv_index_layer_queued(struct kv_index *x, const struct kv_node_info *n, uint64_t seq)
@@ -181,6 +182,27 @@ static bool unload_step(struct kv_index *x, uint64_t ino, struct node **at, bool
 	return c != NULL;
 }
 
+/*
+ * The node tables keep the size of the most nodes ever in RAM: once they
+ * hold a small share of it, they move into smaller arrays (htab_shrink),
+ * TABLE_DRAIN_STEP old slots of each per hold of the write lock.
+ */
+static void tables_shrink(struct kv_index *x)
+{
+	bool more;
+
+	pthread_rwlock_wrlock(&x->lock);
+	more = htab_shrink(&x->by_ino);
+	more |= htab_shrink(&x->by_name);
+	pthread_rwlock_unlock(&x->lock);
+	while (more) {
+		pthread_rwlock_wrlock(&x->lock);
+		more = htab_drain(&x->by_ino, TABLE_DRAIN_STEP);
+		more |= htab_drain(&x->by_name, TABLE_DRAIN_STEP);
+		pthread_rwlock_unlock(&x->lock);
+	}
+}
+
 int kv_index_unload_finish(struct kv_index *x, uint64_t ino, uint64_t *pages)
 {
 	struct kv_index_loader *l = x->loader;
@@ -211,6 +233,7 @@ int kv_index_unload_finish(struct kv_index *x, uint64_t ino, uint64_t *pages)
 		pthread_rwlock_unlock(&x->lock);
 	}
 	pthread_mutex_unlock(&l->mu);
+	tables_shrink(x);
 	return 0;
 }
 

@@ -4,7 +4,7 @@
  * few slots per insert; while that lasts every element must stay findable
  * exactly once, through lookups, removals (tombstones in the old arrays),
  * replacements and the whole-table walk, and no insert may move the whole
- * table at once.
+ * table at once. A table left with few elements shrinks the same way.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -323,6 +323,80 @@ static void test_walk_in_steps(void **state)
 	}
 }
 
+/* Few elements left after many: the arrays shrink, by the moves growth
+ * makes; lookups, the walk, removals and inserts work throughout, and a
+ * table that would not drop to a quarter of its slots keeps them. */
+static void test_shrink(void **state)
+{
+	enum { N = 20000, KEEP = 100, MORE = 1000 };
+	struct el *els = calloc(N + MORE, sizeof(*els));
+	unsigned char *seen = calloc(N + MORE, 1);
+	struct htab_walk w;
+	struct htab t;
+	size_t i;
+
+	(void)state;
+	assert_non_null(els);
+	assert_non_null(seen);
+	assert_int_equal(htab_init(&t, el_hash, els), 0);
+	for (i = 0; i < N + MORE; i++)
+		els[i].key = i + 1;
+	for (i = 0; i < N; i++) {
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+		els[i].in = 1;
+	}
+	while (htab_drain(&t, 4096))
+		;
+	assert_int_equal(t.mask + 1, 32768);
+	assert_false(htab_shrink(&t));              /* 20000 of 32768 */
+	for (i = KEEP; i < N; i++) {
+		assert_true(htab_remove(&t, &els[i]));
+		els[i].in = 0;
+	}
+	walk_first(&t, &w, els, seen, N + MORE, KEEP / 2);  /* across the shrink */
+	assert_true(htab_shrink(&t));
+	assert_int_equal(t.mask + 1, 512);          /* 100 at most 3/8 full */
+	assert_non_null(t.old_slot);
+	assert_false(htab_shrink(&t));              /* one move at a time */
+	check_all(&t, els, N);
+	while (htab_drain(&t, 1000))
+		check_all(&t, els, N);
+	check_all(&t, els, N);
+	walk_rest_sees_all(&t, &w, els, seen, KEEP);
+	assert_false(htab_shrink(&t));              /* 100 of 512: stays */
+
+	/* Grown again, then shrinking while removals and inserts come. */
+	for (i = N; i < N + MORE; i++) {
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+		els[i].in = 1;
+	}
+	while (htab_drain(&t, 4096))
+		;
+	assert_int_equal(t.mask + 1, 2048);
+	for (i = N; i < N + MORE; i++) {
+		assert_true(htab_remove(&t, &els[i]));
+		els[i].in = 0;
+	}
+	assert_true(htab_shrink(&t));
+	htab_drain(&t, 300);
+	for (i = 0; i < 10; i++) {                  /* old and new arrays */
+		assert_true(htab_remove(&t, &els[i]));
+		els[i].in = 0;
+	}
+	check_all(&t, els, N + MORE);
+	for (i = N; i < N + 400; i++) {             /* fills it: growth again */
+		assert_int_equal(htab_insert(&t, &els[i]), 0);
+		els[i].in = 1;
+		if (i % 50 == 0)
+			check_all(&t, els, N + MORE);
+	}
+	check_all(&t, els, N + MORE);
+	assert_int_equal(t.n, KEEP - 10 + 400);
+	htab_fini(&t);
+	free(els);
+	free(seen);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -330,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_random_against_record),
 		cmocka_unit_test(test_walk_in_steps),
 		cmocka_unit_test(test_walk_across_growth),
+		cmocka_unit_test(test_shrink),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

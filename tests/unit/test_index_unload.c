@@ -150,6 +150,51 @@ static void test_unload_and_back(void **state)
 	store_done(&s);
 }
 
+/* The node tables shrink once layers going back leave them mostly empty,
+ * and every node left, and every one loaded again, is found. */
+static void test_unload_shrinks_tables(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_index_loader *l;
+	struct kv_manifest *lm;
+	struct kv_node_info n;
+	struct store s;
+	uint64_t pages;
+	size_t peak;
+
+	store_make(&s);
+	store_fill(&s);
+	store_layers(&s, 3, 2000);
+	l = lazy_begin(x, &s, &lm);
+	assert_int_equal(lazy_run(l), 0);
+	kv_index_load_end(l);
+	kv_index_retired_drop(x);
+	kv_index_set_page_budget(x, 1);
+	peak = x->by_ino.mask + 1;
+	assert_true(peak >= 8192);                     /* 6,000 pages and more */
+	for (uint64_t ino = 4; ino <= 6; ino++) {
+		unload(x, ino, &pages);
+		assert_int_equal(pages, 2000);
+	}
+	assert_true(x->by_ino.mask + 1 <= peak / 4);
+	assert_true(x->by_name.mask + 1 <= peak / 4);
+	assert_null(x->by_ino.old_slot);               /* moved across already */
+	assert_null(x->by_name.old_slot);
+	assert_int_equal(kv_index_lookup(x, 3, "p11", &n), 0);   /* stayed */
+	assert_int_equal(n.ino, 11);
+	/* back again, all of them */
+	for (unsigned i = 0; i < 2000; i += 7) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "e%u", i);
+		assert_int_equal(kv_index_lookup(x, 5, name, &n), 0);
+		assert_int_equal(n.ino, 100000 * 5 + i);
+		assert_int_equal(kv_index_get(x, 100000 * 5 + i, &n), 0);
+	}
+	expect_stats(x, 6003, 4000, 2);
+	done(l, lm, &s);
+}
+
 /* What keeps a layer in RAM. */
 static void test_unload_refused(void **state)
 {
@@ -435,6 +480,7 @@ static void test_unload_race(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_unload_shrinks_tables, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unload_and_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unload_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unload_changes, setup, teardown),
