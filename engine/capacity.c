@@ -641,8 +641,12 @@ int kvfs_cap_start(struct kvfs *fs)
 	kvfs_commit_set_idle_work(fs, atime_flush);
 	rc = cap_limits(fs, c);
 	if (rc == 0 && evicting(fs) && !fs->opts.offline) {
+		/* Set before the thread exists, never while it runs: it
+		 * reads the flags beside this one under cap.lock. */
+		c->running = true;
 		rc = -pthread_create(&c->thread, NULL, evictor, fs);
-		c->running = rc == 0;
+		if (rc < 0)
+			c->running = false;
 	}
 	return rc;
 }
