@@ -4,8 +4,11 @@
  * evicted and the store reopened; kvfs_evict's least recently used order
  * and target; kvfs_gc's checks, target and age sweeps; space held for
  * pages being written counting as usage and being left to them; a full
- * authoritative store refusing pages until one is deleted.
+ * authoritative store refusing pages until one is deleted; an idle
+ * evictor above the high mark looking less often while it finds nothing.
  */
+#include <fcntl.h>
+
 #include "engine_fixture.h"
 #include "kvfs_ioctl.h"
 
@@ -296,6 +299,45 @@ static void authoritative_store_refuses_when_full(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* Above the high mark with every page held open: the idle evictor looks
+ * (a run, finding nothing) and then looks less and less often, and takes
+ * nothing held open. Its looks come 1, 2, 4 s apart: 3 runs in 7.5 s,
+ * where one a second would make 7. */
+static void idle_evictor_backs_off(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_file *open_files[3];
+	struct kv_node_info n;
+	uint64_t runs;
+	char name[16];
+
+	efix_open(f);
+	efix_layer(f);
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "p%d", i);
+		assert_int_equal(efix_publish(f, name, MIB, (unsigned)i, NULL), 0);
+	}
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(efix_close(f), 0);
+	f->opts.offline = false;       /* the evictor runs */
+	f->opts.evict_high = 50;       /* 3 MiB of 4 is above it */
+	f->opts.evict_low = 40;
+	efix_reopen(f);
+	for (int i = 0; i < 3; i++) {  /* well within its first second */
+		snprintf(name, sizeof(name), "p%d", i);
+		assert_int_equal(efix_lookup(f, name, &n), 0);
+		assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, &open_files[i]), 0);
+	}
+	efix_sleep_ms(7500);
+	runs = stats(f).eviction_runs;
+	assert_true(runs >= 1);        /* it looked without being asked */
+	assert_true(runs <= 4);
+	assert_int_equal(stats(f).evictions, 0);
+	for (int i = 0; i < 3; i++)
+		kvfs_file_release(f->fs, open_files[i]);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -308,6 +350,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reserved_space_counts_and_is_kept,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(authoritative_store_refuses_when_full,
+						setup_small, efix_teardown),
+		cmocka_unit_test_setup_teardown(idle_evictor_backs_off,
 						setup_small, efix_teardown),
 	};
 
