@@ -44,6 +44,7 @@ struct kvfs_cap {
 	bool running, stop, wanted;
 	uint64_t runs_started, runs_done;   /* the evictor's runs, one at a time */
 	bool last_run_stuck;           /* the last run found nothing to evict */
+	bool idle_run;                 /* the next run is the idle look's */
 	long idle_ms;                  /* the idle evictor's next look */
 	unsigned stuck_runs;           /* runs in a row that found nothing to evict
 	                                * and left nothing draining */
@@ -368,8 +369,35 @@ static void idle_wait_locked(struct kvfs *fs, struct kvfs_cap *c)
 	pthread_mutex_unlock(&c->lock);
 	above = usage_now(fs, NULL) > c->st.high;
 	pthread_mutex_lock(&c->lock);
-	if (above)
+	if (above && !c->wanted) {
 		c->wanted = true;
+		c->idle_run = true;
+	}
+}
+
+/*
+ * After a run (cap.lock held): the stuck count, which only runs a writer
+ * asked for move (an idle run that found nothing must not make the next
+ * writer's first stuck run look like the last of FULL_STUCK_RUNS), and
+ * the idle looks' interval, back to IDLE_CHECK_MS only when pages went or
+ * usage is below the mark: a run that merely loaded a layer left in the
+ * manifest evicted nothing, and the unloader sends such layers back, so
+ * counting loads as progress would keep an idle evictor loading them
+ * every second while nothing can go (a degraded mount's missing stripe).
+ */
+static void run_ended_locked(struct kvfs_cap *c, bool idle, uint64_t pages, bool above,
+			     bool more, bool draining)
+{
+	c->last_run_stuck = pages == 0 && above && !more;
+	if (!idle)
+		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
+	else if (!c->last_run_stuck)
+		c->stuck_runs = 0;
+	if (pages || !above)
+		c->idle_ms = IDLE_CHECK_MS;
+	else
+		c->idle_ms = c->idle_ms * 2 > IDLE_CHECK_MAX_MS ? IDLE_CHECK_MAX_MS :
+			     c->idle_ms * 2;
 }
 
 static void *evictor(void *arg)
@@ -377,7 +405,7 @@ static void *evictor(void *arg)
 	struct kvfs *fs = arg;
 	struct kvfs_cap *c = fs->cap;
 	uint64_t pages, need, target, now, just_need;
-	bool above, retry, draining, more;
+	bool above, retry, draining, more, idle;
 
 	pthread_setname_np(pthread_self(), "kvfs-evict");
 	pthread_mutex_lock(&c->lock);
@@ -387,6 +415,8 @@ static void *evictor(void *arg)
 		if (c->stop)
 			break;
 		c->wanted = false;
+		idle = c->idle_run;        /* no writer asked for this one */
+		c->idle_run = false;
 		c->runs_started++;
 		/* Below the low mark by what waiting writers need: a page
 		 * larger than the slack must find room too. */
@@ -410,15 +440,13 @@ static void *evictor(void *arg)
 		}
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
 		draining = writeback_pending(fs);
-		retry = above && (draining || more);
+		/* An idle run goes on to the next layer left in the manifest
+		 * only while layers give pages: see run_ended_locked. */
+		retry = above && (draining || (more && (pages || !idle)));
 		pthread_mutex_lock(&c->lock);
 		/* Stuck: nothing could go, and we are still above the mark.
 		 * (Usage alone would lie: frees wait behind fast-path reads.) */
-		c->last_run_stuck = pages == 0 && above && !more;
-		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
-		c->idle_ms = !c->last_run_stuck ? IDLE_CHECK_MS :
-			     c->idle_ms * 2 > IDLE_CHECK_MAX_MS ? IDLE_CHECK_MAX_MS :
-			     c->idle_ms * 2;
+		run_ended_locked(c, idle, pages, above, more, draining);
 		c->runs_done++;
 		pthread_cond_broadcast(&c->room_cv);
 		/* Stuck with nothing draining: pages being written now (their
@@ -430,6 +458,7 @@ static void *evictor(void *arg)
 		 * durable: look again shortly, whether or not a writer asks. */
 		if (retry && !c->stop) {
 			pause_locked(c, RETRY_MS);
+			c->idle_run = idle && !c->wanted;   /* a writer may have asked */
 			c->wanted = true;
 		}
 	}
@@ -470,6 +499,7 @@ static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
 	if (bytes > c->need)
 		c->need = bytes;
 	c->wanted = true;
+	c->idle_run = false;
 	pthread_cond_signal(&c->work_cv);
 	ts = deadline_ms(RUN_WAIT_MS);
 	while (c->runs_done <= after && !c->stop)
@@ -501,6 +531,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 		if (use + bytes <= c->st.capacity) {
 			/* Fits: eviction runs behind the writer. */
 			c->wanted = true;
+			c->idle_run = false;
 			pthread_cond_signal(&c->work_cv);
 			pthread_mutex_unlock(&c->lock);
 			return 0;
