@@ -43,7 +43,6 @@ struct kvfs_cap {
 	pthread_t thread;
 	bool running, stop, wanted;
 	uint64_t runs_started, runs_done;   /* the evictor's runs, one at a time */
-	bool last_run_stuck;           /* the last run found nothing to evict */
 	bool idle_run;                 /* the next run is the idle look's */
 	long idle_ms;                  /* the idle evictor's next look */
 	unsigned stuck_runs;           /* runs in a row that found nothing to evict
@@ -388,10 +387,11 @@ static void idle_wait_locked(struct kvfs *fs, struct kvfs_cap *c)
 static void run_ended_locked(struct kvfs_cap *c, bool idle, uint64_t pages, bool above,
 			     bool more, bool draining)
 {
-	c->last_run_stuck = pages == 0 && above && !more;
+	bool stuck = pages == 0 && above && !more;
+
 	if (!idle)
-		c->stuck_runs = c->last_run_stuck && !draining ? c->stuck_runs + 1 : 0;
-	else if (!c->last_run_stuck)
+		c->stuck_runs = stuck && !draining ? c->stuck_runs + 1 : 0;
+	else if (!stuck)
 		c->stuck_runs = 0;
 	if (pages || !above)
 		c->idle_ms = IDLE_CHECK_MS;
@@ -480,6 +480,14 @@ static bool writeback_pending(struct kvfs *fs)
 	return pending;
 }
 
+/* A writer wants a run (cap.lock held): the next run is not an idle one. */
+static void writer_asks_locked(struct kvfs_cap *c)
+{
+	c->wanted = true;
+	c->idle_run = false;
+	pthread_cond_signal(&c->work_cv);
+}
+
 /*
  * Kick the evictor and wait, RUN_WAIT_MS at most, for the end of a run
  * that starts after this call (cap.lock held). True if the store is
@@ -498,9 +506,7 @@ static bool full_after_run(struct kvfs_cap *c, uint64_t bytes, bool pending)
 
 	if (bytes > c->need)
 		c->need = bytes;
-	c->wanted = true;
-	c->idle_run = false;
-	pthread_cond_signal(&c->work_cv);
+	writer_asks_locked(c);
 	ts = deadline_ms(RUN_WAIT_MS);
 	while (c->runs_done <= after && !c->stop)
 		if (pthread_cond_timedwait(&c->room_cv, &c->lock, &ts) == ETIMEDOUT)
@@ -530,9 +536,7 @@ int kvfs_space_wait(struct kvfs *fs, uint64_t bytes)
 		pthread_mutex_lock(&c->lock);
 		if (use + bytes <= c->st.capacity) {
 			/* Fits: eviction runs behind the writer. */
-			c->wanted = true;
-			c->idle_run = false;
-			pthread_cond_signal(&c->work_cv);
+			writer_asks_locked(c);
 			pthread_mutex_unlock(&c->lock);
 			return 0;
 		}

@@ -247,6 +247,18 @@ static uint64_t el_hash_mixed(const void *e)
 	return htab_mix64(((const struct el *)e)->key);
 }
 
+/* n elements keyed 1..n, not in t, and t empty over them. */
+static struct el *els_for(struct htab *t, size_t n, uint64_t (*hash)(const void *e))
+{
+	struct el *els = calloc(n, sizeof(*els));
+
+	assert_non_null(els);
+	assert_int_equal(htab_init(t, hash, els), 0);
+	for (size_t i = 0; i < n; i++)
+		els[i].key = i + 1;
+	return els;
+}
+
 /* A new walk's first `count` elements into seen[nseen] (cleared first). */
 static void walk_first(const struct htab *t, struct htab_walk *w, struct el *els,
 		       unsigned char *seen, size_t nseen, size_t count)
@@ -280,18 +292,14 @@ static void walk_rest_sees_all(const struct htab *t, struct htab_walk *w, struct
 static void test_walk_across_growth(void **state)
 {
 	enum { N = 6144 };             /* 3/4 of 8192 */
-	struct el *els = calloc(4 * N, sizeof(*els));
 	unsigned char *seen = calloc(4 * N, 1);
 	struct htab_walk w;
 	struct htab t;
+	struct el *els = els_for(&t, 4 * N, el_hash_mixed);
 	size_t i;
 
 	(void)state;
-	assert_non_null(els);
 	assert_non_null(seen);
-	assert_int_equal(htab_init(&t, el_hash_mixed, els), 0);
-	for (i = 0; i < 4 * N; i++)
-		els[i].key = i + 1;
 	for (i = 0; i < N; i++)
 		assert_int_equal(htab_insert(&t, &els[i]), 0);
 	assert_int_equal(htab_reserve(&t, 1), 0);   /* growth begins */
@@ -329,18 +337,14 @@ static void test_walk_in_steps(void **state)
 static void test_shrink(void **state)
 {
 	enum { N = 20000, KEEP = 100, MORE = 1000 };
-	struct el *els = calloc(N + MORE, sizeof(*els));
 	unsigned char *seen = calloc(N + MORE, 1);
 	struct htab_walk w;
 	struct htab t;
+	struct el *els = els_for(&t, N + MORE, el_hash);
 	size_t i;
 
 	(void)state;
-	assert_non_null(els);
 	assert_non_null(seen);
-	assert_int_equal(htab_init(&t, el_hash, els), 0);
-	for (i = 0; i < N + MORE; i++)
-		els[i].key = i + 1;
 	for (i = 0; i < N; i++) {
 		assert_int_equal(htab_insert(&t, &els[i]), 0);
 		els[i].in = 1;
