@@ -9,13 +9,26 @@
  * that would overrun the global memory bound makes the threads wait for
  * running calls rather than skip past it, so a large call is never starved
  * by a stream of small ones.
+ *
+ * Turns share the threads, not the CPU: the OS shares that between running
+ * threads, so a uid with 12 calls running would get 12 shares against
+ * another uid's one. While more than one uid has calls running, each
+ * thread's nice is set from its uid's running count k (about log1.25 k
+ * above the daemon's own: CFS weighs each step 1.25x), so every uid's
+ * running calls weigh about one thread at the daemon's nice. A lone uid
+ * runs at the daemon's nice. Raising a nice is immediate (the newcomer's
+ * call gets its share now); lowering waits for the thread's next call,
+ * which saves two syscalls per call of a uid that comes and goes.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "executor.h"
 #include "store.h"
@@ -25,6 +38,17 @@ struct uid_queue {
 	struct kvfs_exec_job *head, *tail;
 	unsigned queued, running;
 	uint64_t mem;                 /* of its running jobs */
+};
+
+/* One executor thread: its kernel id, so that another thread may set its
+ * nice, and whose call it runs. */
+struct exec_thread {
+	struct kvfs_exec *ex;
+	pthread_t pt;
+	pid_t tid;                    /* 0 until the thread has started */
+	int nice;                     /* as last set */
+	bool busy;
+	uint32_t uid;                 /* of its call, while busy */
 };
 
 struct kvfs_exec {
@@ -37,8 +61,10 @@ struct kvfs_exec {
 	uint64_t mem;                 /* of every running job */
 	bool stopping;
 	uint64_t submitted, refused, completed;
-	pthread_t *threads;
+	struct exec_thread *threads;
 	unsigned nthreads;
+	bool weigh;                   /* threads' nice may go down again */
+	int base_nice;                /* the daemon's */
 };
 
 void kvfs_exec_default_limits(struct kvfs_exec_limits *l)
@@ -119,9 +145,56 @@ static struct kvfs_exec_job *take(struct kvfs_exec *ex, struct uid_queue **qout)
 	return NULL;
 }
 
+/* CFS weighs nice n+1 at 1/1.25 of nice n: k threads that each sit
+ * log1.25 k above the base weigh about one thread at the base. Rounded
+ * to the nearest step (1.118 is 1.25^0.5). */
+static int nice_offset(unsigned k)
+{
+	double w = 1.118;
+	int n = 0;
+
+	while (w < k && n < 19) {
+		w *= 1.25;
+		n++;
+	}
+	return n;
+}
+
+/* After a call started: give each busy thread the nice its uid's share
+ * asks for. Only `self` is ever lowered (see the top of this file). */
+static void weigh_locked(struct kvfs_exec *ex, struct exec_thread *self)
+{
+	unsigned uids = 0;
+
+	if (!ex->weigh)
+		return;
+	for (size_t i = 0; i < ex->nuq; i++)
+		uids += ex->uq[i].running > 0;
+	for (unsigned i = 0; i < ex->nthreads; i++) {
+		struct exec_thread *t = &ex->threads[i];
+		struct uid_queue *q;
+		int want = ex->base_nice;
+
+		if (!t->busy || !t->tid)
+			continue;
+		q = queue_of(ex, t->uid, false);
+		if (uids > 1 && q)
+			want += nice_offset(q->running);
+		if (want > 19)
+			want = 19;
+		if (want == t->nice || (t != self && want < t->nice))
+			continue;
+		/* EPERM or ESRCH here would mean the probe at start lied or
+		 * the thread is gone: the nice stays, nothing else depends on it. */
+		if (setpriority(PRIO_PROCESS, (id_t)t->tid, want) == 0)
+			t->nice = want;
+	}
+}
+
 static void *worker(void *arg)
 {
-	struct kvfs_exec *ex = arg;
+	struct exec_thread *self = arg;
+	struct kvfs_exec *ex = self->ex;
 	struct kvfs_exec_job *job;
 	struct uid_queue *q;
 	uint32_t uid;
@@ -129,6 +202,8 @@ static void *worker(void *arg)
 
 	pthread_setname_np(pthread_self(), "kvfs-fast");
 	pthread_mutex_lock(&ex->lock);
+	self->tid = gettid();
+	self->nice = ex->base_nice;
 	for (;;) {
 		job = take(ex, &q);
 		if (!job) {
@@ -139,9 +214,13 @@ static void *worker(void *arg)
 		}
 		uid = job->uid;
 		mem = job->mem;
+		self->busy = true;
+		self->uid = uid;
+		weigh_locked(ex, self);
 		pthread_mutex_unlock(&ex->lock);
 		job->run(job);         /* may free job */
 		pthread_mutex_lock(&ex->lock);
+		self->busy = false;
 		q = queue_of(ex, uid, false);  /* the array may have moved */
 		q->running--;
 		q->mem -= mem;
@@ -188,6 +267,37 @@ int kvfs_exec_submit(struct kvfs_exec *ex, struct kvfs_exec_job *job)
 	return rc;
 }
 
+/* Whether a thread of this process may lower its nice back to the
+ * base once raised: root, CAP_SYS_NICE or an RLIMIT_NICE that allows it.
+ * Asked of a thread of its own, which then ends, so nobody keeps the
+ * raised nice if the answer is no. */
+static void *probe_nice(void *arg)
+{
+	int base = *(int *)arg;
+	bool ok = base < 19 && setpriority(PRIO_PROCESS, (id_t)gettid(), base + 1) == 0 &&
+		  setpriority(PRIO_PROCESS, (id_t)gettid(), base) == 0;
+
+	return ok ? arg : NULL;
+}
+
+static void probe_weighing(struct kvfs_exec *ex)
+{
+	pthread_t t;
+	void *ok = NULL;
+
+	errno = 0;
+	ex->base_nice = getpriority(PRIO_PROCESS, (id_t)gettid());
+	if (errno)
+		ex->base_nice = 0;
+	if (pthread_create(&t, NULL, probe_nice, &ex->base_nice) == 0)
+		pthread_join(t, &ok);
+	ex->weigh = ok != NULL;
+	if (!ex->weigh && ex->base_nice < 19)
+		kv_log(KV_LOG_WARN, "fast path: an executor thread cannot lower its nice "
+		       "again (no CAP_SYS_NICE, RLIMIT_NICE too low): uids get turns on the "
+		       "executor's threads, but their CPU is not weighted per uid");
+}
+
 int kvfs_exec_start(const struct kvfs_exec_limits *l, struct kvfs_exec **out)
 {
 	struct kvfs_exec *ex;
@@ -207,8 +317,12 @@ int kvfs_exec_start(const struct kvfs_exec_limits *l, struct kvfs_exec **out)
 	}
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->work, NULL);
+	probe_weighing(ex);
 	for (; ex->nthreads < l->threads; ex->nthreads++) {
-		rc = pthread_create(&ex->threads[ex->nthreads], NULL, worker, ex);
+		struct exec_thread *t = &ex->threads[ex->nthreads];
+
+		t->ex = ex;
+		rc = pthread_create(&t->pt, NULL, worker, t);
 		if (rc) {
 			kv_log(KV_LOG_ERR, "fast path: cannot start executor thread %u of %u: %s",
 			       ex->nthreads + 1, l->threads, strerror(rc));
@@ -229,7 +343,7 @@ void kvfs_exec_stop(struct kvfs_exec *ex)
 	pthread_cond_broadcast(&ex->work);
 	pthread_mutex_unlock(&ex->lock);
 	for (unsigned i = 0; i < ex->nthreads; i++)
-		pthread_join(ex->threads[i], NULL);
+		pthread_join(ex->threads[i].pt, NULL);
 	pthread_cond_destroy(&ex->work);
 	pthread_mutex_destroy(&ex->lock);
 	free(ex->threads);
@@ -249,5 +363,6 @@ void kvfs_exec_stats(struct kvfs_exec *ex, struct kvfs_exec_stats *st)
 	st->running = ex->running;
 	st->queued = ex->queued;
 	st->mem_running = ex->mem;
+	st->uid_weighting = ex->weigh;
 	pthread_mutex_unlock(&ex->lock);
 }

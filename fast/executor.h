@@ -11,13 +11,18 @@
  * holds at most `uid_mem` bytes of estimated daemon memory in running
  * calls (one call of any size may run alone); every running call together
  * holds at most `mem` bytes (the same exception). A uid with `uid_queue`
- * calls waiting is refused (-EAGAIN) until some finish.
+ * calls waiting is refused (-EAGAIN) until some finish. While more than
+ * one uid has calls running, each thread's nice is raised with its uid's
+ * running count, so that each uid's calls weigh about one thread in the
+ * OS's CPU share (when the daemon may lower a nice again: see
+ * uid_weighting).
  *
  * No FUSE here: a job is a function and an estimate.
  */
 #ifndef KVFS_EXECUTOR_H
 #define KVFS_EXECUTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -56,6 +61,7 @@ struct kvfs_exec_stats {
 	uint64_t submitted, refused, completed;
 	uint32_t running, queued;
 	uint64_t mem_running;    /* estimated bytes of the running calls */
+	bool uid_weighting;      /* threads' nice follows their uid's share */
 };
 void kvfs_exec_stats(struct kvfs_exec *ex, struct kvfs_exec_stats *st);
 

@@ -195,6 +195,7 @@ static void snap_fast(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_FAST_QUEUED, e.queued);
 	set_u(m, MV_FAST_RUNNING, e.running);
 	set_u(m, MV_FAST_MEM, e.mem_running);
+	set_u(m, MV_FAST_UID_WEIGHTING, e.uid_weighting);
 	set_u(m, MV_NOTIFY_PENDING, n.pending);
 	set_u(m, MV_NOTIFY_DROPPED, n.dropped);
 }
@@ -409,6 +410,8 @@ static const struct mdef defs[] = {
 	  "Fast-path calls running on executor threads" },
 	{ MV_FAST_MEM, "fastpath", "memory_bytes", "kvfs_fast_calls_memory_bytes", NULL, G,
 	  "Estimated daemon memory held by the running calls" },
+	{ MV_FAST_UID_WEIGHTING, "fastpath", "uid_weighting", "kvfs_fast_uid_weighting", NULL, G,
+	  "1 if executor threads' nice weighs each uid's running calls as one thread" },
 	{ MV_NOTIFY_PENDING, "fastpath", "notify_pending", "kvfs_kernel_notify_pending", NULL, G,
 	  "Replaced or evicted names queued for the kernel to forget" },
 	{ MV_NOTIFY_DROPPED, "fastpath", "notify_dropped", "kvfs_kernel_notify_dropped_total",

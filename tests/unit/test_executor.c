@@ -3,7 +3,8 @@
  * FUSE: jobs run and stop drains them; uids are served in turn, so one
  * uid's backlog does not delay another's call; a uid's thread share, its
  * memory share and the global memory bound hold; a full uid queue
- * refuses with -EAGAIN.
+ * refuses with -EAGAIN; with two uids running, threads' nice weighs each
+ * uid as about one thread.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -29,17 +31,23 @@ struct tjob {
 	atomic_int *order;          /* next position to take */
 	int ran_at;                 /* its position */
 	atomic_int *running, *peak; /* concurrency seen */
+	pid_t tid;                  /* the thread that ran it */
+	int nice_at_end;            /* its nice when released */
 };
 
 static void tjob_run(struct kvfs_exec_job *j)
 {
 	struct tjob *t = (struct tjob *)j;
-	int now = atomic_fetch_add(t->running, 1) + 1, p;
+	int now, p;
+
+	t->tid = gettid();   /* before the count: the test reads it after */
+	now = atomic_fetch_add(t->running, 1) + 1;
 
 	while ((p = atomic_load(t->peak)) < now && !atomic_compare_exchange_weak(t->peak, &p, now))
 		;
 	while (t->gate && !atomic_load(t->gate))
 		usleep(200);
+	t->nice_at_end = getpriority(PRIO_PROCESS, (id_t)gettid());
 	t->ran_at = atomic_fetch_add(t->order, 1);
 	atomic_fetch_sub(t->running, 1);
 }
@@ -209,6 +217,66 @@ static void test_queue_full(void **state)
 	assert_true(other.ran_at >= 0);
 }
 
+static int nice_of(pid_t tid)
+{
+	return getpriority(PRIO_PROCESS, (id_t)tid);
+}
+
+/* Turns share the threads; nice shares the CPU. Alone, uid 1's four
+ * calls run at the base nice. With uid 2's call running too, uid 1's
+ * threads sit 6 steps up (4 x 1.25^-6 = 1.05 threads' weight) and uid
+ * 2's at the base. Once uid 2 is gone, uid 1's next call runs at the
+ * base again. */
+static void test_uids_weighed_by_nice(void **state)
+{
+	struct kvfs_exec_limits l = limits(8, 8);
+	struct kvfs_exec *ex;
+	atomic_int order = 0, running = 0, peak = 0;
+	atomic_bool gate = false, gate_b = false;
+	struct tjob a[4], b, c;
+	struct kvfs_exec_stats st;
+	int base, want;
+
+	(void)state;
+	assert_int_equal(kvfs_exec_start(&l, &ex), 0);
+	kvfs_exec_stats(ex, &st);
+	if (!st.uid_weighting) {
+		kvfs_exec_stop(ex);
+		skip();    /* not root nor CAP_SYS_NICE: logged at start */
+	}
+	base = nice_of(gettid());
+	want = base + 6 > 19 ? 19 : base + 6;
+	for (int i = 0; i < 4; i++) {
+		init_job(&a[i], i, 1, 1, &gate, &order, &running, &peak);
+		assert_int_equal(kvfs_exec_submit(ex, &a[i].job), 0);
+	}
+	wait_running(&running, 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(nice_of(a[i].tid), base);
+	init_job(&b, 10, 2, 1, &gate_b, &order, &running, &peak);
+	assert_int_equal(kvfs_exec_submit(ex, &b.job), 0);
+	wait_running(&running, 5);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(nice_of(a[i].tid), want);
+	assert_int_equal(nice_of(b.tid), base);
+	atomic_store(&gate_b, true);
+	do {               /* until the executor has counted b out */
+		usleep(1000);
+		kvfs_exec_stats(ex, &st);
+	} while (st.running > 4);
+	init_job(&c, 20, 1, 1, NULL, &order, &running, &peak);
+	assert_int_equal(kvfs_exec_submit(ex, &c.job), 0);
+	for (int i = 0; i < 5000 && atomic_load(&order) < 2; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&order), 2);   /* b and c ran */
+	assert_int_equal(c.nice_at_end, base);
+	assert_int_equal(b.nice_at_end, base);
+	atomic_store(&gate, true);
+	kvfs_exec_stop(ex);
+	for (int i = 0; i < 4; i++)   /* released after b left: still raised */
+		assert_int_equal(a[i].nice_at_end, want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -217,6 +285,7 @@ int main(void)
 		cmocka_unit_test(test_uid_thread_share),
 		cmocka_unit_test(test_memory_admission),
 		cmocka_unit_test(test_queue_full),
+		cmocka_unit_test(test_uids_weighed_by_nice),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
