@@ -18,6 +18,10 @@ if grep -q 'libasan\|libtsan' "/proc/$DPID/maps" 2>/dev/null; then rss=skip; fi
 python3 "$(dirname "$0")/fastabuse.py" "$MNT" "$LOG" "$DPID" "$rss" || fail "fast-path abuse"
 refused=$(awk '$1 == "kvfs_fast_refused_total" { print $2 }' "$MNT/.kvfs/metrics")
 [ "${refused:-0}" -gt 1000 ] || fail "kvfs_fast_refused_total is ${refused:-missing} after a flood of refusals"
+# Root runs this daemon: the executor can lower a raised nice again, so
+# it weighs each uid's CPU (unit executor checks how).
+w=$(awk '$1 == "kvfs_fast_uid_weighting" { print $2 }' "$MNT/.kvfs/metrics")
+[ "$w" = 1 ] || fail "kvfs_fast_uid_weighting is ${w:-missing} in a daemon run by root"
 cmp "$T/page" "$MNT/m/0/page" || fail "page changed"
 umount_kvfs
 echo PASS
