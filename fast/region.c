@@ -371,8 +371,9 @@ static void region_free(struct kvfs_region *r)
 	free(r);
 }
 
-/* Unlink r from the registry (lock held); frees it unless a batch uses it. */
-static void region_drop_locked(struct kvfs_regions *rs, struct kvfs_region *r)
+/* Unlink r from the registry (lock held); the registry's reference is
+ * then the caller's to drop. */
+static void region_unlink_locked(struct kvfs_regions *rs, struct kvfs_region *r)
 {
 	struct kvfs_region **pp;
 
@@ -384,6 +385,12 @@ static void region_drop_locked(struct kvfs_regions *rs, struct kvfs_region *r)
 		}
 	}
 	epoll_ctl(rs->epfd, EPOLL_CTL_DEL, r->pidfd, NULL);
+}
+
+/* Unlink r from the registry (lock held); frees it unless a batch uses it. */
+static void region_drop_locked(struct kvfs_regions *rs, struct kvfs_region *r)
+{
+	region_unlink_locked(rs, r);
 	if (--r->refs == 0)
 		region_free(r);
 }
@@ -563,9 +570,16 @@ int kvfs_region_unregister(struct kvfs_regions *rs, const struct kvfs_caller *c,
 	pthread_mutex_lock(&rs->lock);
 	rc = find_owned(rs, c, id, &r);
 	if (rc == 0) {
-		if (find(rs, id) == r)
-			region_drop_locked(rs, r);
-		if (--r->refs == 0)
+		/* Drop the registry's reference and ours together: each in
+		 * turn would free r (for the compiler) before the second. */
+		unsigned drop = 1;
+
+		if (find(rs, id) == r) {
+			region_unlink_locked(rs, r);
+			drop = 2;
+		}
+		r->refs -= drop;
+		if (r->refs == 0)
 			region_free(r);
 	}
 	pthread_mutex_unlock(&rs->lock);
