@@ -572,7 +572,7 @@ int kvfs_region_unregister(struct kvfs_regions *rs, const struct kvfs_caller *c,
 	if (rc == 0) {
 		/* Drop the registry's reference and ours together: each in
 		 * turn would free r (for the compiler) before the second. */
-		unsigned drop = 1;
+		int drop = 1;
 
 		if (find(rs, id) == r) {
 			region_unlink_locked(rs, r);
