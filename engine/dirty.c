@@ -30,6 +30,7 @@
  * ns_lock held, so it can sleep.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "kvfs_i.h"
@@ -50,6 +51,7 @@ void kvfs_dirty_fini(struct kvfs *fs)
 	if (d->filling || d->draining)
 		kv_log(KV_LOG_WARN, "write-back budget: %llu bytes still charged at close",
 		       (unsigned long long)(d->filling + d->draining));
+	free(d->uids);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->lock);
 }
@@ -155,6 +157,133 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 	return 0;
 }
 
+/* ---- each uid's share of the pages being written ---- */
+
+#define DIRTY_UID_SHARE 2      /* a uid fills at most budget / this */
+#define DIRTY_UID_WAITERS 4    /* writers of one uid waiting for its own pages */
+
+static struct kvfs_dirty_uid *uid_entry(struct kvfs_dirty *d, uint32_t uid, bool add)
+{
+	for (size_t i = 0; i < d->nuids; i++)
+		if (d->uids[i].uid == uid)
+			return &d->uids[i];
+	if (!add)
+		return NULL;
+	if (d->nuids == d->cap_uids) {
+		size_t cap = d->cap_uids ? d->cap_uids * 2 : 8;
+		struct kvfs_dirty_uid *grown = realloc(d->uids, cap * sizeof(*grown));
+
+		if (!grown)
+			return NULL;
+		d->uids = grown;
+		d->cap_uids = cap;
+	}
+	d->uids[d->nuids] = (struct kvfs_dirty_uid){ .uid = uid };
+	return &d->uids[d->nuids++];
+}
+
+static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_dirty_uid *u = uid_entry(d, uid, false);
+
+	if (!u)
+		return;
+	u->filling -= bytes < u->filling ? bytes : u->filling;
+	if (!u->filling && !u->waiters)
+		*u = d->uids[--d->nuids];
+	pthread_cond_broadcast(&d->cv);
+}
+
+/* Past its share: the uid holds pages being written besides the caller's
+ * own (held), and this charge would take it over budget / SHARE. Root is
+ * trusted with the whole budget, as before. */
+static bool past_share(const struct kvfs_dirty *d, const struct kvfs_dirty_uid *u,
+		       uint64_t bytes, uint64_t held)
+{
+	return u->uid != 0 && u->filling > held &&
+	       u->filling + bytes > d->budget / DIRTY_UID_SHARE;
+}
+
+static int refuse_uid(struct kvfs_dirty *d, const struct kvfs_dirty_uid *u, uint64_t bytes)
+{
+	int64_t now = kvfs_now_ns();
+
+	d->uid_refused++;
+	if (now - d->uid_log_ns >= 10 * 1000000000ll) {
+		d->uid_log_ns = now;
+		kv_log(KV_LOG_WARN, "write-back: uid %u holds %llu bytes in pages it is "
+		       "still writing, half the budget (-o dirty=%llu): refusing a write of "
+		       "%llu bytes with EDQUOT until it closes some (%llu refused so far)",
+		       u->uid, (unsigned long long)u->filling, (unsigned long long)d->budget,
+		       (unsigned long long)bytes, (unsigned long long)d->uid_refused);
+	}
+	return -EDQUOT;
+}
+
+int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t held)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	struct kvfs_dirty_uid *u;
+	struct timespec until = kvfs_after_ns(DIRTY_STALL_NS);
+	int rc;
+
+	if (bytes == 0)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	u = uid_entry(d, uid, true);
+	if (!u) {
+		pthread_mutex_unlock(&d->lock);
+		return -ENOMEM;
+	}
+	/* Waiting holds a FUSE thread: a few writers of a uid may wait for its
+	 * other pages to be sealed, briefly; the rest are refused at once. */
+	while (past_share(d, u, bytes, held)) {
+		if (u->waiters >= DIRTY_UID_WAITERS) {
+			rc = refuse_uid(d, u, bytes);
+			pthread_mutex_unlock(&d->lock);
+			return rc;
+		}
+		u->waiters++;
+		rc = pthread_cond_timedwait(&d->cv, &d->lock, &until);
+		u = uid_entry(d, uid, false);   /* the array may have moved */
+		u->waiters--;
+		if (rc == ETIMEDOUT && past_share(d, u, bytes, held)) {
+			rc = refuse_uid(d, u, bytes);
+			uid_forget_locked(d, uid, 0);
+			pthread_mutex_unlock(&d->lock);
+			return rc;
+		}
+	}
+	u->filling += bytes;   /* now: other writers of the uid see it */
+	pthread_mutex_unlock(&d->lock);
+	rc = kvfs_dirty_take(fs, bytes, held);
+	if (rc < 0)
+		kvfs_dirty_uid_done(fs, uid, bytes);
+	return rc;
+}
+
+void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+
+	if (bytes == 0)
+		return;
+	pthread_mutex_lock(&d->lock);
+	uid_forget_locked(d, uid, bytes);
+	pthread_mutex_unlock(&d->lock);
+}
+
+void kvfs_dirty_sealed_live(struct kvfs *fs, struct kvfs_live *l)
+{
+	if (l->dirty_sealed)
+		return;
+	kvfs_dirty_sealed(fs, l->dirty);
+	if (l->dirty_uid)
+		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
+	l->dirty_uid = false;
+	l->dirty_sealed = true;
+}
+
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes)
 {
 	struct kvfs_dirty *d = &fs->dirty;
@@ -184,6 +313,9 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 
 void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l)
 {
+	if (l->dirty_uid && !l->dirty_sealed)
+		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
+	l->dirty_uid = false;
 	kvfs_dirty_give(fs, l->dirty, l->dirty_sealed);
 	l->dirty = 0;
 	l->dirty_sealed = false;

@@ -137,6 +137,9 @@ struct kvfs_live {
 	uint64_t reserved;          /* space held for wbuf against the capacity */
 	uint64_t dirty;             /* bytes charged to the dirty budget */
 	bool dirty_sealed;          /* ... and they are draining (sealed) */
+	bool dirty_uid;             /* ... and, until sealed, count towards the
+	                             * share of writer_uid (kvfs_dirty_take_uid) */
+	uint32_t writer_uid;        /* who created it (a page file) */
 	struct kvfs_data *wbuf;     /* being written (WRITING) */
 	struct kvfs_data *ram;      /* sealed payload not yet durable */
 	struct kv_node_info info;   /* valid when unlinked */
@@ -244,6 +247,14 @@ struct kvfs_dirty {
 	int64_t drained_ns;  /* when sealed bytes were last given back */
 	int64_t moved_ns;    /* ... any bytes, or a charge let through a stall */
 	int64_t refused_log_ns;
+	struct kvfs_dirty_uid {      /* uids with page files being written */
+		uint32_t uid;
+		unsigned waiters;    /* writers waiting for its own pages */
+		uint64_t filling;    /* its share of filling, charged or about to be */
+	} *uids;
+	size_t nuids, cap_uids;
+	uint64_t uid_refused;    /* charges refused: past the uid's share (EDQUOT) */
+	int64_t uid_log_ns;
 };
 
 /* Room for the manifest on its filesystem (engine/headroom.c): the
@@ -544,8 +555,23 @@ void kvfs_dirty_fini(struct kvfs *fs);
  * when sealed pages wait but none became durable for 20 s: the manifest
  * cannot commit. Never call it holding ns_lock. */
 int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
+/*
+ * kvfs_dirty_take for a page file's writer of uid: a uid other than root
+ * holds at most half the budget in pages being written (one page of any
+ * size alone), so that one user's open, unsealed pages cannot take the
+ * budget from everyone else. Past it, a writer waits up to 2 s for the
+ * uid's other pages to be sealed, at most 4 writers of a uid at once
+ * (each holds a FUSE thread); otherwise -EDQUOT, logged. The charge then
+ * belongs to the uid until kvfs_dirty_uid_done.
+ */
+int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t held);
+/* bytes charged through kvfs_dirty_take_uid were sealed or given back. */
+void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
+/* l's charge now drains (its page was sealed): kvfs_dirty_sealed, and the
+ * end of its writer uid's share. */
+void kvfs_dirty_sealed_live(struct kvfs *fs, struct kvfs_live *l);
 /* Give a charge back (the page is durable, withdrawn or discarded). */
 void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed);
 /* Give back what live page l holds (any lock order: takes only dirty.lock). */

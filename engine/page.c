@@ -304,10 +304,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 	l->ram = d;          /* readers are served from RAM until durable */
 	l->wbuf = NULL;
 	l->writing = false;
-	if (!l->dirty_sealed) {
-		kvfs_dirty_sealed(fs, l->dirty);
-		l->dirty_sealed = true;
-	}
+	kvfs_dirty_sealed_live(fs, l);
 	atomic_fetch_add(&fs->st.pages_sealed, 1);
 	atomic_fetch_add(&fs->st.bytes_accepted_fuse, n.size);
 	pthread_cond_broadcast(&fs->seal_cv);

@@ -90,6 +90,7 @@ static int do_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	}
 	l->opens = 1;
 	l->writing = true;
+	l->writer_uid = uid;
 	kvfs_dir_changed(fs, parent);
 	return 0;
 }
@@ -344,11 +345,12 @@ static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
 	return rc;
 }
 
-/* Dirty bytes a write up to end adds to the page (its buffer only grows).
- * The kernel serialises writes to one inode, so the charge read here is
- * still the page's when dirty_charge_add runs. */
+/* Dirty bytes a write up to end adds to the page (its buffer only grows),
+ * and whose share they count in: its creator's. The kernel serialises
+ * writes to one inode, so the charge read here is still the page's when
+ * dirty_charge_add runs. */
 static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
-				 uint64_t *have)
+				 uint64_t *have, uint32_t *uid)
 {
 	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
 	struct kvfs_live *l;
@@ -356,18 +358,42 @@ static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, ino);
 	*have = l ? l->dirty : 0;
+	*uid = l ? l->writer_uid : 0;
 	pthread_mutex_unlock(&fs->ns_lock);
 	return need > *have ? need - *have : 0;
 }
 
-static void dirty_charge_add(struct kvfs *fs, uint64_t ino, uint64_t charge)
+static void dirty_give_uid(struct kvfs *fs, uint32_t uid, uint64_t charge)
+{
+	kvfs_dirty_uid_done(fs, uid, charge);
+	kvfs_dirty_give(fs, charge, false);
+}
+
+static void dirty_charge_add(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t charge)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, ino);
 
-	if (l)
+	if (l) {
 		l->dirty += charge;
-	else
-		kvfs_dirty_give(fs, charge, false);
+		l->dirty_uid = true;
+	} else {
+		dirty_give_uid(fs, uid, charge);
+	}
+}
+
+/* A write refused before write_target (no write-back room: EDQUOT, or
+ * ENOSPC/EIO when nothing drains) leaves the page without its bytes: as
+ * there, it must never be sealed, whatever the writer does next. */
+static int doom_page(struct kvfs *fs, uint64_t ino, int rc)
+{
+	struct kvfs_live *l;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	if (l && l->writing && !l->write_err)
+		l->write_err = rc;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
 }
 
 int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size_t size,
@@ -377,6 +403,7 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 	struct kvfs_data *d = NULL;
 	struct kv_node_info n;
 	uint64_t charge, held;
+	uint32_t uid;
 	int rc, space;
 
 	/* A write that can never succeed fails before it costs anything: it
@@ -387,10 +414,10 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 		rc = write_possible(fs, fh, end);
 	if (rc < 0)
 		return rc;
-	charge = dirty_charge_for(fs, fh->ino, end, &held);
-	rc = kvfs_dirty_take(fs, charge, held);   /* may block: write-back is full */
+	charge = dirty_charge_for(fs, fh->ino, end, &held, &uid);
+	rc = kvfs_dirty_take_uid(fs, uid, charge, held);   /* may block: write-back is full */
 	if (rc < 0)
-		return rc;
+		return doom_page(fs, fh->ino, rc);
 	/* May block while the evictor makes room (cache mode); others may
 	 * take that room first, so the check under the lock can send us back
 	 * to wait, until the evictor has nothing left to give. */
@@ -400,13 +427,13 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 		rc = write_target(fs, fh, end, space == 0 && tries < SPACE_RETRIES,
 				  &d, &n);
 		if (rc == 0)
-			dirty_charge_add(fs, fh->ino, charge);
+			dirty_charge_add(fs, fh->ino, uid, charge);
 		pthread_mutex_unlock(&fs->ns_lock);
 		if (rc != -EAGAIN)
 			break;
 	}
 	if (rc < 0) {
-		kvfs_dirty_give(fs, charge, false);
+		dirty_give_uid(fs, uid, charge);
 		return rc;
 	}
 	/* The kernel serialises writes, truncates and the final release of one

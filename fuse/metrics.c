@@ -150,6 +150,7 @@ static void snap_dirty(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_WB_PEAK, d->peak);
 	set_u(m, MV_WB_WAITS, d->waits);
 	set_u(m, MV_WB_OVERRUNS, d->overruns);
+	set_u(m, MV_WB_UID_REFUSED, d->uid_refused);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -381,6 +382,8 @@ static const struct mdef defs[] = {
 	  "Times a writer blocked on the write-back budget" },
 	{ MV_WB_OVERRUNS, "writeback", "overruns", "kvfs_writeback_overruns_total", NULL, C,
 	  "Charges let through with nothing draining" },
+	{ MV_WB_UID_REFUSED, "writeback", "uid_refused", "kvfs_writeback_uid_refused_total",
+	  NULL, C, "Page-file writes refused (EDQUOT): their uid held half the budget in pages being written" },
 	{ MV_SCHED_FIFO, "sched", "fifo", "kvfs_sched_fifo", NULL, G,
 	  "1: the I/O scheduler is off (KVFS_SCHED=fifo)" },
 	{ MV_SCHED_READS_INFLIGHT, "sched", "reads_inflight", "kvfs_sched_reads_inflight", NULL, G,
