@@ -382,9 +382,10 @@ void kvfs_dir_changed(struct kvfs *fs, uint64_t ino);
  * front end's to check. */
 /* 0, -ENAMETOOLONG, or -EINVAL (empty, '/', "." or ".."). */
 int kvfs_check_name(const char *name);
-/* A new node's inode, parent, name, mode, owner and times (now); the
- * caller sets its kind and adds it (ns_lock held). */
-void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, uint64_t parent,
+/* A new node's inode, parent p, name, mode, owner and times (now), its
+ * kind set before (a setgid p gives its gid, and to a directory its
+ * setgid bit); the caller adds it (ns_lock held). */
+void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, const struct kv_node_info *p,
 		       const char *name, uint32_t mode, uint32_t uid, uint32_t gid);
 /* A model under the root, or a layer (named by its number) under a model. */
 int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
@@ -444,10 +445,12 @@ int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **
 int kvfs_file_read(struct kvfs *fs, struct kvfs_file *f, uint64_t off, size_t size,
 		   struct kvfs_data **hold, const void **bytes, size_t *len);
 /* The writer's bytes at off; may wait for write-back room and eviction.
- * -EFBIG past the page size, -ENOSPC, -EPERM once sealed. A refused write
- * dooms the page: it is never sealed. */
+ * -EFBIG past the page size, -ENOSPC, -EDQUOT, -EPERM once sealed. A
+ * refused write dooms the page: it is never sealed. Unless keep_setid
+ * (a caller with CAP_FSETID), the write clears set-id bits as write(2)
+ * does on any Linux filesystem. */
 int kvfs_file_write(struct kvfs *fs, struct kvfs_file *f, const void *buf, size_t size,
-		    uint64_t off);
+		    uint64_t off, bool keep_setid);
 int kvfs_file_flush(struct kvfs *fs, struct kvfs_file *f);
 /* The last close: seal the writer's page (or discard what cannot be one),
  * and free f. */

@@ -25,11 +25,19 @@ int kvfs_check_name(const char *name)
 	return 0;
 }
 
-void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, uint64_t parent,
+void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, const struct kv_node_info *p,
 		       const char *name, uint32_t mode, uint32_t uid, uint32_t gid)
 {
+	/* A setgid directory hands its group down, and its setgid bit to
+	 * subdirectories, as on ext4: users sharing a model through a group
+	 * keep it group-owned whoever creates the layers and pages. */
+	if (p->attr.mode & S_ISGID) {
+		gid = p->attr.gid;
+		if (n->kind != KV_KIND_PAGE)
+			mode |= S_ISGID;
+	}
 	n->ino = kv_index_next_ino(fs->idx);
-	n->parent = parent;
+	n->parent = p->ino;
 	strcpy(n->name, name);
 	n->attr.mode = mode;
 	n->attr.uid = uid;
@@ -177,7 +185,7 @@ static int do_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t
 	} else {
 		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
 	}
-	kvfs_ns_node_init(fs, n, parent, name, mode & 07777, uid, gid);
+	kvfs_ns_node_init(fs, n, &p, name, mode & 07777, uid, gid);
 	rc = kv_index_add(fs->idx, n);
 	if (rc == 0) {
 		kvfs_commit_put_dir(fs, n);

@@ -70,8 +70,11 @@ static int do_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
 	}
 	memset(n, 0, sizeof(*n));
-	kvfs_ns_node_init(fs, n, parent, name, mode & 0777, uid, gid);
 	n->kind = KV_KIND_PAGE;
+	/* Set-id bits as asked (a write clears them, kvfs_file_write); the
+	 * sticky bit is the pin (docs/usage.md), set by chmod or the xattr,
+	 * not by a create mode. */
+	kvfs_ns_node_init(fs, n, &p, name, mode & (07777 & ~(uint32_t)S_ISVTX), uid, gid);
 	n->state = KV_PAGE_WRITING;
 	l = kvfs_live_get(fs, n->ino);
 	if (!l)
@@ -397,7 +400,7 @@ static int doom_page(struct kvfs *fs, uint64_t ino, int rc)
 }
 
 int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size_t size,
-		    uint64_t off)
+		    uint64_t off, bool keep_setid)
 {
 	uint64_t end = off + size;
 	struct kvfs_data *d = NULL;
@@ -450,6 +453,16 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 	if (kv_index_get(fs->idx, fh->ino, &n) == 0) {
 		n.size = d->size;
 		n.attr.mtime_ns = kvfs_now_ns();
+		/* The kernel clears them itself only on its cached path; the
+		 * creator's direct writes (fuse/ops_file.c) come here. setgid
+		 * without group execute is not a set-id bit (Linux keeps it). */
+		if (!keep_setid && (n.attr.mode & S_ISUID ||
+				    (n.attr.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))) {
+			n.attr.mode &= ~(uint32_t)S_ISUID;
+			if (n.attr.mode & S_IXGRP)
+				n.attr.mode &= ~(uint32_t)S_ISGID;
+			n.attr.ctime_ns = n.attr.mtime_ns;
+		}
 		kv_index_update(fs->idx, fh->ino, &n, KV_UPD_SIZE | KV_UPD_ATTR);
 	}
 	pthread_mutex_unlock(&fs->ns_lock);

@@ -82,7 +82,9 @@ void kvfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	int rc;
 
 	(void)ino;
-	rc = kvfs_file_write(req_fs(req), get_file(fi), buf, size, (uint64_t)off);
+	/* root stands for CAP_FSETID: the request does not carry capabilities */
+	rc = kvfs_file_write(req_fs(req), get_file(fi), buf, size, (uint64_t)off,
+			     fuse_req_ctx(req)->uid == 0);
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);
 	fuse_reply_write(req, size);

@@ -235,5 +235,79 @@ def sealed_meta_after(mnt):
     dirs_after(mnt)
 
 
+def as_nobody(fn):
+    """fn() as uid 65534 in a child; its exit status is the child's."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            fn()
+        except BaseException as e:  # noqa: B902
+            print('uid 65534:', repr(e), file=sys.stderr)
+            os._exit(1)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+def setid(mnt):
+    """Set-id bits as on ext4: a setgid model hands its group and setgid
+    bit down; a page keeps the set-id bits of its create mode, not the
+    sticky bit (the pin); a write by an unprivileged owner clears them."""
+    sg = os.path.join(mnt, 'sg')
+    os.mkdir(sg)
+    os.chown(sg, 0, 456)
+    os.chmod(sg, 0o2775)
+    old = os.umask(0o022)
+    try:
+        os.mkdir(os.path.join(sg, '0'))
+    finally:
+        os.umask(old)
+    st = os.stat(os.path.join(sg, '0'))
+    if (stat.S_IMODE(st.st_mode), st.st_gid) != (0o2755, 456):
+        fail(f'layer in a setgid model: {oct(st.st_mode)} gid {st.st_gid}, want 02755 gid 456')
+    os.chmod(os.path.join(sg, '0'), 0o2777)
+    old = os.umask(0)
+    try:
+        fd = os.open(os.path.join(sg, '0', 'suid'), os.O_WRONLY | os.O_CREAT, 0o4755)
+        os.write(fd, b'u' * 4096)        # root keeps them (CAP_FSETID)
+        os.close(fd)
+        os.close(os.open(os.path.join(sg, '0', 'sticky'), os.O_WRONLY | os.O_CREAT, 0o1644))
+    finally:
+        os.umask(old)
+    st = os.stat(os.path.join(sg, '0', 'suid'))
+    if (stat.S_IMODE(st.st_mode), st.st_gid) != (0o4755, 456):
+        fail(f'page created 04755 in a setgid layer: {oct(st.st_mode)} gid {st.st_gid}')
+    st = os.stat(os.path.join(sg, '0', 'sticky'))
+    if stat.S_IMODE(st.st_mode) != 0o644 or \
+            os.getxattr(os.path.join(sg, '0', 'sticky'), 'user.kvfs.pinned') != b'0':
+        fail(f'page created 01644: {oct(st.st_mode)}, want 0644 (not pinned)')
+
+    def unprivileged_write():
+        p = os.path.join(sg, '0', 'byuser')
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o755)
+        os.fchmod(fd, 0o6775)
+        os.write(fd, b'n' * 4096)
+        os.close(fd)
+        mode = stat.S_IMODE(os.stat(p).st_mode)
+        if mode != 0o775:
+            raise SystemExit(f'set-id bits after a write by their owner: {oct(mode)}, want 0775')
+
+    if as_nobody(unprivileged_write):
+        fail('a write by uid 65534 kept set-id bits')
+
+
+def setid_after(mnt):
+    l0 = os.path.join(mnt, 'sg', '0')
+    want = {'': (0o2777, 456), 'suid': (0o4755, 456), 'sticky': (0o644, 456),
+            'byuser': (0o775, 456)}
+    for name, (mode, gid) in want.items():
+        st = os.stat(os.path.join(l0, name))
+        if (stat.S_IMODE(st.st_mode), st.st_gid) != (mode, gid):
+            fail(f'sg/0/{name} after remount: {oct(st.st_mode)} gid {st.st_gid}, '
+                 f'want {oct(mode)} gid {gid}')
+
+
 if __name__ == '__main__':
     globals()[sys.argv[1]](sys.argv[2])
