@@ -238,15 +238,21 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 	/* Waiting holds a FUSE thread: a few writers of a uid may wait for its
 	 * other pages to be sealed, briefly; the rest are refused at once. */
 	while (past_share(d, u, bytes, held)) {
-		if (u->waiters >= DIRTY_UID_WAITERS) {
+		/* Every page of the uid is held by a writer waiting here, this
+		 * one too: none will be sealed while they wait. Refusing this
+		 * one dooms its page, whose bytes then leave the share
+		 * (pagefile.c), and the others go on. */
+		if (u->waiters >= DIRTY_UID_WAITERS || u->waiting_held + held >= u->filling) {
 			rc = refuse_uid(d, u, bytes);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}
 		u->waiters++;
+		u->waiting_held += held;
 		rc = pthread_cond_timedwait(&d->cv, &d->lock, &until);
 		u = uid_entry(d, uid, false);   /* the array may have moved */
 		u->waiters--;
+		u->waiting_held -= held;
 		if (rc == ETIMEDOUT && past_share(d, u, bytes, held)) {
 			rc = refuse_uid(d, u, bytes);
 			uid_forget_locked(d, uid, 0);

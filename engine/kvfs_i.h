@@ -250,6 +250,7 @@ struct kvfs_dirty {
 	struct kvfs_dirty_uid {      /* uids with page files being written */
 		uint32_t uid;
 		unsigned waiters;    /* writers waiting for its own pages */
+		uint64_t waiting_held; /* ... and the bytes their pages hold */
 		uint64_t filling;    /* its share of filling, charged or about to be */
 	} *uids;
 	size_t nuids, cap_uids;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "kvfs_i.h"
+#include "pagecharge.h"
 
 int kvfs_check_name(const char *name)
 {
@@ -32,9 +33,14 @@ void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, const struct kv_
 	 * subdirectories, as on ext4: users sharing a model through a group
 	 * keep it group-owned whoever creates the layers and pages. */
 	if (p->attr.mode & S_ISGID) {
-		gid = p->attr.gid;
+		/* A page's own setgid bit, in a group its creator is not in
+		 * (as far as we know: the request carries only the primary
+		 * gid), is dropped, as Linux does without CAP_FSETID. */
 		if (n->kind != KV_KIND_PAGE)
 			mode |= S_ISGID;
+		else if (uid != 0 && gid != p->attr.gid)
+			mode &= ~(uint32_t)S_ISGID;
+		gid = p->attr.gid;
 	}
 	n->ino = kv_index_next_ino(fs->idx);
 	n->parent = p->ino;
@@ -116,11 +122,18 @@ int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change
 	 * it by a lookup), and only a page still being written takes a size
 	 * (sealed pages are EPERM), which no row names yet. */
 	int rc = kvfs_changes_damaged(fs);
+	uint64_t charge = 0;
+	uint32_t uid = 0;
 
+	/* A page grown by ftruncate holds its zeros in RAM like written
+	 * bytes: the same budget and share (it could hold 64 MiB each). */
+	if (rc == 0 && c->valid & KVFS_ATTR_SIZE)
+		rc = kvfs_page_charge_growth(fs, ino, c->size, &charge, &uid);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_setattr(fs, ino, c, out);
+	kvfs_page_charge_settle(fs, ino, uid, charge, rc == 0);
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
 }

@@ -509,7 +509,8 @@ int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out)
 
 /* May (layer_ino, name) become a new page? *old gets a page it replaces. */
 static int publish_target(struct kvfs *fs, uint64_t layer_ino, const char *name,
-			  bool replace, struct kv_node_info *old, bool *has_old)
+			  bool replace, struct kv_node_info *old, bool *has_old,
+			  struct kv_obj_attr *attr)
 {
 	struct kv_node_info layer;
 	int rc;
@@ -520,6 +521,8 @@ static int publish_target(struct kvfs *fs, uint64_t layer_ino, const char *name,
 		return rc;
 	if (layer.kind != KV_KIND_LAYER)
 		return -ENOTDIR;
+	if (layer.attr.mode & S_ISGID)   /* as a page file's (kvfs_ns_node_init) */
+		attr->gid = layer.attr.gid;
 	rc = kv_index_lookup(fs->idx, layer_ino, name, old);
 	if (rc == -ENOENT)
 		return 0;
@@ -566,7 +569,7 @@ static int publish_locked(struct kvfs *fs, struct kv_node_info *n,
 	bool has_old;
 	int rc;
 
-	rc = publish_target(fs, n->parent, n->name, replace, &old, &has_old);
+	rc = publish_target(fs, n->parent, n->name, replace, &old, &has_old, &n->attr);
 	if (rc == 0)
 		rc = check_seal_size(fs, n, d->size);
 	if (rc == 0)

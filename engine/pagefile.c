@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "kvfs_i.h"
+#include "pagecharge.h"
 
 #define SEAL_WAIT_MS 2000
 /* Waiting readers hold front-end threads (FUSE workers); leave enough free
@@ -330,6 +331,8 @@ static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, fh->ino);
 	rc = fh->sealed || !l || !l->writing || !l->wbuf ? -EPERM : 0;
+	if (rc == 0 && l->write_err)
+		rc = l->write_err;   /* doomed: later bytes would be thrown away too */
 	if (rc == 0)
 		rc = kvfs_node_get_locked(fs, fh->ino, &n);
 	if (rc == 0)
@@ -348,42 +351,6 @@ static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
 	return rc;
 }
 
-/* Dirty bytes a write up to end adds to the page (its buffer only grows),
- * and whose share they count in: its creator's. The kernel serialises
- * writes to one inode, so the charge read here is still the page's when
- * dirty_charge_add runs. */
-static uint64_t dirty_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
-				 uint64_t *have, uint32_t *uid)
-{
-	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
-	struct kvfs_live *l;
-
-	pthread_mutex_lock(&fs->ns_lock);
-	l = kvfs_live_find(fs, ino);
-	*have = l ? l->dirty : 0;
-	*uid = l ? l->writer_uid : 0;
-	pthread_mutex_unlock(&fs->ns_lock);
-	return need > *have ? need - *have : 0;
-}
-
-static void dirty_give_uid(struct kvfs *fs, uint32_t uid, uint64_t charge)
-{
-	kvfs_dirty_uid_done(fs, uid, charge);
-	kvfs_dirty_give(fs, charge, false);
-}
-
-static void dirty_charge_add(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t charge)
-{
-	struct kvfs_live *l = kvfs_live_find(fs, ino);
-
-	if (l) {
-		l->dirty += charge;
-		l->dirty_uid = true;
-	} else {
-		dirty_give_uid(fs, uid, charge);
-	}
-}
-
 /* A write refused before write_target (no write-back room: EDQUOT, or
  * ENOSPC/EIO when nothing drains) leaves the page without its bytes: as
  * there, it must never be sealed, whatever the writer does next. */
@@ -395,6 +362,12 @@ static int doom_page(struct kvfs *fs, uint64_t ino, int rc)
 	l = kvfs_live_find(fs, ino);
 	if (l && l->writing && !l->write_err)
 		l->write_err = rc;
+	/* It will never be sealed: its bytes leave its uid's share now, so
+	 * the uid's other pages may go on (they may wait for exactly that). */
+	if (l && l->dirty_uid && !l->dirty_sealed) {
+		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
+		l->dirty_uid = false;
+	}
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
 }
@@ -417,7 +390,7 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 		rc = write_possible(fs, fh, end);
 	if (rc < 0)
 		return rc;
-	charge = dirty_charge_for(fs, fh->ino, end, &held, &uid);
+	charge = kvfs_page_charge_for(fs, fh->ino, end, &held, &uid);
 	rc = kvfs_dirty_take_uid(fs, uid, charge, held);   /* may block: write-back is full */
 	if (rc < 0)
 		return doom_page(fs, fh->ino, rc);
@@ -430,13 +403,13 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 		rc = write_target(fs, fh, end, space == 0 && tries < SPACE_RETRIES,
 				  &d, &n);
 		if (rc == 0)
-			dirty_charge_add(fs, fh->ino, uid, charge);
+			kvfs_page_charge_add(fs, fh->ino, uid, charge);
 		pthread_mutex_unlock(&fs->ns_lock);
 		if (rc != -EAGAIN)
 			break;
 	}
 	if (rc < 0) {
-		dirty_give_uid(fs, uid, charge);
+		kvfs_page_charge_give(fs, uid, charge);
 		return rc;
 	}
 	/* The kernel serialises writes, truncates and the final release of one

@@ -18,7 +18,8 @@
  * running calls weigh about one thread at the daemon's nice. A lone uid
  * runs at the daemon's nice. Raising a nice is immediate (the newcomer's
  * call gets its share now); lowering waits for the thread's next call,
- * which saves two syscalls per call of a uid that comes and goes.
+ * which saves two syscalls per call of a uid that comes and goes, unless
+ * only one uid is left running: its calls go back to the base at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -191,6 +192,28 @@ static void weigh_locked(struct kvfs_exec *ex, struct exec_thread *self)
 	}
 }
 
+/* After a call ended: once a single uid (or none) is left running, its
+ * calls already running go back to the base too, not only at their next
+ * call: a long batch would otherwise finish alone at nice +11. */
+static void relax_locked(struct kvfs_exec *ex)
+{
+	unsigned uids = 0;
+
+	if (!ex->weigh)
+		return;
+	for (size_t i = 0; i < ex->nuq && uids < 2; i++)
+		uids += ex->uq[i].running > 0;
+	if (uids > 1)
+		return;
+	for (unsigned i = 0; i < ex->nthreads; i++) {
+		struct exec_thread *t = &ex->threads[i];
+
+		if (t->busy && t->tid && t->nice != ex->base_nice &&
+		    setpriority(PRIO_PROCESS, (id_t)t->tid, ex->base_nice) == 0)
+			t->nice = ex->base_nice;
+	}
+}
+
 static void *worker(void *arg)
 {
 	struct exec_thread *self = arg;
@@ -228,6 +251,7 @@ static void *worker(void *arg)
 		ex->mem -= mem;
 		ex->completed++;
 		maybe_drop(ex, q);
+		relax_locked(ex);
 		pthread_cond_broadcast(&ex->work);
 	}
 	pthread_mutex_unlock(&ex->lock);

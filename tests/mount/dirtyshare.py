@@ -7,8 +7,11 @@ As uid 65534, in layer m/0 (mode 777):
   3. 20 threads write a new page each at once: every one EDQUOT, while
      root writes 1 MiB pages in m/1, each well under the old 2 s stall,
      and stat answers; the budget is never passed;
+     (also a page grown by ftruncate, and a page whose write was refused
+     takes no later write);
   4. the four are closed (sealed); a new page then goes in, and so does
-     one page of 6 MiB alone (past half the budget, but the only one).
+     one page of 6 MiB alone (past half the budget, but the only one);
+     three 3 MiB pages written together: at least one is stored.
 Root, trusted with the whole budget, holds six 1 MiB pages open at once."""
 import errno
 import os
@@ -80,6 +83,23 @@ def nobody_side(w):
     waited = time.monotonic() - t0
     if waited > 10:
         raise SystemExit('EDQUOT after %.1f s' % waited)
+    # Growing a page by ftruncate holds its zeros in RAM: charged alike.
+    fd = os.open(os.path.join(L0, 'grown'), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.ftruncate(fd, MIB)
+        raise SystemExit('a page grown by ftruncate past half the budget')
+    except OSError as e:
+        if e.errno != errno.EDQUOT:
+            raise
+    os.close(fd)
+    # A page whose write was refused is doomed: later writes fail too.
+    doomed = os.open(os.path.join(L0, 'doomed'), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(doomed, b'd' * MIB)
+        raise SystemExit('a page past half the budget was written')
+    except OSError as e:
+        if e.errno != errno.EDQUOT:
+            raise
     say(w, 'holding')
     errs = []
 
@@ -101,8 +121,49 @@ def nobody_side(w):
     say(w, 'flooded')
     for fd in held:
         os.close(fd)
+    try:
+        os.write(doomed, b'd' * 4096)
+        raise SystemExit('a doomed page took a write once there was room')
+    except OSError as e:
+        if e.errno != errno.EDQUOT:
+            raise
+    try:
+        os.close(doomed)          # reports the loss
+    except OSError:
+        pass
     write_page(os.path.join(L0, 'after'), MIB)
     write_page(os.path.join(L0, 'big'), 6 * MIB)
+    # Three pages of 3 MiB written together, 9 MiB past the 4 MiB share:
+    # writers that wait only for each other would all time out; the last
+    # to wait is refused at once and the others go on.
+    stored, errs = [], []
+
+    def chunked(i):
+        fd = os.open(os.path.join(L0, 'c%d' % i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        t0 = time.monotonic()
+        try:
+            for _ in range(48):
+                os.write(fd, b'c' * 65536)
+            os.close(fd)
+            stored.append(i)
+        except OSError as e:
+            if e.errno != errno.EDQUOT:
+                errs.append(repr(e))
+            elif time.monotonic() - t0 > 1.5:   # not the 2 s wait for its own pages
+                errs.append('EDQUOT after %.1f s' % (time.monotonic() - t0))
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    ts = [threading.Thread(target=chunked, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs or not stored:
+        raise SystemExit('three big pages together: stored %s, errors %s' % (stored, errs))
+    print('three 3 MiB pages together: %d stored' % len(stored))
     say(w, 'done')
 
 

@@ -293,6 +293,15 @@ def setid(mnt):
         mode = stat.S_IMODE(os.stat(p).st_mode)
         if mode != 0o775:
             raise SystemExit(f'set-id bits after a write by their owner: {oct(mode)}, want 0775')
+        # Not in group 456: a setgid page of that group is not given.
+        old = os.umask(0)
+        try:
+            os.close(os.open(os.path.join(sg, '0', 'notmember'), os.O_WRONLY | os.O_CREAT, 0o2775))
+        finally:
+            os.umask(old)
+        st = os.stat(os.path.join(sg, '0', 'notmember'))
+        if (stat.S_IMODE(st.st_mode), st.st_gid) != (0o775, 456):
+            raise SystemExit(f'setgid page by a non-member: {oct(st.st_mode)} gid {st.st_gid}')
 
     if as_nobody(unprivileged_write):
         fail('a write by uid 65534 kept set-id bits')
@@ -301,7 +310,7 @@ def setid(mnt):
 def setid_after(mnt):
     l0 = os.path.join(mnt, 'sg', '0')
     want = {'': (0o2777, 456), 'suid': (0o4755, 456), 'sticky': (0o644, 456),
-            'byuser': (0o775, 456)}
+            'byuser': (0o775, 456), 'notmember': (0o775, 456)}
     for name, (mode, gid) in want.items():
         st = os.stat(os.path.join(l0, name))
         if (stat.S_IMODE(st.st_mode), st.st_gid) != (mode, gid):

@@ -1,0 +1,79 @@
+/*
+ * A page file's charges to the write-back budget (engine/dirty.c): what a
+ * write or an ftruncate up adds to the page, in whose share, and where
+ * the charge goes once the change is made (kept by the page) or not
+ * (given back). Shared by the writer (pagefile.c) and setattr
+ * (namespace.c), which call each other no other way.
+ */
+#include "kvfs_i.h"
+#include "pagecharge.h"
+
+/* Dirty bytes a write up to end adds to the page (its buffer only grows),
+ * and whose share they count in: its creator's. The kernel serialises
+ * writes to one inode, so the charge read here is still the page's when
+ * kvfs_page_charge_add runs. */
+uint64_t kvfs_page_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
+			      uint64_t *have, uint32_t *uid)
+{
+	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	struct kvfs_live *l;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	*have = l ? l->dirty : 0;
+	*uid = l ? l->writer_uid : 0;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return need > *have ? need - *have : 0;
+}
+
+void kvfs_page_charge_give(struct kvfs *fs, uint32_t uid, uint64_t charge)
+{
+	kvfs_dirty_uid_done(fs, uid, charge);
+	kvfs_dirty_give(fs, charge, false);
+}
+
+void kvfs_page_charge_add(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t charge)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+
+	if (l) {
+		l->dirty += charge;
+		l->dirty_uid = true;
+	} else {
+		kvfs_page_charge_give(fs, uid, charge);
+	}
+}
+
+int kvfs_page_charge_growth(struct kvfs *fs, uint64_t ino, uint64_t end, uint64_t *charge,
+			    uint32_t *uid)
+{
+	uint64_t held, limit = 0;
+	struct kv_node_info n;
+	struct kvfs_live *l;
+	bool exact;
+
+	/* Only a page being written can grow, and only up to its limit:
+	 * the truncate refuses the rest, and must not wait for room first. */
+	*charge = 0;
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	if (l && l->writing && l->wbuf && kvfs_node_get_locked(fs, ino, &n) == 0 &&
+	    kvfs_page_limit(fs, n.parent, &limit, &exact) < 0)
+		limit = 0;
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (end > limit)
+		return 0;
+	*charge = kvfs_page_charge_for(fs, ino, end, &held, uid);
+	return kvfs_dirty_take_uid(fs, *uid, *charge, held);
+}
+
+void kvfs_page_charge_settle(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t charge,
+			     bool grown)
+{
+	if (!charge)
+		return;
+	if (grown)
+		kvfs_page_charge_add(fs, ino, uid, charge);
+	else
+		kvfs_page_charge_give(fs, uid, charge);
+}
