@@ -131,6 +131,24 @@ def test_round_trip(r):
         fail(f'stats: {before} -> {after}')
 
 
+def test_setgid_layer(r):
+    """A page written into a setgid layer takes its group, as a file."""
+    layer = os.path.join(M, '1')
+    st0 = os.stat(layer)
+    os.chown(layer, -1, 456)
+    os.chmod(layer, stat.S_IMODE(st0.st_mode) | stat.S_ISGID)
+    try:
+        res, ds = r.write([(1, b'sgid', b'g' * 4096)])
+        if ds[0].status:
+            fail(f'write into a setgid layer: {ds[0].status}')
+        gid = os.stat(os.path.join(layer, 'sgid')).st_gid
+        if gid != 456:
+            fail(f'fast-path page in a setgid layer of group 456: gid {gid}')
+    finally:
+        os.chmod(layer, stat.S_IMODE(st0.st_mode))
+        os.chown(layer, -1, st0.st_gid)
+
+
 def test_unaligned_sources(r):
     """Sources need no alignment: the daemon copies them."""
     pages = [(0, b'odd%d' % i, os.urandom(7000 + i)) for i in range(5)]
@@ -500,6 +518,7 @@ def main():
     tiny_fd = os.open(TINY, os.O_RDONLY | os.O_DIRECTORY)
     r = Region(dfd)
     test_round_trip(r)
+    test_setgid_layer(r)
     test_unaligned_sources(r)
     test_shared_sources(r)
     test_exists_and_replace(r)
