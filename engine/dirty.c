@@ -206,17 +206,12 @@ static bool past_share(const struct kvfs_dirty *d, const struct kvfs_dirty_uid *
 
 static int refuse_uid(struct kvfs_dirty *d, const struct kvfs_dirty_uid *u, uint64_t bytes)
 {
-	int64_t now = kvfs_now_ns();
-
 	d->uid_refused++;
-	if (now - d->uid_log_ns >= 10 * 1000000000ll) {
-		d->uid_log_ns = now;
-		kv_log(KV_LOG_WARN, "write-back: uid %u holds %llu bytes in pages it is "
-		       "still writing, half the budget (-o dirty=%llu): refusing a write of "
-		       "%llu bytes with EDQUOT until it closes some (%llu refused so far)",
+	KV_LOG_LIMITED(&d->uid_log, KV_LOG_WARN, "write-back: uid %u holds %llu bytes in pages "
+		       "it is still writing, half the budget (-o dirty=%llu): refusing a write "
+		       "of %llu bytes with EDQUOT until it closes some (%llu refused so far)",
 		       u->uid, (unsigned long long)u->filling, (unsigned long long)d->budget,
 		       (unsigned long long)bytes, (unsigned long long)d->uid_refused);
-	}
 	return -EDQUOT;
 }
 
@@ -255,7 +250,6 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 		u->waiting_held -= held;
 		if (rc == ETIMEDOUT && past_share(d, u, bytes, held)) {
 			rc = refuse_uid(d, u, bytes);
-			uid_forget_locked(d, uid, 0);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}
@@ -279,14 +273,19 @@ void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	pthread_mutex_unlock(&d->lock);
 }
 
+void kvfs_dirty_uid_release_live(struct kvfs *fs, struct kvfs_live *l)
+{
+	if (l->dirty_uid && !l->dirty_sealed)
+		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
+	l->dirty_uid = false;
+}
+
 void kvfs_dirty_sealed_live(struct kvfs *fs, struct kvfs_live *l)
 {
 	if (l->dirty_sealed)
 		return;
+	kvfs_dirty_uid_release_live(fs, l);
 	kvfs_dirty_sealed(fs, l->dirty);
-	if (l->dirty_uid)
-		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
-	l->dirty_uid = false;
 	l->dirty_sealed = true;
 }
 
@@ -319,9 +318,7 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 
 void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l)
 {
-	if (l->dirty_uid && !l->dirty_sealed)
-		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
-	l->dirty_uid = false;
+	kvfs_dirty_uid_release_live(fs, l);
 	kvfs_dirty_give(fs, l->dirty, l->dirty_sealed);
 	l->dirty = 0;
 	l->dirty_sealed = false;

@@ -255,7 +255,7 @@ struct kvfs_dirty {
 	} *uids;
 	size_t nuids, cap_uids;
 	uint64_t uid_refused;    /* charges refused: past the uid's share (EDQUOT) */
-	int64_t uid_log_ns;
+	struct kv_log_limit uid_log;
 };
 
 /* Room for the manifest on its filesystem (engine/headroom.c): the
@@ -576,6 +576,8 @@ void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
 /* l's charge now drains (its page was sealed): kvfs_dirty_sealed, and the
  * end of its writer uid's share. */
 void kvfs_dirty_sealed_live(struct kvfs *fs, struct kvfs_live *l);
+/* l's charge leaves its writer uid's share (sealed, doomed or gone). */
+void kvfs_dirty_uid_release_live(struct kvfs *fs, struct kvfs_live *l);
 /* Give a charge back (the page is durable, withdrawn or discarded). */
 void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed);
 /* Give back what live page l holds (any lock order: takes only dirty.lock). */

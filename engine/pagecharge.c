@@ -12,10 +12,16 @@
  * and whose share they count in: its creator's. The kernel serialises
  * writes to one inode, so the charge read here is still the page's when
  * kvfs_page_charge_add runs. */
+static uint64_t charge_to(uint64_t end, uint64_t have)
+{
+	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+
+	return need > have ? need - have : 0;
+}
+
 uint64_t kvfs_page_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
 			      uint64_t *have, uint32_t *uid)
 {
-	uint64_t need = (end + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
 	struct kvfs_live *l;
 
 	pthread_mutex_lock(&fs->ns_lock);
@@ -23,7 +29,7 @@ uint64_t kvfs_page_charge_for(struct kvfs *fs, uint64_t ino, uint64_t end,
 	*have = l ? l->dirty : 0;
 	*uid = l ? l->writer_uid : 0;
 	pthread_mutex_unlock(&fs->ns_lock);
-	return need > *have ? need - *have : 0;
+	return charge_to(end, *have);
 }
 
 void kvfs_page_charge_give(struct kvfs *fs, uint32_t uid, uint64_t charge)
@@ -47,7 +53,7 @@ void kvfs_page_charge_add(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t 
 int kvfs_page_charge_growth(struct kvfs *fs, uint64_t ino, uint64_t end, uint64_t *charge,
 			    uint32_t *uid)
 {
-	uint64_t held, limit = 0;
+	uint64_t held = 0, limit = 0;
 	struct kv_node_info n;
 	struct kvfs_live *l;
 	bool exact;
@@ -58,13 +64,13 @@ int kvfs_page_charge_growth(struct kvfs *fs, uint64_t ino, uint64_t end, uint64_
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, ino);
 	if (l && l->writing && l->wbuf && kvfs_node_get_locked(fs, ino, &n) == 0 &&
-	    kvfs_page_limit(fs, n.parent, &limit, &exact) < 0)
-		limit = 0;
+	    kvfs_page_limit(fs, n.parent, &limit, &exact) == 0 && end <= limit) {
+		held = l->dirty;
+		*uid = l->writer_uid;
+		*charge = charge_to(end, held);
+	}
 	pthread_mutex_unlock(&fs->ns_lock);
-	if (end > limit)
-		return 0;
-	*charge = kvfs_page_charge_for(fs, ino, end, &held, uid);
-	return kvfs_dirty_take_uid(fs, *uid, *charge, held);
+	return *charge ? kvfs_dirty_take_uid(fs, *uid, *charge, held) : 0;
 }
 
 void kvfs_page_charge_settle(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t charge,

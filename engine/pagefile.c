@@ -364,10 +364,8 @@ static int doom_page(struct kvfs *fs, uint64_t ino, int rc)
 		l->write_err = rc;
 	/* It will never be sealed: its bytes leave its uid's share now, so
 	 * the uid's other pages may go on (they may wait for exactly that). */
-	if (l && l->dirty_uid && !l->dirty_sealed) {
-		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
-		l->dirty_uid = false;
-	}
+	if (l)
+		kvfs_dirty_uid_release_live(fs, l);
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
 }

@@ -161,16 +161,25 @@ static int nice_offset(unsigned k)
 	return n;
 }
 
-/* After a call started: give each busy thread the nice its uid's share
- * asks for. Only `self` is ever lowered (see the top of this file). */
-static void weigh_locked(struct kvfs_exec *ex, struct exec_thread *self)
+static unsigned uids_running(const struct kvfs_exec *ex)
 {
 	unsigned uids = 0;
 
-	if (!ex->weigh)
-		return;
 	for (size_t i = 0; i < ex->nuq; i++)
 		uids += ex->uq[i].running > 0;
+	return uids;
+}
+
+/* After a call started (self: its thread) or ended (NULL): give each busy
+ * thread the nice its uid's share asks for. While several uids run, only
+ * self is lowered (see the top of this file); once one is left, all. */
+static void weigh_locked(struct kvfs_exec *ex, struct exec_thread *self)
+{
+	unsigned uids;
+
+	if (!ex->weigh)
+		return;
+	uids = uids_running(ex);
 	for (unsigned i = 0; i < ex->nthreads; i++) {
 		struct exec_thread *t = &ex->threads[i];
 		struct uid_queue *q;
@@ -178,39 +187,16 @@ static void weigh_locked(struct kvfs_exec *ex, struct exec_thread *self)
 
 		if (!t->busy || !t->tid)
 			continue;
-		q = queue_of(ex, t->uid, false);
-		if (uids > 1 && q)
+		if (uids > 1 && (q = queue_of(ex, t->uid, false)))
 			want += nice_offset(q->running);
 		if (want > 19)
 			want = 19;
-		if (want == t->nice || (t != self && want < t->nice))
+		if (want == t->nice || (uids > 1 && t != self && want < t->nice))
 			continue;
 		/* EPERM or ESRCH here would mean the probe at start lied or
 		 * the thread is gone: the nice stays, nothing else depends on it. */
 		if (setpriority(PRIO_PROCESS, (id_t)t->tid, want) == 0)
 			t->nice = want;
-	}
-}
-
-/* After a call ended: once a single uid (or none) is left running, its
- * calls already running go back to the base too, not only at their next
- * call: a long batch would otherwise finish alone at nice +11. */
-static void relax_locked(struct kvfs_exec *ex)
-{
-	unsigned uids = 0;
-
-	if (!ex->weigh)
-		return;
-	for (size_t i = 0; i < ex->nuq && uids < 2; i++)
-		uids += ex->uq[i].running > 0;
-	if (uids > 1)
-		return;
-	for (unsigned i = 0; i < ex->nthreads; i++) {
-		struct exec_thread *t = &ex->threads[i];
-
-		if (t->busy && t->tid && t->nice != ex->base_nice &&
-		    setpriority(PRIO_PROCESS, (id_t)t->tid, ex->base_nice) == 0)
-			t->nice = ex->base_nice;
 	}
 }
 
@@ -251,7 +237,7 @@ static void *worker(void *arg)
 		ex->mem -= mem;
 		ex->completed++;
 		maybe_drop(ex, q);
-		relax_locked(ex);
+		weigh_locked(ex, NULL);
 		pthread_cond_broadcast(&ex->work);
 	}
 	pthread_mutex_unlock(&ex->lock);
