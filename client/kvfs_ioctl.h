@@ -54,8 +54,9 @@
  *   ENOTTY   not a model directory of kvfs, or unknown command
  *   EPROTO   abi != KVFS_ABI_VERSION
  *   EINVAL   unknown flags, nonzero reserved fields, count 0, descriptor
- *            array misaligned (desc_off % 8), group != 0 on a read or a
- *            write, or on a lookup a group > 1 that does not divide count
+ *            array misaligned (desc_off % 8), group != 0 on a read, a
+ *            write or a prefetch, or on a lookup a group > 1 that does not
+ *            divide count
  *   E2BIG    count > KVFS_BATCH_MAX
  *   ERANGE   the descriptor array does not lie inside the region
  *   ENOENT   no region with this id

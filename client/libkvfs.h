@@ -51,7 +51,8 @@ struct kvfs_batch;
 
 /* ---- clients ---- */
 /* Open a model directory of a mounted kvfs (MOUNT/model). -ENOTTY if it is
- * not one (the daemon refuses the ABI handshake), -ENOENT if missing. */
+ * not one (the daemon refuses the ABI handshake), -ENOTDIR if it is a file
+ * (a page), -ENOENT if missing. */
 int kvfs_client_open(const char *model_dir, struct kvfs_client **out);
 /* Unregisters and unmaps every region still open, then closes. */
 void kvfs_client_close(struct kvfs_client *c);

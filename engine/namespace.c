@@ -140,7 +140,7 @@ int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change
 
 /* ---- directories ---- */
 
-/* Layer directories are named by their number ("0".."99999", any padding);
+/* Layer directories are named by their number ("0".."99999", zero-padded to at most 5 characters);
  * two names for the same number would be two directories for one layer. */
 static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
 			    const char *name, uint32_t *layer)

@@ -259,7 +259,7 @@ static int plain_umount(struct umount_ctx *u)
 	rc = detach(u->mnt, probe == -ENOTCONN || u->lazy);
 	if (rc == -EBUSY) {
 		fprintf(stderr, "kvfs umount: %s is busy (files open or a working directory "
-			"in it); close them, or detach it lazily: umount -l %s\n", u->mnt, u->mnt);
+			"in it); close them, or detach it lazily: kvfs umount --lazy %s\n", u->mnt, u->mnt);
 		return UMOUNT_BUSY;
 	}
 	if (rc < 0) {
