@@ -105,7 +105,10 @@ src, exe = f"{TMP}/usagedoc.c", f"{TMP}/usagedoc"
 open(src, "w").write(program)
 cc = subprocess.run([os.environ.get("CC", "cc"), "-std=gnu11", "-Wall", "-Werror",
                      "-Wno-unused-variable", "-Wno-misleading-indentation", "-I", inc, src, "-o", exe, "-L", LIBDIR,
-                     "-lkvfs"], capture_output=True, text=True)
+                     "-lkvfs",
+                     # a sanitizer build's libkvfs needs its runtime, which
+                     # tools/sanitize.sh preloads into every process
+                     "-Wl,--allow-shlib-undefined"], capture_output=True, text=True)
 if cc.returncode != 0:
     sys.exit(f"the snippets do not compile:\n{cc.stderr}\n--- program ---\n{program}")
 env = dict(os.environ, LD_LIBRARY_PATH=LIBDIR)
