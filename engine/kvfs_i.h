@@ -409,7 +409,7 @@ enum {
 };
 struct kvfs_attr_change {
 	unsigned valid;
-	uint32_t mode, uid, gid;
+	uint32_t mode, uid, gid, caller;   /* caller: the asking uid (pins are root's) */
 	uint64_t size;
 	int64_t atime_ns, mtime_ns;
 };
@@ -421,9 +421,9 @@ int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change
  * pages larger than a segment; -ENOTSUP on anything but a model. */
 int kvfs_ns_set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry *g);
 /* Pin (or unpin) a sealed page: evicted last, kept longest in the RAM
- * tier (the sticky bit of its mode). -EPERM on a directory, -EBUSY while
- * it is being written. */
-int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin);
+ * tier (the sticky bit of its mode). -EPERM on a directory or for a pin
+ * asked by anyone but root (caller), -EBUSY while it is being written. */
+int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin, uint32_t caller);
 
 /* ---- page files (engine/pagefile.c) ----
  * A page written and read as a file: the FUSE front end's create, open,

@@ -64,6 +64,28 @@ static void queue_change(struct kvfs *fs, const struct kv_node_info *n,
 
 /* ---- attributes ---- */
 
+/*
+ * Pins are root's. A pinned page is evicted after every unpinned one and
+ * kept longest in the RAM tier, so a user who pinned its own pages (the
+ * owner may chmod them) would push everyone else's out first: more than
+ * its share of the store. A new pin asked by anyone else is dropped from a
+ * chmod, silently as the kernel drops a set-group-ID bit a non-member asks
+ * for (so `cp -a` of a pinned page still works, unpinned), and refused
+ * with EPERM from user.kvfs.pinned. Keeping or removing a pin is anyone's
+ * whom the kernel lets change the mode.
+ */
+static bool pin_refused(const struct kv_node_info *n, uint32_t old_mode, uint32_t caller)
+{
+	static struct kv_log_limit log;
+
+	if (caller == 0 || !(n->attr.mode & S_ISVTX) || old_mode & S_ISVTX)
+		return false;
+	KV_LOG_LIMITED(&log, KV_LOG_INFO, "page %s (inode %llu): a pin asked by uid %u "
+		       "refused: only root pins pages", n->name, (unsigned long long)n->ino,
+		       caller);
+	return true;
+}
+
 /* A sealed page's content is immutable (no truncate), its metadata is
  * not: mode, owner and times change as on any file. */
 static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change *c,
@@ -89,8 +111,11 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 		n->size = c->size;
 	}
 	old_mode = n->attr.mode;
-	if (c->valid & KVFS_ATTR_MODE)
+	if (c->valid & KVFS_ATTR_MODE) {
 		n->attr.mode = c->mode & 07777;
+		if (page && pin_refused(n, old_mode, c->caller))
+			n->attr.mode &= ~(uint32_t)S_ISVTX;
+	}
 	if (c->valid & KVFS_ATTR_UID)
 		n->attr.uid = c->uid;
 	if (c->valid & KVFS_ATTR_GID)
@@ -370,7 +395,7 @@ static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry 
  * the RAM tier. Stored as the sticky bit of the page's mode, which the
  * manifest keeps anyway (ns_lock held).
  */
-static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
+static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin, uint32_t caller)
 {
 	struct kv_node_info n;
 	int rc = kv_index_get(fs->idx, ino, &n);
@@ -383,6 +408,13 @@ static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
 		return -EBUSY;     /* sealing sets the mode; pin it after close */
 	if (!!(n.attr.mode & S_ISVTX) == pin)
 		return 0;
+	if (pin) {
+		uint32_t old_mode = n.attr.mode;
+
+		n.attr.mode |= S_ISVTX;
+		if (pin_refused(&n, old_mode, caller))
+			return -EPERM;
+	}
 	n.attr.mode = pin ? n.attr.mode | S_ISVTX : n.attr.mode & ~(uint32_t)S_ISVTX;
 	n.attr.ctime_ns = kvfs_now_ns();
 	rc = kv_index_update(fs->idx, ino, &n, KV_UPD_ATTR);
@@ -409,14 +441,14 @@ int kvfs_ns_set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry
 	return rc;
 }
 
-int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin)
+int kvfs_ns_set_pinned(struct kvfs *fs, uint64_t ino, bool pin, uint32_t caller)
 {
 	int rc = kvfs_changes_damaged(fs);   /* a mode bit: even while loading */
 
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);
-	rc = set_pinned(fs, ino, pin);
+	rc = set_pinned(fs, ino, pin, caller);
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
 }

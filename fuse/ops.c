@@ -166,6 +166,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
 	if (kvfs_ino_virtual(ino))
 		return kvfs_reply_err(req, -EPERM);
 	rc = kvfs_attr_change_from(a, valid, ino, &c);
+	c.caller = fuse_req_ctx(req)->uid;
 	if (rc == 0)
 		rc = kvfs_ns_setattr(fs, ino, &c, &n);
 	if (rc < 0)

@@ -209,7 +209,7 @@ static void setxattr_pinned(fuse_req_t req, fuse_ino_t ino, const char *value,
 		       (int)(size > 20 ? 20 : size), value);
 		return kvfs_reply_err(req, rc);
 	}
-	kvfs_reply_err(req, kvfs_ns_set_pinned(fs, ino, pin));
+	kvfs_reply_err(req, kvfs_ns_set_pinned(fs, ino, pin, fuse_req_ctx(req)->uid));
 }
 
 /* Only root, only on the mount root, only with -o fault_injection. */

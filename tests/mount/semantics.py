@@ -302,9 +302,21 @@ def setid(mnt):
         st = os.stat(os.path.join(sg, '0', 'notmember'))
         if (stat.S_IMODE(st.st_mode), st.st_gid) != (0o775, 456):
             raise SystemExit(f'setgid page by a non-member: {oct(st.st_mode)} gid {st.st_gid}')
+        # Pins are root's: the owner's chmod +t leaves the page unpinned,
+        # user.kvfs.pinned from it is EPERM (it could otherwise push every
+        # other user's pages out of the store and the RAM tier first).
+        os.chmod(p, 0o1775)
+        if stat.S_IMODE(os.stat(p).st_mode) != 0o775 or \
+                os.getxattr(p, 'user.kvfs.pinned') != b'0':
+            raise SystemExit(f'chmod +t by uid 65534 pinned its page: {oct(os.stat(p).st_mode)}')
+        try:
+            os.setxattr(p, 'user.kvfs.pinned', b'1')
+            raise SystemExit('user.kvfs.pinned=1 by uid 65534 was taken')
+        except PermissionError:
+            pass
 
     if as_nobody(unprivileged_write):
-        fail('a write by uid 65534 kept set-id bits')
+        fail('a write by uid 65534 kept set-id bits, or it pinned its page')
 
 
 def setid_after(mnt):

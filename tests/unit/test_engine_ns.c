@@ -197,6 +197,37 @@ static void unlink_rename_rmdir(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* Pins are root's: a chmod +t by another uid keeps the page unpinned (the
+ * bit dropped, the rest of the mode taken), user.kvfs.pinned from it is
+ * EPERM; root's pin stays through the owner's chmod, and the owner may
+ * unpin. */
+static void only_root_pins(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_attr_change c = { .valid = KVFS_ATTR_MODE, .mode = 0640 | S_ISVTX,
+				      .caller = 65534 };
+	struct kv_node_info p, n;
+
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(efix_publish(f, "p", 4096, 1, &p), 0);
+	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), 0);
+	assert_int_equal(n.attr.mode, 0640);
+	assert_false(kvfs_extent_protected(f->fs, p.extent_id, n.attr.mode));
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 65534), -EPERM);
+	assert_int_equal((efix_lookup(f, "p", &n), n.attr.mode), 0640);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 0), 0);
+	c.mode = 0600 | S_ISVTX;          /* the owner's chmod keeps root's pin */
+	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), 0);
+	assert_int_equal(n.attr.mode, 0600 | S_ISVTX);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, false, 65534), 0);
+	assert_int_equal((efix_lookup(f, "p", &n), n.attr.mode), 0600);
+	c = (struct kvfs_attr_change){ .valid = KVFS_ATTR_MODE, .mode = 0644 | S_ISVTX };
+	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), 0);   /* root: pins */
+	assert_int_equal(n.attr.mode, 0644 | S_ISVTX);
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* setattr, pins and geometry: what each may change, kept across a reopen. */
 static void attributes_pins_geometry(void **state)
 {
@@ -218,8 +249,8 @@ static void attributes_pins_geometry(void **state)
 	c = (struct kvfs_attr_change){ .valid = KVFS_ATTR_SIZE, .size = 1 };
 	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), -EPERM);   /* sealed */
 	assert_int_equal(kvfs_ns_setattr(f->fs, f->layer, &c, &n), -EISDIR);
-	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true), 0);
-	assert_int_equal(kvfs_ns_set_pinned(f->fs, f->layer, true), -EPERM);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 0), 0);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, f->layer, true, 0), -EPERM);
 	assert_true(kvfs_extent_protected(f->fs, p.extent_id,
 					  (efix_lookup(f, "p", &n), n.attr.mode)));
 	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &g), -ENOTEMPTY);
@@ -254,7 +285,7 @@ static void damaged_manifest_refuses_changes(void **state)
 	assert_int_equal(kvfs_ns_rename(f->fs, f->layer, "p", f->layer, "q", true), -EIO);
 	assert_int_equal(kvfs_ns_rmdir(f->fs, f->model, "00"), -EIO);
 	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), -EIO);
-	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true), -EIO);
+	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 0), -EIO);
 	assert_int_equal(efix_lookup(f, "p", &n), 0);
 	assert_int_equal(n.attr.mode, 0444);
 	efix_close(f);
@@ -314,6 +345,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(times_of_many_directories_are_durable,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(unlink_rename_rmdir, efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(only_root_pins, efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(attributes_pins_geometry,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(damaged_manifest_refuses_changes,
