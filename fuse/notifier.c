@@ -153,6 +153,24 @@ uint64_t kvfs_notifier_forget(uint64_t parent, const char *name)
 	return ticket;
 }
 
+int kvfs_notifier_attrs_now(uint64_t ino)
+{
+	struct fuse_session *se;
+	int rc;
+
+	pthread_mutex_lock(&nt.lock);
+	se = nt.running ? nt.se : NULL;
+	pthread_mutex_unlock(&nt.lock);
+	if (!se)
+		return 0;
+	rc = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+	if (rc < 0 && rc != -ENOENT)
+		KV_LOG_LIMITED(&nt.fail_log, KV_LOG_WARN, "could not make the kernel drop "
+			       "the attributes of inode %llu: %s", (unsigned long long)ino,
+			       kv_strerror(rc));
+	return rc == -ENOENT ? 0 : rc;
+}
+
 int kvfs_notifier_wait(uint64_t ticket, unsigned timeout_ms)
 {
 	struct timespec until;

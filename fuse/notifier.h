@@ -1,7 +1,8 @@
 /*
  * The kernel-cache notifier: the one thread that tells the kernel to drop
  * cached names (fuse_lowlevel_notify_inval_entry) for pages replaced or
- * evicted behind its back.
+ * evicted behind its back. (kvfs_notifier_attrs_now sends attribute
+ * invalidations itself: they need no thread.)
  *
  * Why a thread of its own: the notification waits in the kernel for the
  * directory's lock, and a client may hold that lock inside a LOOKUP that
@@ -34,6 +35,11 @@ void kvfs_notifier_stop(void);
  * for kvfs_notifier_wait, 0 if nothing was queued (no running notifier, as
  * in offline tools, or the name was dropped). */
 uint64_t kvfs_notifier_forget(uint64_t parent, const char *name);
+/* Drop the attributes the kernel caches for inode ino (a change it did not
+ * make itself, such as a pin set through an attribute), now. Safe on a
+ * request path, unlike a name: for attributes alone (offset -1) the kernel
+ * takes no inode or directory lock. 0 or -errno. */
+int kvfs_notifier_attrs_now(uint64_t ino);
 /*
  * Wait until the name with this ticket (and every one before it) has been
  * sent, at most timeout_ms: 0, or -ETIMEDOUT. Only for threads that no

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "metrics.h"
+#include "notifier.h"
 #include "ops.h"
 
 #define XA_PREFIX "user.kvfs."
@@ -209,7 +210,10 @@ static void setxattr_pinned(fuse_req_t req, fuse_ino_t ino, const char *value,
 		       (int)(size > 20 ? 20 : size), value);
 		return kvfs_reply_err(req, rc);
 	}
-	kvfs_reply_err(req, kvfs_ns_set_pinned(fs, ino, pin, fuse_req_ctx(req)->uid));
+	rc = kvfs_ns_set_pinned(fs, ino, pin, fuse_req_ctx(req)->uid);
+	if (rc == 0)   /* the pin is the mode's sticky bit: ls -l shows it now */
+		(void)kvfs_notifier_attrs_now(ino);
+	kvfs_reply_err(req, rc);
 }
 
 /* Only root, only on the mount root, only with -o fault_injection. */

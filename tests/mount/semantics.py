@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import stat
+import subprocess
 import sys
 import time
 
@@ -220,6 +221,16 @@ def sealed_meta(mnt):
     if os.getxattr(p, 'user.kvfs.pinned') != b'1':
         fail('chmod +t did not pin the page')
     os.chmod(p, 0o604)
+    # ... and user.kvfs.pinned is the sticky bit: ls -l shows it at once,
+    # though the kernel had the mode cached (the chmod's reply). stat -c %A
+    # asks for the mode alone, as ls -l asks no ctime: the kernel's own
+    # invalidation after a setxattr covers only ctime.
+    for pin, want in ((b'1', '-rw----r-T'), (b'0', '-rw----r--')):
+        os.setxattr(p, 'user.kvfs.pinned', pin)
+        got = subprocess.run(['stat', '-c', '%A', p], capture_output=True,
+                             text=True).stdout.strip()
+        if got != want:
+            fail(f'ls -l after user.kvfs.pinned={pin.decode()}: {got}, want {want}')
     with open(os.environ['T'] + '/dir_mtime', 'w') as f:
         f.write(str(os.stat(layer(mnt)).st_mtime_ns))
 
