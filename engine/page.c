@@ -317,6 +317,8 @@ void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l)
 	l->reserved = 0;
 }
 
+static struct kv_log_limit full_log;
+
 /* Refuse growth the store could not hold once sealed (ENOSPC now beats a
  * page lost after close). quiet: the caller will wait and retry, so this
  * is not a refusal yet (no log line, not counted). */
@@ -335,9 +337,11 @@ int kvfs_page_reserve(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
 		if (quiet)
 			return -ENOSPC;
 		kvfs_space_refused(fs);
-		kv_log(KV_LOG_ERR, "store full: %llu bytes available, %llu pending, page needs %llu more",
-		       (unsigned long long)u.avail, (unsigned long long)fs->reserved_bytes,
-		       (unsigned long long)grow);
+		/* every writer of a full store comes here: rate-limited */
+		KV_LOG_LIMITED(&full_log, KV_LOG_ERR, "store full: %llu bytes available, %llu "
+			       "pending, page needs %llu more; the write gets ENOSPC",
+			       (unsigned long long)u.avail, (unsigned long long)fs->reserved_bytes,
+			       (unsigned long long)grow);
 		return -ENOSPC;
 	}
 	fs->reserved_bytes += grow;

@@ -259,6 +259,20 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	return 0;
 }
 
+/* What a refused value must be, for the options with a bound. */
+static const char *option_rule(const char *opt)
+{
+	if (!strncmp(opt, "capacity=", 9))
+		return "a size of at least 1M, e.g. 800G";
+	if (!strncmp(opt, "dirty=", 6))
+		return "a size of at least 4K, e.g. 256M";
+	if (!strncmp(opt, "ram_cache=", 10) || !strncmp(opt, "max_page=", 9))
+		return "a size such as 512M (ram_cache=0: off)";
+	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10))
+		return "a percentage, 1 to 100";
+	return "see kvfs mount --help";
+}
+
 static int add_options(struct mount_cfg *c, const char *list)
 {
 	char *dup = strdup(list), *save = NULL, *opt;
@@ -269,8 +283,8 @@ static int add_options(struct mount_cfg *c, const char *list)
 	for (opt = strtok_r(dup, ",", &save); opt && rc >= 0; opt = strtok_r(NULL, ",", &save)) {
 		rc = kvfs_option(c, opt);
 		if (rc < 0)
-			fprintf(stderr, "kvfs mount: bad option value: %s (see kvfs mount --help)\n",
-				opt);
+			fprintf(stderr, "kvfs mount: bad option value: %s (%s)\n", opt,
+				option_rule(opt));
 		else if (rc == 0)
 			snprintf(c->fuse_opts + strlen(c->fuse_opts),
 				 sizeof(c->fuse_opts) - strlen(c->fuse_opts), ",%s", opt);

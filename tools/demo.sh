@@ -11,9 +11,17 @@ MNT=${KVFS_MNT:-/mnt/kvfs}
 show() { echo; echo "\$ $*"; "$@"; }
 
 [ -f "$STORE/kvfs.db" ] || "$KVFS" mkfs "$STORE" --capacity 8G
-mkdir -p "$MNT"
-if ! grep -q " $MNT fuse.kvfs " /proc/mounts; then
-	stat "$MNT" >/dev/null 2>&1 || fusermount3 -u -z "$MNT" 2>/dev/null || true
+# A mount left by a daemon that died answers "Transport endpoint is not
+# connected": detach it (kvfs umount, as its own error message says) and
+# mount again, rather than fail on it.
+if grep -q " $MNT fuse.kvfs " /proc/mounts && ! stat "$MNT" >/dev/null 2>&1; then
+	echo "kvfs demo: $MNT is a stale mount (its daemon is gone): detaching it with kvfs umount"
+	"$KVFS" umount "$MNT" || fusermount3 -u -z "$MNT"
+fi
+if grep -q " $MNT fuse.kvfs " /proc/mounts; then
+	echo "kvfs demo: $MNT is already mounted; using it"
+else
+	mkdir -p "$MNT"
 	"$KVFS" mount "$STORE" "$MNT"
 fi
 

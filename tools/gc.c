@@ -215,8 +215,8 @@ static int gc_run(const struct gc_opts *o, struct kvfs_gc_arg *a, bool *mounted)
 		kv_log_set_level(KV_LOG_WARN);
 		rc = gc_store(o, a);
 		if (rc == -EBUSY)
-			fprintf(stderr, "kvfs gc: %s is mounted: run kvfs gc on its mount point\n",
-				o->path);
+			fprintf(stderr, "kvfs gc: %s is mounted: run kvfs gc on its mount point "
+				"instead (no need to unmount)\n", o->path);
 		return rc;
 	}
 	rc = gc_mount(o, a);
@@ -329,7 +329,8 @@ int kvfs_cmd_gc(int argc, char **argv)
 	if (o.json)
 		json_summary(&o, &a, mounted, mono_secs() - t0, rc);
 	if (rc < 0) {
-		fprintf(stderr, "kvfs gc: %s: %s\n", o.path, kv_strerror(rc));
+		if (rc != -EBUSY || mounted)   /* a mounted store: gc_run said what to do */
+			fprintf(stderr, "kvfs gc: %s: %s\n", o.path, kv_strerror(rc));
 		return 1;
 	}
 	if (!o.json)

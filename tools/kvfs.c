@@ -24,7 +24,7 @@ static void usage(FILE *f)
 		"                                 create a store (manifest in STORE, data in the stripes)\n"
 		"  mount STORE MOUNTPOINT [-f] [-d] [-q] [-o opt,...]\n"
 		"                                 serve a store as a filesystem\n"
-		"  umount [--force | --escalate | --lazy] [--wait SECS] MOUNTPOINT\n"
+		"  umount [--force | --escalate | --lazy] [--wait SECS] [--store STORE] MOUNTPOINT\n"
 		"                                 unmount and wait for the daemon to commit and exit;\n"
 		"                                 --force recovers from a hung or dead daemon\n"
 		"  model create MOUNT/NAME --layers N --kv-heads N --head-dim N --dtype T --page-tokens N\n"
@@ -39,7 +39,7 @@ static void usage(FILE *f)
 		"                                 write, then cold-read N page files under DIR\n"
 		"  bench-mount [--dir DIR] [--pages N,N,...] [--repeat R]\n"
 		"                                 time bringing up stores of N 4 KiB pages in one segment\n"
-		"  fsck STORE [--verify-data] [--repair | -n] [--json] [--progress | -q]\n"
+		"  fsck STORE [--verify-data] [--repair | --rebuild | -n] [--json] [--progress | -q]\n"
 		"                                 check (and repair) a store that is not mounted\n"
 		"  gc STORE|MOUNT (--older-than DUR | --target-size SIZE) [--json] [--progress | -q]\n"
 		"                                 evict least recently used pages nobody holds open\n"
@@ -113,8 +113,9 @@ static int cmd_mkfs(int argc, char **argv)
 		fprintf(stderr, "kvfs mkfs: %s: %s\n", argv[optind], kv_strerror(rc));
 		return 1;
 	}
-	printf("kvfs: created store %s with %u stripe(s), capacity %.1f GiB%s\n", argv[optind],
-	       o.nstripes ? o.nstripes : 1, (double)capacity / (1 << 30),
+	printf("kvfs: created store %s with %u stripe(s), capacity %.*f GiB%s\n", argv[optind],
+	       o.nstripes ? o.nstripes : 1, capacity < (10ull << 30) ? 3 : 1,
+	       (double)capacity / (1 << 30),
 	       o.capacity ? "" : " (95% of the stripes' free space; set it with --capacity)");
 	return 0;
 bad:
