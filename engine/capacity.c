@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -84,19 +85,6 @@ struct evicted {
 
 /* May page n go? Only durable pages nobody has open (ns_lock held). A page
  * read since the victims were chosen is no longer "older than". */
-static bool evictable(struct kvfs *fs, const struct kv_node_info *n,
-		      int64_t older_than_ns)
-{
-	struct kvfs_live *l;
-
-	if (n->kind != KV_KIND_PAGE || n->state != KV_PAGE_DURABLE)
-		return false;
-	if (older_than_ns && n->attr.atime_ns >= older_than_ns)
-		return false;
-	l = kvfs_live_find(fs, n->ino);
-	return !l || (!l->opens && !l->writing && !l->ram);
-}
-
 /*
  * The debug line for an eviction. Written before the page is forgotten, so
  * that a crash can never commit an eviction the log does not show (the
@@ -112,15 +100,15 @@ static void log_eviction(const struct kv_node_info *n, bool protect)
 }
 
 /* Forget one victim (ns_lock held); adds the bytes its extent will free. */
-static bool evict_one(struct kvfs *fs, const struct kvfs_victim *v,
-		      int64_t older_than_ns, struct evicted *out, uint64_t *freed)
+static bool evict_one(struct kvfs *fs, const struct kvfs_victims *vs,
+		      const struct kvfs_victim *v, struct evicted *out, uint64_t *freed)
 {
 	struct kv_extent_rec er;
 	struct kv_node_info n;
 	uint64_t frees = 0;
 	int rc;
 
-	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !evictable(fs, &n, older_than_ns))
+	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !kvfs_victim_still(fs, vs, &n))
 		return false;
 	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
 		frees = kv_extent_footprint(&n.ext);
@@ -176,7 +164,7 @@ static bool evict_some(struct kvfs *fs, struct kvfs_victims *vs, size_t *next,
 	       *freed < want) {
 		const struct kvfs_victim *v = &vs->v[(*next)++];
 
-		if (evict_one(fs, v, vs->older_than_ns, &gone[ngone], freed))
+		if (evict_one(fs, vs, v, &gone[ngone], freed))
 			nshared += gone[ngone++].protect;
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -205,8 +193,10 @@ static bool cap_stopping(struct kvfs_cap *c)
 	return stop;
 }
 
-int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
-	       uint64_t *pages_out)
+/* One pass: the victims under the rule, evicted until usage is at most
+ * target (a sweep: all of them). As kvfs_evict. */
+static int evict_run(struct kvfs *fs, uint64_t target, bool bounded, int64_t before_ns,
+		     bool sweep, uint64_t *pages_out)
 {
 	struct kvfs_cap *c = fs->cap;
 	struct kvfs_victims vs;
@@ -219,14 +209,14 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	 * (store/reclaim.c), so eviction stops at its target. */
 	if ((rc = kvfs_changes_damaged(fs)) < 0)
 		return rc;
-	rc = kvfs_victims_collect(fs, older_than_ns, &vs);
+	rc = kvfs_victims_collect(fs, bounded, before_ns, sweep, &vs);
 	if (rc < 0)
 		return rc;
 	before = usage_now(fs, NULL);
 	/* Frees may be deferred behind running fast-path batches: count
 	 * what was handed over instead of measuring usage again, or a busy
 	 * reader would make each batch evict the same amount once more. */
-	want = older_than_ns ? UINT64_MAX : before > target ? before - target : 0;
+	want = sweep ? UINT64_MAX : before > target ? before - target : 0;
 	pthread_mutex_lock(&c->lock);
 	ev0 = c->st.evictions;
 	pthread_mutex_unlock(&c->lock);
@@ -251,7 +241,49 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	return vs.commit_rc;
 }
 
-static bool load_deferred(struct kvfs *fs);
+int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
+	       uint64_t *pages_out)
+{
+	return evict_run(fs, target, older_than_ns != 0, older_than_ns, older_than_ns != 0,
+			 pages_out);
+}
+
+static bool load_deferred(struct kvfs *fs, uint64_t ino);
+
+#define LRU_LOADS_PER_RUN 8    /* layers a run loads; the next run goes on */
+
+/*
+ * Evict down to target, least recently used first, across the layers left
+ * in the manifest (-o index_pages) too. Their pages are not in RAM to be
+ * compared, but the index keeps each such layer's oldest access time: a
+ * page in RAM goes only if it was last used before every page of those
+ * layers, and when that is not enough, the layer holding the oldest is
+ * loaded and the choice made again. Without this, a run took the pages in
+ * RAM (the newest: whatever was written or read since the mount) while
+ * colder pages sat in the manifest. *loaded: whether a layer came in.
+ */
+static int evict_lru(struct kvfs *fs, uint64_t target, unsigned max_loads,
+		     uint64_t *pages, bool *loaded)
+{
+	uint64_t ino, n;
+	int64_t oldest;
+	bool deferred;
+	int rc = 0;
+
+	*pages = 0;
+	*loaded = false;
+	for (unsigned loads = 0;; loads++) {
+		deferred = kv_index_deferred_layer(fs->idx, &ino, &oldest) > 0;
+		n = 0;
+		if (!deferred || oldest != INT64_MIN)   /* INT64_MIN: nothing in RAM is older */
+			rc = evict_run(fs, target, deferred, oldest, false, &n);
+		*pages += n;
+		if (rc < 0 || !deferred || usage_now(fs, NULL) <= target || loads >= max_loads ||
+		    !load_deferred(fs, ino))
+			return rc;
+		*loaded = true;
+	}
+}
 
 int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 {
@@ -274,18 +306,23 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 	 * many loads as there are layers: one that went back to the manifest
 	 * since (index/unload.c) would be offered again. */
 	kv_index_stats(fs->idx, &st);
-	for (uint64_t loads = 0;; loads++) {
-		uint64_t n = 0;
+	if (mode == KVFS_GC_TARGET) {
+		bool loaded;
 
-		rc = kvfs_evict(fs, mode == KVFS_GC_TARGET ? a->target_bytes : 0,
-				mode == KVFS_GC_OLDER ? a->older_than_ns : 0, &n);
-		pages += n;
-		if (rc < 0)
-			break;
-		if (mode == KVFS_GC_TARGET && usage_now(fs, NULL) <= a->target_bytes)
-			break;
-		if (loads > st.layers || !load_deferred(fs))
-			break;
+		rc = evict_lru(fs, a->target_bytes, (unsigned)(st.layers < UINT_MAX ? st.layers :
+							       UINT_MAX), &pages, &loaded);
+	} else {
+		for (uint64_t loads = 0;; loads++) {
+			uint64_t n = 0, ino;
+			int64_t oldest;
+
+			rc = kvfs_evict(fs, 0, a->older_than_ns, &n);
+			pages += n;
+			if (rc < 0 || loads > st.layers ||
+			    kv_index_deferred_layer(fs->idx, &ino, &oldest) <= 0 ||
+			    !load_deferred(fs, ino))
+				break;
+		}
 	}
 	usage_now(fs, &a->used_after);
 	a->pages = pages;
@@ -328,19 +365,13 @@ static void sleep_locked(struct kvfs_cap *c, long ms)
 		;
 }
 
-/* Before a run: load the least recently changed layer the index left in
- * the manifest (-o index_pages), so that the run chooses among its pages
- * too. Those layers were the coldest at mount, and their pages carry the
- * access times the manifest kept, so least recently used still goes
- * first; one layer per run, until none is left. False if none. */
-static bool load_deferred(struct kvfs *fs)
+/* Load layer ino, left in the manifest (-o index_pages), so that eviction
+ * chooses among its pages too (evict_lru). False if it could not. */
+static bool load_deferred(struct kvfs *fs, uint64_t ino)
 {
 	static struct kv_log_limit limit;
-	uint64_t ino;
 	int rc;
 
-	if (kv_index_deferred_layer(fs->idx, &ino) <= 0)
-		return false;
 	rc = kv_index_layer_load(fs->idx, ino);
 	if (rc < 0)
 		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "eviction: cannot load layer %" PRIu64
@@ -434,10 +465,8 @@ static void *evictor(void *arg)
 		if (kvfs_loading(fs) && just_need > target)
 			target = just_need;
 		more = false;
-		if (now > target) {
-			more = load_deferred(fs);
-			kvfs_evict(fs, target, 0, &pages);
-		}
+		if (now > target)
+			evict_lru(fs, target, LRU_LOADS_PER_RUN, &pages, &more);
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
 		draining = writeback_pending(fs);
 		/* An idle run goes on to the next layer left in the manifest

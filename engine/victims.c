@@ -17,9 +17,9 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 
 	if (p->state != KV_PAGE_DURABLE)
 		return 0;     /* still in write-back: not ours to drop */
-	if (p->extent_id == KV_EXTENT_EMPTY && !vs->older_than_ns)
+	if (p->extent_id == KV_EXTENT_EMPTY && !vs->sweep)
 		return 0;     /* frees nothing: only an age sweep takes it */
-	if (vs->older_than_ns && p->atime_ns >= vs->older_than_ns)
+	if (vs->bounded && p->atime_ns >= vs->before_ns)
 		return 0;
 	if (vs->n == vs->cap) {
 		size_t nc = vs->cap ? vs->cap * 2 : 1024;
@@ -76,15 +76,17 @@ static bool missing_stripe(struct kvfs *fs, uint32_t stripe)
 	       ss.health == KV_STRIPE_MISSING;
 }
 
-int kvfs_victims_collect(struct kvfs *fs, int64_t older_than_ns,
-			   struct kvfs_victims *vs)
+int kvfs_victims_collect(struct kvfs *fs, bool bounded, int64_t before_ns, bool sweep,
+			 struct kvfs_victims *vs)
 {
 	struct kv_extent_rec er;
 	size_t k = 0;
 	int rc;
 
 	memset(vs, 0, sizeof(*vs));
-	vs->older_than_ns = older_than_ns;
+	vs->bounded = bounded;
+	vs->before_ns = before_ns;
+	vs->sweep = sweep;
 	rc = kv_index_page_walk(fs->idx, collect_one, vs);
 	if (rc < 0) {
 		free(vs->v);
@@ -109,3 +111,17 @@ int kvfs_victims_collect(struct kvfs *fs, int64_t older_than_ns,
 	return 0;
 }
 
+
+bool kvfs_victim_still(struct kvfs *fs, const struct kvfs_victims *vs,
+		       const struct kv_node_info *n)
+{
+	struct kvfs_live *l;
+
+	if (n->kind != KV_KIND_PAGE || n->state != KV_PAGE_DURABLE)
+		return false;
+	/* read since it was collected: it may be newer than the bound now */
+	if (vs->bounded && n->attr.atime_ns >= vs->before_ns)
+		return false;
+	l = kvfs_live_find(fs, n->ino);
+	return !l || (!l->opens && !l->writing && !l->ram);
+}

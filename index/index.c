@@ -289,6 +289,7 @@ void idx_node_unload_locked(struct kv_index *x, struct node *n)
 {
 	struct dir_data *d = n->parent->u.d;
 
+	idx_rows_atime(d, __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED));
 	d->rows++;
 	d->row_bytes += n->u.p.size;
 	x->st.pages_unloaded++;

@@ -323,9 +323,12 @@ void kv_index_set_page_budget(struct kv_index *x, uint64_t pages);
  * than 4 million changes noted meanwhile): nothing changed.
  */
 int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped);
-/* A layer the budget left in the manifest, the least recently changed
- * (for an eviction that found too little in RAM): 1 and *ino, or 0. */
-int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino);
+/* The layer left in the manifest (by the budget, or gone back) whose
+ * pages include the least recently used, for an eviction: 1, *ino and
+ * that page's access time (INT64_MIN where it is not known: load it
+ * first), or 0 if none. Pages in RAM used since that time are newer than
+ * some page of the layer. */
+int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino, int64_t *oldest_atime);
 /*
  * Layers back to the manifest, so that the page budget bounds the pages
  * in RAM after the load too (index/unload.c): a layer whose pages are all

@@ -38,6 +38,10 @@ struct dir_data {
 	/* Layers: rows the walk passed while the layer stays in the
 	 * manifest, counted in the index's stats as pages (residency.c). */
 	uint64_t rows, row_bytes;
+	/* ... and the oldest access time among those rows (any value while
+	 * rows is 0), so that eviction loads the layer whose pages are the
+	 * least recently used first (kv_index_deferred_layer). */
+	int64_t rows_oldest_atime;
 	/* Layers (unload.c): children being written (KV_PAGE_WRITING: no
 	 * row yet; write lock); the caller's seq of the last manifest change
 	 * queued for the layer or its pages (kv_index_layer_queued) and the
@@ -343,6 +347,12 @@ bool idx_read_row(const struct kv_read_buf *b, unsigned i, const struct kv_exten
  * every page. residency.c. */
 void idx_deferred_loading_locked(struct kv_index *x, struct node *n, uint64_t *rows,
 				 uint64_t *bytes);
+/* A row of layer d left in the manifest, last used at atime. */
+static inline void idx_rows_atime(struct dir_data *d, int64_t atime)
+{
+	if (!d->rows || atime < d->rows_oldest_atime)
+		d->rows_oldest_atime = atime;
+}
 void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
 			      uint64_t bytes);
 /* The tables' hash functions, and a node's memory given back (index.c;

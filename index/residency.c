@@ -142,6 +142,7 @@ int idx_deferred_row_locked(struct kv_index *x, struct node *layer,
 			return rc;
 		e->seen++;
 	}
+	idx_rows_atime(layer->u.d, r->attr.atime_ns);
 	layer->u.d->rows++;
 	layer->u.d->row_bytes += r->size;
 	x->st.pages++;
@@ -172,6 +173,9 @@ void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
 {
 	if (!n || n->kind != KV_KIND_LAYER)
 		return;
+	/* their access times are not known here: as old as can be, so that
+	 * an eviction loads this layer before it takes a page in RAM */
+	idx_rows_atime(n->u.d, INT64_MIN);
 	n->u.d->rows += rows;
 	n->u.d->row_bytes += bytes;
 	x->st.pages += rows;
@@ -186,7 +190,7 @@ void kv_index_set_page_budget(struct kv_index *x, uint64_t pages)
 	pthread_rwlock_unlock(&x->lock);
 }
 
-int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino)
+int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino, int64_t *oldest_atime)
 {
 	struct node *model, *layer, *best = NULL;
 
@@ -197,11 +201,14 @@ int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino)
 
 			if (!d->deferred || !d->unloaded || d->load_err)
 				continue;
-			if (!best || layer->mtime_ns < best->mtime_ns)
+			if (!best || !d->rows ||
+			    (best->u.d->rows && d->rows_oldest_atime < best->u.d->rows_oldest_atime))
 				best = layer;
 		}
-	if (best)
+	if (best) {
 		*ino = best->ino;
+		*oldest_atime = best->u.d->rows ? best->u.d->rows_oldest_atime : INT64_MIN;
+	}
 	pthread_rwlock_unlock(&x->lock);
 	return best != NULL;
 }

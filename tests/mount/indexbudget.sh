@@ -6,8 +6,8 @@
 # apart from loaded layers: listings, lookups, reads, writes, unlink,
 # rename and rmdir, statfs's inode count, the stats' page count; their
 # extents' records leave RAM after the load and come back with them; a
-# full store evicts their pages too (the evictor loads the coldest), and
-# so does kvfs gc. After the load, layers unused for a few seconds go back
+# full store evicts their pages too (least recently used first: evictlru.sh),
+# and so does kvfs gc. After the load, layers unused for a few seconds go back
 # to the manifest while more pages than N are in RAM (index/unload.c),
 # and come back as the ones the load left there: inodes the kernel holds
 # still answer, and changes to them are kept.
