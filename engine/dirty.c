@@ -170,13 +170,12 @@ static struct kvfs_dirty_uid *uid_entry(struct kvfs_dirty *d, uint32_t uid, bool
 	if (!add)
 		return NULL;
 	if (d->nuids == d->cap_uids) {
-		size_t cap = d->cap_uids ? d->cap_uids * 2 : 8;
-		struct kvfs_dirty_uid *grown = realloc(d->uids, cap * sizeof(*grown));
+		struct kvfs_dirty_uid *grown = kv_array_room(d->uids, d->nuids, &d->cap_uids,
+							     sizeof(*grown), 8);
 
 		if (!grown)
 			return NULL;
 		d->uids = grown;
-		d->cap_uids = cap;
 	}
 	d->uids[d->nuids] = (struct kvfs_dirty_uid){ .uid = uid };
 	return &d->uids[d->nuids++];

@@ -21,15 +21,9 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 		return 0;     /* frees nothing: only an age sweep takes it */
 	if (vs->bounded && p->atime_ns >= vs->before_ns)
 		return 0;
-	if (vs->n == vs->cap) {
-		size_t nc = vs->cap ? vs->cap * 2 : 1024;
-
-		nv = realloc(vs->v, nc * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		vs->v = nv;
-		vs->cap = nc;
-	}
+	if (!(nv = kv_array_room(vs->v, vs->n, &vs->cap, sizeof(*nv), 1024)))
+		return -ENOMEM;
+	vs->v = nv;
 	vs->v[vs->n++] = (struct kvfs_victim){ .ino = p->ino, .extent_id = p->extent_id,
 					  .atime_ns = p->atime_ns,
 					  .protect = (p->mode & S_ISVTX) != 0 };

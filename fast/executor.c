@@ -85,15 +85,9 @@ static struct uid_queue *queue_of(struct kvfs_exec *ex, uint32_t uid, bool add)
 			return &ex->uq[i];
 	if (!add)
 		return NULL;
-	if (ex->nuq == ex->cap_uq) {
-		size_t cap = ex->cap_uq ? ex->cap_uq * 2 : 8;
-
-		grown = realloc(ex->uq, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		ex->uq = grown;
-		ex->cap_uq = cap;
-	}
+	if (!(grown = kv_array_room(ex->uq, ex->nuq, &ex->cap_uq, sizeof(*grown), 8)))
+		return NULL;
+	ex->uq = grown;
 	ex->uq[ex->nuq] = (struct uid_queue){ .uid = uid };
 	return &ex->uq[ex->nuq++];
 }

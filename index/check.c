@@ -229,13 +229,11 @@ static int ino_row(sqlite3_stmt *st, void *a)
 	struct inos *d = a;
 
 	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 16;
-		int64_t *ni = realloc(d->ino, cap * sizeof(*ni));
+		int64_t *ni = kv_array_room(d->ino, d->n, &d->cap, sizeof(*ni), 16);
 
 		if (!ni)
 			return -ENOMEM;
 		d->ino = ni;
-		d->cap = cap;
 	}
 	d->ino[d->n++] = sqlite3_column_int64(st, 0);
 	return 0;

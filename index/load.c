@@ -540,7 +540,7 @@ int idx_removable_locked(struct kv_index *x, const struct node *n)
 {
 	struct kv_index_loader *l = x->loader;
 	uint64_t *v;
-	size_t cap, i;
+	size_t i;
 
 	/* A layer holding pages, loaded or still in the manifest, is not
 	 * empty whatever its load would add: no need to wait for it. */
@@ -552,14 +552,9 @@ int idx_removable_locked(struct kv_index *x, const struct node *n)
 	 * a layer made since the mount has none */
 	if (n->kind != KV_KIND_LAYER || !l || !x->frozen_below || n->ino >= l->ino_below)
 		return 0;
-	if (l->ngone == l->gone_cap) {
-		cap = l->gone_cap ? 2 * l->gone_cap : 16;
-		v = realloc(l->gone, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		l->gone = v;
-		l->gone_cap = cap;
-	}
+	if (!(v = kv_array_room(l->gone, l->ngone, &l->gone_cap, sizeof(*v), 16)))
+		return -ENOMEM;
+	l->gone = v;
 	for (i = l->ngone; i > 0 && l->gone[i - 1] > n->ino; i--)
 		l->gone[i] = l->gone[i - 1];
 	l->gone[i] = n->ino;

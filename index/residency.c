@@ -45,13 +45,11 @@ static int count_layer(void *arg, uint64_t ino, uint64_t pages)
 	struct counts *c = arg;
 
 	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 64;
-		struct layer_pages *v = realloc(c->v, cap * sizeof(*v));
+		struct layer_pages *v = kv_array_room(c->v, c->n, &c->cap, sizeof(*v), 64);
 
 		if (!v)
 			return -ENOMEM;
 		c->v = v;
-		c->cap = cap;
 	}
 	c->v[c->n++] = (struct layer_pages){ .ino = ino, .pages = pages };
 	return 0;

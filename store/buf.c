@@ -100,13 +100,11 @@ uint64_t kv_buf_footprint(size_t len)
 static int vec_push(struct ptrvec *pv, void *p)
 {
 	if (pv->n == pv->cap) {
-		size_t cap = pv->cap ? pv->cap * 2 : 64;
-		void **v = realloc(pv->v, cap * sizeof(*v));
+		void **v = kv_array_room(pv->v, pv->n, &pv->cap, sizeof(*v), 64);
 
 		if (!v)
 			return -ENOMEM;
 		pv->v = v;
-		pv->cap = cap;
 	}
 	pv->v[pv->n++] = p;
 	return 0;

@@ -26,16 +26,11 @@
 
 static int rangevec_grow(struct rangevec *rv)
 {
-	size_t cap = rv->cap ? rv->cap * 2 : 8;
-	struct range *v;
+	struct range *v = kv_array_room(rv->v, rv->n, &rv->cap, sizeof(*v), 8);
 
-	if (rv->n < rv->cap)
-		return 0;
-	v = realloc(rv->v, cap * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 	rv->v = v;
-	rv->cap = cap;
 	return 0;
 }
 
@@ -565,13 +560,11 @@ static struct segment *segment_new(uint32_t stripe, uint32_t num, int fd)
 static int table_append(struct stripe *st, struct segment *seg)
 {
 	if (st->nsegs == st->cap) {
-		size_t cap = st->cap ? st->cap * 2 : 16;
-		struct segment **v = realloc(st->segs, cap * sizeof(*v));
+		struct segment **v = kv_array_room(st->segs, st->nsegs, &st->cap, sizeof(*v), 16);
 
 		if (!v)
 			return -ENOMEM;
 		st->segs = v;
-		st->cap = cap;
 	}
 	st->segs[st->nsegs++] = seg;
 	return 0;

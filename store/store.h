@@ -117,6 +117,14 @@ void kv_guard_install(void);
 int kv_guard_begin(const struct kv_guard *g);
 int kv_guard_end(const struct kv_guard *g);
 
+/*
+ * Growing arrays (array.c): room for element n of an array of elem-byte
+ * elements holding *cap. Below *cap, v itself; at it, v reallocated to
+ * twice *cap (first when empty) and *cap updated. NULL where memory or
+ * size_t runs out: v and *cap unchanged, still the caller's.
+ */
+void *kv_array_room(void *v, size_t n, size_t *cap, size_t elem, size_t first);
+
 /* ---- extents ---- */
 struct kv_extent {
 	uint32_t stripe;   /* index into the stripe list */

@@ -337,15 +337,13 @@ static void hold_line(void *arg, const char *line)
 	struct db_job *j = arg;
 
 	if (j->n == j->cap) {
-		size_t cap = j->cap ? 2 * j->cap : 16;
-		char **nl = realloc(j->lines, cap * sizeof(*nl));
+		char **nl = kv_array_room(j->lines, j->n, &j->cap, sizeof(*nl), 16);
 
 		if (!nl) {
 			j->nomem = true;
 			return;
 		}
 		j->lines = nl;
-		j->cap = cap;
 	}
 	if (!(j->lines[j->n] = strdup(line)))
 		j->nomem = true;

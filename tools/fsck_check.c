@@ -28,13 +28,11 @@ static int add_extent(void *arg, const struct kv_check_extent *r)
 	struct fsck *f = arg;
 
 	if (f->next == f->ext_cap) {
-		size_t cap = f->ext_cap ? 2 * f->ext_cap : 1024;
-		struct ext *n = realloc(f->ext, cap * sizeof(*n));
+		struct ext *n = kv_array_room(f->ext, f->next, &f->ext_cap, sizeof(*n), 1024);
 
 		if (!n)
 			return -ENOMEM;
 		f->ext = n;
-		f->ext_cap = cap;
 	}
 	memset(&f->ext[f->next], 0, sizeof(f->ext[0]));
 	f->ext[f->next].r = *r;
@@ -51,13 +49,11 @@ static int add_page_row(struct fsck *f, const struct kv_check_page *r)
 	struct page *p;
 
 	if (f->npg == f->pg_cap) {
-		size_t cap = f->pg_cap ? 2 * f->pg_cap : 1024;
-		struct page *n = realloc(f->pg, cap * sizeof(*n));
+		struct page *n = kv_array_room(f->pg, f->npg, &f->pg_cap, sizeof(*n), 1024);
 
 		if (!n)
 			return -ENOMEM;
 		f->pg = n;
-		f->pg_cap = cap;
 	}
 	p = &f->pg[f->npg];
 	memset(p, 0, sizeof(*p));
@@ -95,13 +91,11 @@ static int add_page(void *arg, const struct kv_check_page *r)
 static int layers_add(struct layers *l, uint64_t ino)
 {
 	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		uint64_t *n = realloc(l->ino, cap * sizeof(*n));
+		uint64_t *n = kv_array_room(l->ino, l->n, &l->cap, sizeof(*n), 64);
 
 		if (!n)
 			return -ENOMEM;
 		l->ino = n;
-		l->cap = cap;
 	}
 	l->ino[l->n++] = ino;
 	return 0;
@@ -334,13 +328,11 @@ static int check_marker(struct fsck *f, unsigned i)
 static int add_seg(struct fsck *f, uint32_t stripe, uint32_t num, uint64_t size)
 {
 	if (f->nseg == f->seg_cap) {
-		size_t cap = f->seg_cap ? 2 * f->seg_cap : 64;
-		struct seg *n = realloc(f->seg, cap * sizeof(*n));
+		struct seg *n = kv_array_room(f->seg, f->nseg, &f->seg_cap, sizeof(*n), 64);
 
 		if (!n)
 			return -ENOMEM;
 		f->seg = n;
-		f->seg_cap = cap;
 	}
 	f->seg[f->nseg++] = (struct seg){ .stripe = stripe, .num = num, .size = size, .fd = -1 };
 	return 0;

@@ -283,6 +283,35 @@ static void test_trim_after_flood(void **state)
 	kv_buf_set_idle_max(0);
 }
 
+/* kv_array_room (array.c): the first size, doubling, the array kept
+ * below its capacity, and a size that would overflow refused with nothing
+ * changed. */
+static void test_array_room(void **state)
+{
+	uint64_t *v = NULL, *kept;
+	size_t cap = 0, n;
+
+	(void)state;
+	for (n = 0; n < 100; n++) {
+		v = kv_array_room(v, n, &cap, sizeof(*v), 16);
+		assert_non_null(v);
+		v[n] = n;
+	}
+	assert_int_equal(cap, 128);            /* 16, 32, 64, 128 */
+	for (n = 0; n < 100; n++)
+		assert_int_equal(v[n], n);
+	assert_ptr_equal(kv_array_room(v, 100, &cap, sizeof(*v), 16), v);
+	assert_int_equal(cap, 128);
+	kept = v;
+	cap = SIZE_MAX / 2 + 1;
+	assert_null(kv_array_room(v, cap, &cap, sizeof(*v), 16));
+	assert_int_equal(cap, SIZE_MAX / 2 + 1);
+	cap = SIZE_MAX / 8;                     /* doubles, but not in bytes */
+	assert_null(kv_array_room(v, cap, &cap, sizeof(*v), 16));
+	assert_int_equal(cap, SIZE_MAX / 8);
+	free(kept);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +321,7 @@ int main(void)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_idle_max_raised),
 		cmocka_unit_test(test_trim_after_flood),
+		cmocka_unit_test(test_array_room),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
