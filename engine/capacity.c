@@ -20,7 +20,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -193,36 +192,38 @@ static bool cap_stopping(struct kvfs_cap *c)
 	return stop;
 }
 
-/* One pass: the victims under the rule, evicted until usage is at most
- * target (a sweep: all of them). As kvfs_evict. */
-static int evict_run(struct kvfs *fs, uint64_t target, bool bounded, int64_t before_ns,
-		     bool sweep, uint64_t *pages_out)
+/* One pass: the victims under the rule, evicted until *want bytes were
+ * handed over (taken off *want; a sweep: UINT64_MAX, all of them). As
+ * kvfs_evict. */
+static int evict_run(struct kvfs *fs, uint64_t *want, const struct kvfs_victim_rule *rule,
+		     uint64_t *pages_out)
 {
 	struct kvfs_cap *c = fs->cap;
 	struct kvfs_victims vs;
-	uint64_t before, want, freed, pages = 0, ev0;
+	uint64_t before, freed, pages = 0, ev0;
 	size_t next = 0;
 	int rc;
+
+	if (pages_out)
+		*pages_out = 0;
+	if (!*want)
+		return 0;
 
 	/* Even while the index loads: victims come from layers loaded whole
 	 * (kv_index_page_walk), and what they free counts at once
 	 * (store/reclaim.c), so eviction stops at its target. */
 	if ((rc = kvfs_changes_damaged(fs)) < 0)
 		return rc;
-	rc = kvfs_victims_collect(fs, bounded, before_ns, sweep, &vs);
+	rc = kvfs_victims_collect(fs, rule, &vs);
 	if (rc < 0)
 		return rc;
 	before = usage_now(fs, NULL);
-	/* Frees may be deferred behind running fast-path batches: count
-	 * what was handed over instead of measuring usage again, or a busy
-	 * reader would make each batch evict the same amount once more. */
-	want = sweep ? UINT64_MAX : before > target ? before - target : 0;
 	pthread_mutex_lock(&c->lock);
 	ev0 = c->st.evictions;
 	pthread_mutex_unlock(&c->lock);
-	while (next < vs.n && want && !cap_stopping(c) && !vs.commit_rc) {
-		if (evict_some(fs, &vs, &next, want, &freed))
-			want -= freed < want ? freed : want;
+	while (next < vs.n && *want && !cap_stopping(c) && !vs.commit_rc) {
+		if (evict_some(fs, &vs, &next, *want, &freed))
+			*want -= freed < *want ? freed : *want;
 	}
 	free(vs.v);
 	if (vs.commit_rc)
@@ -236,53 +237,118 @@ static int evict_run(struct kvfs *fs, uint64_t target, bool bounded, int64_t bef
 	if (pages_out)
 		*pages_out = pages;
 	kv_log(KV_LOG_DEBUG, "eviction run: %" PRIu64 " pages, usage %" PRIu64 " -> %"
-	       PRIu64 " bytes (target %" PRIu64 ")", pages, before,
-	       usage_now(fs, NULL), target);
+	       PRIu64 " bytes (%" PRIu64 " still to free)", pages, before,
+	       usage_now(fs, NULL), *want);
 	return vs.commit_rc;
+}
+
+/* Bytes to free to bring usage down to target. Frees may be deferred
+ * behind running fast-path batches: the passes count what they handed
+ * over instead of measuring usage again, or a busy reader would make each
+ * pass evict the same amount once more. */
+static uint64_t to_free(struct kvfs *fs, uint64_t target)
+{
+	uint64_t now = usage_now(fs, NULL);
+
+	return now > target ? now - target : 0;
 }
 
 int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	       uint64_t *pages_out)
 {
-	return evict_run(fs, target, older_than_ns != 0, older_than_ns, older_than_ns != 0,
-			 pages_out);
+	struct kvfs_victim_rule rule = { .bounded = older_than_ns != 0,
+					 .before_ns = older_than_ns, .sweep = older_than_ns != 0 };
+	uint64_t want = older_than_ns ? UINT64_MAX : to_free(fs, target);
+
+	return evict_run(fs, &want, &rule, pages_out);
 }
 
-static bool load_deferred(struct kvfs *fs, uint64_t ino);
+/* Load layer ino, left in the manifest (-o index_pages), so that eviction
+ * chooses among its pages too (evict_lru). False if it could not. */
+static bool load_deferred(struct kvfs *fs, uint64_t ino)
+{
+	static struct kv_log_limit limit;
+	int rc;
 
-#define LRU_LOADS_PER_RUN 8    /* layers a run loads; the next run goes on */
+	rc = kv_index_layer_load(fs->idx, ino);
+	if (rc < 0)
+		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "eviction: cannot load layer %" PRIu64
+			       " from the manifest to evict from it: %s", ino, kv_strerror(rc));
+	return rc == 0;
+}
+
+#define LRU_WALKS_PER_RUN 3    /* passes over the pages in RAM; the next run goes on */
+#define LRU_LOADS_PER_WALK 16  /* layers loaded between two passes */
+
+/*
+ * Layers left in the manifest into RAM for eviction, the one holding the
+ * oldest page first (ino), until they hold about want bytes: each pass
+ * walks every page in RAM, so a pass per layer would cost too much. The
+ * number loaded, or -1 if the first could not be.
+ */
+static int load_for_eviction(struct kvfs *fs, uint64_t ino, uint64_t want)
+{
+	struct kv_index_stats st;
+	struct kv_node_info n;
+	uint64_t avg, got = 0;
+	int64_t oldest;
+	int loads = 0;
+
+	kv_index_stats(fs->idx, &st);
+	avg = st.pages ? st.page_bytes / st.pages : 0;
+	do {
+		if (kv_index_get(fs->idx, ino, &n) == 0)
+			got += n.nchildren * (avg ? avg : 1);
+		if (!load_deferred(fs, ino))
+			return loads ? loads : -1;
+		loads++;
+	} while (got < want && loads < LRU_LOADS_PER_WALK &&
+		 kv_index_deferred_layer(fs->idx, &ino, &oldest) > 0);
+	return loads;
+}
 
 /*
  * Evict down to target, least recently used first, across the layers left
- * in the manifest (-o index_pages) too. Their pages are not in RAM to be
- * compared, but the index keeps each such layer's oldest access time: a
- * page in RAM goes only if it was last used before every page of those
- * layers, and when that is not enough, the layer holding the oldest is
- * loaded and the choice made again. Without this, a run took the pages in
- * RAM (the newest: whatever was written or read since the mount) while
- * colder pages sat in the manifest. *loaded: whether a layer came in.
+ * in the manifest (-o index_pages) too (docs/decisions/scale.md). The
+ * index keeps each such layer's oldest access time: a page in RAM goes
+ * only if used before every page of those layers (pinned or shared ones
+ * not at all while they remain), and when that is not enough, the layers
+ * holding the oldest are loaded and the choice made again. A layer that
+ * cannot be loaded does not stop eviction: the pages in RAM go as before.
+ * *loaded (may be NULL): whether a layer came in.
  */
-static int evict_lru(struct kvfs *fs, uint64_t target, unsigned max_loads,
+static int evict_lru(struct kvfs *fs, uint64_t target, uint64_t max_walks,
 		     uint64_t *pages, bool *loaded)
 {
-	uint64_t ino, n;
-	int64_t oldest;
+	static const struct kvfs_victim_rule any;
+	uint64_t ino, n, want = to_free(fs, target);
+	int64_t oldest = 0;
 	bool deferred;
 	int rc = 0;
 
 	*pages = 0;
-	*loaded = false;
-	for (unsigned loads = 0;; loads++) {
+	if (loaded)
+		*loaded = false;
+	for (uint64_t walks = 1; want; walks++) {
+		struct kvfs_victim_rule rule = { .bounded = true, .plain = true };
+
 		deferred = kv_index_deferred_layer(fs->idx, &ino, &oldest) > 0;
-		n = 0;
-		if (!deferred || oldest != INT64_MIN)   /* INT64_MIN: nothing in RAM is older */
-			rc = evict_run(fs, target, deferred, oldest, false, &n);
-		*pages += n;
-		if (rc < 0 || !deferred || usage_now(fs, NULL) <= target || loads >= max_loads ||
-		    !load_deferred(fs, ino))
-			return rc;
-		*loaded = true;
+		rule.before_ns = oldest;
+		if (!deferred || oldest != INT64_MIN) {   /* INT64_MIN: nothing in RAM is older */
+			rc = evict_run(fs, &want, deferred ? &rule : &any, &n);
+			*pages += n;
+		}
+		if (rc < 0 || !deferred || !want || walks >= max_walks)
+			break;
+		if (load_for_eviction(fs, ino, want) < 0) {
+			rc = evict_run(fs, &want, &any, &n);
+			*pages += n;
+			break;
+		}
+		if (loaded)
+			*loaded = true;
 	}
+	return rc;
 }
 
 int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
@@ -301,28 +367,22 @@ int kvfs_gc(struct kvfs *fs, struct kvfs_gc_arg *a)
 	if ((rc = kvfs_changes_damaged(fs)) < 0)
 		return rc;
 	usage_now(fs, &a->used_before);
-	/* Layers left in the manifest (-o index_pages) are the coldest: an
-	 * age sweep loads every one, a target as many as it takes. At most as
-	 * many loads as there are layers: one that went back to the manifest
-	 * since (index/unload.c) would be offered again. */
+	/* Layers left in the manifest (-o index_pages): an age sweep loads
+	 * each that holds a page old enough, a target as many as it takes. At
+	 * most as many loads as there are layers: one that went back to the
+	 * manifest since (index/unload.c) would be offered again. */
 	kv_index_stats(fs->idx, &st);
-	if (mode == KVFS_GC_TARGET) {
-		bool loaded;
+	if (mode == KVFS_GC_TARGET)
+		rc = evict_lru(fs, a->target_bytes, st.layers + 1, &pages, NULL);
+	for (uint64_t loads = 0, n, ino; mode == KVFS_GC_OLDER; loads++) {
+		int64_t oldest;
 
-		rc = evict_lru(fs, a->target_bytes, (unsigned)(st.layers < UINT_MAX ? st.layers :
-							       UINT_MAX), &pages, &loaded);
-	} else {
-		for (uint64_t loads = 0;; loads++) {
-			uint64_t n = 0, ino;
-			int64_t oldest;
-
-			rc = kvfs_evict(fs, 0, a->older_than_ns, &n);
-			pages += n;
-			if (rc < 0 || loads > st.layers ||
-			    kv_index_deferred_layer(fs->idx, &ino, &oldest) <= 0 ||
-			    !load_deferred(fs, ino))
-				break;
-		}
+		rc = kvfs_evict(fs, 0, a->older_than_ns, &n);
+		pages += n;
+		if (rc < 0 || loads > st.layers ||
+		    kv_index_deferred_layer(fs->idx, &ino, &oldest) <= 0 ||
+		    oldest >= a->older_than_ns || !load_deferred(fs, ino))
+			break;
 	}
 	usage_now(fs, &a->used_after);
 	a->pages = pages;
@@ -365,19 +425,6 @@ static void sleep_locked(struct kvfs_cap *c, long ms)
 		;
 }
 
-/* Load layer ino, left in the manifest (-o index_pages), so that eviction
- * chooses among its pages too (evict_lru). False if it could not. */
-static bool load_deferred(struct kvfs *fs, uint64_t ino)
-{
-	static struct kv_log_limit limit;
-	int rc;
-
-	rc = kv_index_layer_load(fs->idx, ino);
-	if (rc < 0)
-		KV_LOG_LIMITED(&limit, KV_LOG_WARN, "eviction: cannot load layer %" PRIu64
-			       " from the manifest to evict from it: %s", ino, kv_strerror(rc));
-	return rc == 0;
-}
 
 /*
  * Writers wake the evictor when their room would pass the high watermark,
@@ -466,7 +513,7 @@ static void *evictor(void *arg)
 			target = just_need;
 		more = false;
 		if (now > target)
-			evict_lru(fs, target, LRU_LOADS_PER_RUN, &pages, &more);
+			evict_lru(fs, target, LRU_WALKS_PER_RUN, &pages, &more);
 		above = usage_now(fs, NULL) > target;   /* takes ns_lock: not under c->lock */
 		draining = writeback_pending(fs);
 		/* An idle run goes on to the next layer left in the manifest
@@ -597,32 +644,22 @@ int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes)
 
 struct touched {
 	int64_t since;
-	uint64_t *ino;
-	int64_t *atime;
+	struct { uint64_t ino; int64_t atime; } *v;
 	size_t n, cap;
 };
 
 static int collect_touched(void *arg, const struct kv_page_brief *p)
 {
 	struct touched *t = arg;
+	void *v;
 
 	if (p->state != KV_PAGE_DURABLE || p->atime_ns < t->since)
 		return 0;
-	if (t->n == t->cap) {
-		size_t nc = t->cap ? t->cap * 2 : 256;
-		uint64_t *ni = realloc(t->ino, nc * sizeof(*ni));
-
-		if (!ni)
-			return -ENOMEM;
-		t->ino = ni;
-		int64_t *na = realloc(t->atime, nc * sizeof(*na));
-		if (!na)
-			return -ENOMEM;
-		t->atime = na;
-		t->cap = nc;
-	}
-	t->ino[t->n] = p->ino;
-	t->atime[t->n++] = p->atime_ns;
+	if (!(v = kv_array_room(t->v, t->n, &t->cap, sizeof(*t->v), 256)))
+		return -ENOMEM;
+	t->v = v;
+	t->v[t->n].ino = p->ino;
+	t->v[t->n++].atime = p->atime_ns;
 	return 0;
 }
 
@@ -631,7 +668,7 @@ static int write_touched(struct kvfs *fs, const struct touched *t)
 	int rc = kv_manifest_begin(fs->man);
 
 	for (size_t i = 0; rc == 0 && i < t->n; i++)
-		rc = kv_manifest_touch_page(fs->man, t->ino[i], t->atime[i]);
+		rc = kv_manifest_touch_page(fs->man, t->v[i].ino, t->v[i].atime);
 	if (rc == 0)
 		rc = kv_manifest_commit(fs->man);
 	else
@@ -642,9 +679,9 @@ static int write_touched(struct kvfs *fs, const struct touched *t)
 /*
  * A flush visits the pages read since the last one (kv_index_touched_walk),
  * not every page (71 ms per 1M pages, 7 s at 10^8, on the committer's
- * thread): a store only written to, or idle, finds the list empty and
- * pays nothing every ATIME_FLUSH_SECS. The index forgets the pages it handed out: after a failure to write
- * them, the next flush visits every page.
+ * thread): a store only written to, or idle, finds the list empty and pays
+ * nothing every ATIME_FLUSH_SECS. The index forgets the pages it handed
+ * out: after a failure to write them, the next flush visits every page.
  */
 static void atime_flush(struct kvfs *fs)
 {
@@ -665,8 +702,7 @@ static void atime_flush(struct kvfs *fs)
 	else
 		kv_log(KV_LOG_WARN, "access times of %zu pages not saved (%s); "
 		       "retrying later", t.n, kv_strerror(rc));
-	free(t.ino);
-	free(t.atime);
+	free(t.v);
 }
 
 /* ---- setup ---- */

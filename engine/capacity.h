@@ -66,24 +66,29 @@ struct kvfs_victim {
 	bool protect;
 };
 
-struct kvfs_victims {
+/* Which pages a pass may take. */
+struct kvfs_victim_rule {
 	bool bounded;                 /* only pages last used before before_ns */
 	int64_t before_ns;
 	bool sweep;                   /* an age sweep: empty pages too */
+	bool plain;                   /* no pinned or shared page */
+};
+
+struct kvfs_victims {
+	struct kvfs_victim_rule rule;
 	struct kvfs_victim *v;
 	size_t n, cap;
 	int commit_rc;                /* the deletes of a batch did not commit */
 };
 
 /*
- * Durable pages (last read before before_ns, if bounded) into vs, least
- * recently used first, shared or pinned ones last; empty pages, which
- * free nothing, only for a sweep; a degraded mount's pages on a missing
- * stripe are left out. Sharing is looked up after the walk, which runs
- * under the index's lock. 0 or -ENOMEM (vs->v is then NULL); the caller
- * frees vs->v.
+ * Durable pages the rule allows into vs, least recently used first,
+ * shared or pinned ones last; empty pages, which free nothing, only for a
+ * sweep; a degraded mount's pages on a missing stripe are left out.
+ * Sharing is looked up after the walk, which runs under the index's lock.
+ * 0 or -ENOMEM (vs->v is then NULL); the caller frees vs->v.
  */
-int kvfs_victims_collect(struct kvfs *fs, bool bounded, int64_t before_ns, bool sweep,
+int kvfs_victims_collect(struct kvfs *fs, const struct kvfs_victim_rule *rule,
 			 struct kvfs_victims *vs);
 /* Whether page n may go now under vs's rule (ns_lock held): durable,
  * nobody holds it, and used before the bound if any. */

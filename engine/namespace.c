@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvfs_i.h"
 #include "pagecharge.h"
@@ -65,7 +66,7 @@ static void queue_change(struct kvfs *fs, const struct kv_node_info *n,
 /* ---- attributes ---- */
 
 /*
- * Pins are root's. A pinned page is evicted after every unpinned one and
+ * Pins are root's (or the daemon's user's). A pinned page is evicted after every unpinned one and
  * kept longest in the RAM tier, so a user who pinned its own pages (the
  * owner may chmod them) would push everyone else's out first: more than
  * its share of the store. A new pin asked by anyone else is dropped from a
@@ -78,7 +79,9 @@ static bool pin_refused(const struct kv_node_info *n, uint32_t old_mode, uint32_
 {
 	static struct kv_log_limit log;
 
-	if (caller == 0 || !(n->attr.mode & S_ISVTX) || old_mode & S_ISVTX)
+	/* root, or the daemon's own user (a mount not run as root) */
+	if (caller == 0 || caller == geteuid() || !(n->attr.mode & S_ISVTX) ||
+	    old_mode & S_ISVTX)
 		return false;
 	KV_LOG_LIMITED(&log, KV_LOG_INFO, "page %s (inode %llu): a pin asked by uid %u "
 		       "refused: only root pins pages", n->name, (unsigned long long)n->ino,

@@ -17,9 +17,11 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 
 	if (p->state != KV_PAGE_DURABLE)
 		return 0;     /* still in write-back: not ours to drop */
-	if (p->extent_id == KV_EXTENT_EMPTY && !vs->sweep)
+	if (p->extent_id == KV_EXTENT_EMPTY && !vs->rule.sweep)
 		return 0;     /* frees nothing: only an age sweep takes it */
-	if (vs->bounded && p->atime_ns >= vs->before_ns)
+	if (vs->rule.bounded && p->atime_ns >= vs->rule.before_ns)
+		return 0;
+	if (vs->rule.plain && p->mode & S_ISVTX)
 		return 0;
 	if (!(nv = kv_array_room(vs->v, vs->n, &vs->cap, sizeof(*nv), 1024)))
 		return -ENOMEM;
@@ -70,7 +72,7 @@ static bool missing_stripe(struct kvfs *fs, uint32_t stripe)
 	       ss.health == KV_STRIPE_MISSING;
 }
 
-int kvfs_victims_collect(struct kvfs *fs, bool bounded, int64_t before_ns, bool sweep,
+int kvfs_victims_collect(struct kvfs *fs, const struct kvfs_victim_rule *rule,
 			 struct kvfs_victims *vs)
 {
 	struct kv_extent_rec er;
@@ -78,9 +80,7 @@ int kvfs_victims_collect(struct kvfs *fs, bool bounded, int64_t before_ns, bool 
 	int rc;
 
 	memset(vs, 0, sizeof(*vs));
-	vs->bounded = bounded;
-	vs->before_ns = before_ns;
-	vs->sweep = sweep;
+	vs->rule = *rule;
 	rc = kv_index_page_walk(fs->idx, collect_one, vs);
 	if (rc < 0) {
 		free(vs->v);
@@ -95,8 +95,11 @@ int kvfs_victims_collect(struct kvfs *fs, bool bounded, int64_t before_ns, bool 
 		 * it is back: evicting them would free nothing here anyway */
 		if (have && missing_stripe(fs, er.ext.stripe))
 			continue;
-		if (have && er.refcount > 1)
+		if (have && er.refcount > 1) {
+			if (vs->rule.plain)
+				continue;
 			vs->v[i].protect = true;
+		}
 		vs->v[k++] = vs->v[i];
 	}
 	vs->n = k;
@@ -114,7 +117,7 @@ bool kvfs_victim_still(struct kvfs *fs, const struct kvfs_victims *vs,
 	if (n->kind != KV_KIND_PAGE || n->state != KV_PAGE_DURABLE)
 		return false;
 	/* read since it was collected: it may be newer than the bound now */
-	if (vs->bounded && n->attr.atime_ns >= vs->before_ns)
+	if (vs->rule.bounded && n->attr.atime_ns >= vs->rule.before_ns)
 		return false;
 	l = kvfs_live_find(fs, n->ino);
 	return !l || (!l->opens && !l->writing && !l->ram);

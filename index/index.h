@@ -326,8 +326,9 @@ int kv_index_extents_trim(struct kv_index *x, uint64_t *dropped);
 /* The layer left in the manifest (by the budget, or gone back) whose
  * pages include the least recently used, for an eviction: 1, *ino and
  * that page's access time (INT64_MIN where it is not known: load it
- * first), or 0 if none. Pages in RAM used since that time are newer than
- * some page of the layer. */
+ * first), or 0 if none (layers with no rows counted yet are left out).
+ * Pages in RAM used since that time are newer than some page of the
+ * layer. */
 int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino, int64_t *oldest_atime);
 /*
  * Layers back to the manifest, so that the page budget bounds the pages

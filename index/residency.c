@@ -197,15 +197,16 @@ int kv_index_deferred_layer(struct kv_index *x, uint64_t *ino, int64_t *oldest_a
 		for (layer = model->u.d->first; layer; layer = idx_next(x, layer)) {
 			const struct dir_data *d = layer->u.d;
 
-			if (!d->deferred || !d->unloaded || d->load_err)
+			/* No rows counted: nothing to evict there yet (a layer
+			 * the walk has not reached, or one on its way out) */
+			if (!d->deferred || !d->unloaded || d->load_err || !d->rows)
 				continue;
-			if (!best || !d->rows ||
-			    (best->u.d->rows && d->rows_oldest_atime < best->u.d->rows_oldest_atime))
+			if (!best || d->rows_oldest_atime < best->u.d->rows_oldest_atime)
 				best = layer;
 		}
 	if (best) {
 		*ino = best->ino;
-		*oldest_atime = best->u.d->rows ? best->u.d->rows_oldest_atime : INT64_MIN;
+		*oldest_atime = best->u.d->rows_oldest_atime;
 	}
 	pthread_rwlock_unlock(&x->lock);
 	return best != NULL;
