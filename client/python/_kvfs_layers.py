@@ -183,7 +183,8 @@ class LayerCalls:
         with self._lock:
             regions = list(self._regions)
         for r in regions:
-            if r._h is not None and r.base <= addr and addr + nbytes <= r.base + r.size:
+            if r._h is not None and not r._closing and r.base <= addr and \
+                    addr + nbytes <= r.base + r.size:
                 return r
         return None
 
@@ -369,6 +370,12 @@ class LayerRead(_Pending):
         b, n, P = self.batch, len(self.names), self.page_bytes
         st = b.statuses()
         sizes = [b.status(i)[1] for i in range(n)]
+        # A row is page_bytes rounded up to 4 KiB: a page a little larger
+        # than page_bytes fits the row but not the result, and must fail
+        # as the daemon fails a destination too small.
+        for i in range(n):
+            if st[i] == 0 and sizes[i] > P:
+                st[i] = -errno.ENOBUFS
         base = self.data.base + self.row0
         for i in range(n):
             if st[i] == 0 and sizes[i] < P:

@@ -255,6 +255,11 @@ class Client(_LayerCalls, _Closing):
         self.model_dir = model_dir
         self._lock = threading.RLock()
         self._regions = weakref.WeakSet()
+        # Regions not yet freed in libkvfs, counted rather than found in
+        # _regions: the garbage collector empties weak sets before it
+        # finalizes anything, and kvfs_client_close frees every region
+        # still open, so a count of zero is the only safe sign.
+        self._nregions = 0
         self._scratch = None     # control area for lookup_prefix, reused
         self._closing = False
         self._dispatch = None    # wait_async's reader of event_fd()
@@ -318,9 +323,7 @@ class Client(_LayerCalls, _Closing):
 
     def _release_if_unused(self):
         with self._lock:
-            if not self._closing or self._h is None:
-                return
-            if any(r._h is not None for r in self._regions):
+            if not self._closing or self._h is None or self._nregions:
                 return
             h, self._h = self._h, None
         _lib.kvfs_client_close(h)
@@ -352,8 +355,14 @@ class Region(_Closing):
         self._mem_ref = None
         self._batches = weakref.WeakSet()
         self._data_users = weakref.WeakSet()   # batches whose data region it is
+        # Batches not yet freed in libkvfs that name this region (as their
+        # own or as their data region): it is freed only after them, at
+        # the last one's close when close() came first (see Client).
+        self._nbatches = 0
+        self._closing = False
         with client._lock:
             client._regions.add(self)
+            client._nregions += 1
 
     @classmethod
     def create(cls, client, size):
@@ -379,7 +388,7 @@ class Region(_Closing):
         return cls(client, h.value)
 
     def _handle(self):
-        if self._h is None:
+        if self._h is None or self._closing:
             raise ValueError("kvfs region is closed")
         return self._h
 
@@ -399,7 +408,7 @@ class Region(_Closing):
         return self._mem_ref is not None and self._mem_ref() is not None
 
     def _closable(self):
-        return (self._h is not None and not self._views_alive()
+        return (self._h is not None and not self._closing and not self._views_alive()
                 and not any(b._inflight for b in list(self._batches))
                 and not self._data_users)
 
@@ -454,7 +463,7 @@ class Region(_Closing):
     def close(self):
         """Unregister and unmap. BufferError while views of it are alive;
         OSError EBUSY while one of its batches has a read in flight."""
-        if self._h is None:
+        if self._h is None or self._closing:
             return
         if self._views_alive():
             raise BufferError("kvfs region has live views (arrays or memoryviews)")
@@ -466,11 +475,21 @@ class Region(_Closing):
                           "batch (close it, or set_data_region(None))")
         for b in list(self._batches):
             b.close()
-        h, self._h = self._h, None
+        self._closing = True
+        self._release()
+
+    def _release(self):
+        """Free it in libkvfs once closing and no batch names it."""
+        with self.client._lock:
+            if self._h is None or not self._closing or self._nbatches:
+                return
+            h, self._h = self._h, None
         rc = _lib.kvfs_region_destroy(h)
         if rc < 0:   # never freed: keep it usable rather than leak silently
-            self._h = h
+            self._h, self._closing = h, False
             _check(rc)
+        with self.client._lock:
+            self.client._nregions -= 1
         self.client._release_if_unused()
 
 
@@ -489,6 +508,8 @@ class Batch(_Closing):
         self._h = h.value
         self._inflight = False
         region._batches.add(self)
+        with region.client._lock:
+            region._nbatches += 1
 
     @staticmethod
     def ctl_bytes(max_pages):
@@ -496,7 +517,7 @@ class Batch(_Closing):
         return _lib.kvfs_batch_ctl_bytes(max_pages)
 
     def _handle(self):
-        if self._h is None or self.region._h is None:
+        if self._h is None or self.region._h is None or self.region._closing:
             raise ValueError("kvfs batch (or its region) is closed")
         return self._h
 
@@ -548,11 +569,17 @@ class Batch(_Closing):
         new = self.region if region is None else region
         _check(_lib.kvfs_batch_set_data_region(
             self._handle(), None if new is self.region else new._handle()))
-        if self.data_region is not self.region:
-            self.data_region._data_users.discard(self)
+        old = self.data_region
+        if old is not self.region:
+            old._data_users.discard(self)
         if new is not self.region:
             new._data_users.add(self)
+        with self.region.client._lock:
+            new._nbatches += new is not self.region
+            old._nbatches -= old is not self.region
         self.data_region = new
+        if old is not self.region:
+            old._release()
 
     def reset(self):
         """Forget every page (the control area is reused)."""
@@ -678,6 +705,13 @@ class Batch(_Closing):
         h, self._h = self._h, None
         _lib.kvfs_batch_free(h)
         self._inflight = False
+        regions = [self.region]
         if self.data_region is not self.region:
             self.data_region._data_users.discard(self)
+            regions.append(self.data_region)
             self.data_region = self.region
+        with self.region.client._lock:
+            for r in regions:
+                r._nbatches -= 1
+        for r in regions:   # one closed before this batch goes now
+            r._release()

@@ -531,6 +531,13 @@ class FastPathTest(MountedModel):
         self.assertEqual((e.index, e.filename), (1, "nope"))
         self.assertEqual(e.statuses, [0, -errno.ENOENT, 0])
         self.assertErrno(errno.ENOBUFS, self.client.read_layer, 0, ["p0"], 4096)
+        # a page_bytes a little short: the row (rounded up to 4 KiB) holds
+        # the page, the result would not: ENOBUFS too, never a cut page
+        for short in (PAGE - 100, PAGE - 4095):
+            cut = self.assertErrno(errno.ENOBUFS, self.client.read_layer, 0, ["p0", "p2"],
+                                   short)
+            self.assertEqual(cut.statuses, [-errno.ENOBUFS, -errno.ENOBUFS])
+            self.assertErrno(errno.ENOBUFS, self.client.read_layer_async(0, ["p0"], short).wait)
         # it crosses processes (multiprocessing pickles a worker's error)
         back = pickle.loads(pickle.dumps(e))
         self.assertIsInstance(back, kvfs.PageError)
@@ -692,6 +699,44 @@ class FastPathTest(MountedModel):
         del rows
         with kvfs.Client(self.model) as c2:
             self.assertEqual(c2.lookup_prefix(["p0"], 1)[0], 1)
+
+    def test_garbage_collected_together(self):
+        """A client, its regions and batches dropped together (a cycle, or
+        still referenced at exit) are freed in whatever order the garbage
+        collector finalizes them: each region only after its batches, the
+        client only after its regions. The collector empties weak sets
+        before it finalizes anything, so the client once freed every region
+        in libkvfs and the regions' own finalizers then freed them again
+        (a segfault at exit)."""
+        script = """
+import gc, sys
+sys.path.insert(0, sys.argv[2])
+import kvfs
+c = kvfs.Client(sys.argv[1])
+r = c.region(1 << 20)                      # alive at exit (module globals)
+b = r.batch(0, 4)
+pool = c.region(1 << 20)
+b.set_data_region(pool)
+for _ in range(20):                        # cycles the collector breaks
+    c2 = kvfs.Client(sys.argv[1])
+    r2 = c2.region(1 << 20)
+    b2 = r2.batch(0, 4)
+    p2 = c2.region(1 << 20)
+    b2.set_data_region(p2)
+    junk = [c2, r2, b2, p2]
+    junk.append(junk)
+    del c2, r2, b2, p2, junk
+    gc.collect()
+print("done")
+"""
+        for run in range(3):
+            p = subprocess.run([sys.executable, "-c", script, self.model,
+                                os.path.join(HERE, "..", "..", "client", "python")],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=60)
+            out = p.stdout.decode(errors="replace")
+            self.assertEqual(p.returncode, 0, f"run {run}: {out}")
+            self.assertIn("done", out)
 
     # ---- the C library directly ----
 

@@ -301,6 +301,9 @@ class LMCacheAdapterTest(engines_env.MountedCase):
             make_adapter(None)
         with self.assertRaisesRegex(ValueError, "not a directory"):
             make_adapter(os.path.join(self.m.tmp, "nowhere"))
+        os.makedirs(os.path.join(self.m.tmp, "plain"), exist_ok=True)
+        with self.assertRaisesRegex(ValueError, "not a kvfs mount"):
+            make_adapter(os.path.join(self.m.tmp, "plain"))
 
 
 class CapacityTest(unittest.TestCase):

@@ -88,6 +88,11 @@ class KvfsL2Connector:
                              "(or $KVFS_MOUNT)" % WHO)
         if not os.path.isdir(self.mount):
             raise ValueError("%s: kvfs_mount %r is not a directory" % (WHO, self.mount))
+        # as the other backends refuse at startup: a directory that is not
+        # (yet) a kvfs mount would take the models as plain directories
+        if not os.path.exists(os.path.join(self.mount, ".kvfs", "stats")):
+            raise ValueError("%s: kvfs_mount %r is not a kvfs mount (no .kvfs/stats "
+                             "there; is the daemon running?)" % (WHO, self.mount))
         self.dtype, self.layout = com.dtype_tag(dtype), str(layout)
         self.model_override = kvfs_model
         self.durable = str(kvfs_durable).lower() in ("1", "true", "yes")
