@@ -439,6 +439,9 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
  * sealed page, -EBUSY while another is writing it (after waiting up to 2 s
  * for a writer that already closed). */
 int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **out);
+/* The same wait for a fast-path reader (uid): 0 and *n refreshed once the
+ * page is sealed, -EBUSY if it is still being written, -ENOENT if gone. */
+int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n);
 /* Up to size bytes at off: *bytes, *len, kept alive by *hold (may be NULL
  * when len is 0) until the caller puts it. A reader's page is loaded and
  * verified on its first read (EIO for damaged bytes); the writer reads

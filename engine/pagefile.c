@@ -20,9 +20,14 @@
 #include "pagecharge.h"
 
 #define SEAL_WAIT_MS 2000
-/* Waiting readers hold front-end threads (FUSE workers); leave enough free
- * to run the release they are waiting for (the daemon runs up to 16). */
+/* Waiting readers hold front-end threads (FUSE workers) or fast-path
+ * threads; leave enough free to run the release they are waiting for (the
+ * daemon runs up to 16 FUSE workers). One uid holds at most
+ * SEAL_WAITERS_PER_UID of the slots, so that a writer keeping a duplicate
+ * descriptor open cannot make every other reader fail at once. */
 #define SEAL_WAITERS_MAX 8
+#define SEAL_WAITERS_PER_UID 2
+#define SEAL_ANY_UID UINT32_MAX     /* a FUSE open: its uid is the kernel's check */
 
 /* An open page. */
 struct kvfs_file {
@@ -33,7 +38,8 @@ struct kvfs_file {
 	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
 };
 
-static unsigned seal_waiters;   /* under ns_lock */
+static uint32_t seal_waiter_uid[SEAL_WAITERS_MAX];   /* under ns_lock */
+static bool seal_waiter_used[SEAL_WAITERS_MAX];
 
 static struct kvfs_file *file_new(uint64_t ino, bool writer)
 {
@@ -131,15 +137,38 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 
 /* ---- open ---- */
 
-/* Wait (ns_lock held) for a page whose writer already closed to be sealed. */
-static void wait_for_seal(struct kvfs *fs, uint64_t ino)
+/* A waiter's slot for uid, or -1 when none is free to it (ns_lock held). */
+static int seal_slot_take(uint32_t uid)
+{
+	int free_slot = -1;
+	unsigned mine = 0;
+
+	for (int i = 0; i < SEAL_WAITERS_MAX; i++) {
+		if (!seal_waiter_used[i])
+			free_slot = free_slot < 0 ? i : free_slot;
+		else if (uid != SEAL_ANY_UID && seal_waiter_uid[i] == uid)
+			mine++;
+	}
+	if (free_slot < 0 || mine >= SEAL_WAITERS_PER_UID)
+		return -1;
+	seal_waiter_used[free_slot] = true;
+	seal_waiter_uid[free_slot] = uid;
+	return free_slot;
+}
+
+/* Wait (ns_lock held) for a page whose writer already closed to be sealed:
+ * the kernel sends the release that seals it after close(2) returns. */
+static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, ino);
 	struct timespec until;
+	int slot;
 
-	if (seal_waiters >= SEAL_WAITERS_MAX)
+	if (!l || !l->writing || !l->flushed)
 		return;
-	seal_waiters++;
+	slot = seal_slot_take(uid);
+	if (slot < 0)
+		return;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += SEAL_WAIT_MS / 1000;
 	while (l && l->writing && l->flushed) {
@@ -147,7 +176,20 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino)
 			break;
 		l = kvfs_live_find(fs, ino);
 	}
-	seal_waiters--;
+	seal_waiter_used[slot] = false;
+}
+
+int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n)
+{
+	int rc;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	wait_for_seal(fs, n->ino, uid);
+	rc = kv_index_get(fs->idx, n->ino, n);
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (rc < 0)
+		return rc;     /* unlinked or replaced meanwhile */
+	return n->state == KV_PAGE_WRITING ? -EBUSY : 0;
 }
 
 static int do_open(struct kvfs *fs, uint64_t ino, int flags)
@@ -167,7 +209,7 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags)
 		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
 	}
 	if (n.state == KV_PAGE_WRITING) {
-		wait_for_seal(fs, ino);
+		wait_for_seal(fs, ino, SEAL_ANY_UID);
 		rc = kv_index_get(fs->idx, ino, &n);
 		if (rc < 0)
 			return rc;

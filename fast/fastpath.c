@@ -219,8 +219,16 @@ static int32_t resolve(struct fp_resolver *rv, uint32_t i, enum fp_use use,
 		return rc;
 	if (use != FP_USE_LOOKUP && !fp_may(rv, &n->attr, 4))
 		return -EACCES;
-	if (n->state == KV_PAGE_WRITING)
-		return -EBUSY;
+	if (n->state == KV_PAGE_WRITING) {
+		/* A page is sealed by its writer's last close, but the kernel
+		 * sends the release that seals it after close(2) returns: a
+		 * reader right behind the close waits for it, as an open does. */
+		rc = kvfs_page_await_seal(rv->b->fs, rv->b->who.uid, n);
+		if (rc < 0)
+			return rc;
+		if (use != FP_USE_LOOKUP && !fp_may(rv, &n->attr, 4))
+			return -EACCES;   /* sealing set the mode it was created with */
+	}
 	if (use == FP_USE_READ && d->dst_len < n->size)
 		return -ENOBUFS;
 	return 0;

@@ -27,6 +27,7 @@ UNREGISTER = _ioc(1, 2, 48)
 READ = _ioc(3, 3, 64)
 LOOKUP = _ioc(3, 4, 64)
 WRITE = _ioc(3, 5, 64)
+PREFETCH = _ioc(3, 6, 64)
 WRITE_DURABLE, WRITE_REPLACE = 1, 2
 
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# close(2) seals a page (usage.md, engine.md), but the kernel sends the
+# release that seals it after close returns: a fast-path READ, LOOKUP or
+# PREFETCH right behind the close must wait for it, never get EBUSY. A
+# writer that still holds a duplicate descriptor keeps its page unsealed:
+# readers then get EBUSY after a bounded wait, and the page once it closes.
+. "$(dirname "$0")/lib.sh"
+mkfs
+mount_kvfs
+M=$MNT/m
+mkdir "$M" "$M/0" || fail mkdir
+export TESTDIR=$(dirname "$0")
+python3 - "$M" <<'PY' || fail "close then read"
+import mmap, os, sys
+sys.path.insert(0, os.environ["TESTDIR"])
+import kvfsabi as abi
+M = sys.argv[1]
+dfd = os.open(M, os.O_RDONLY)
+fd = abi.memfd(1 << 20)
+mem = mmap.mmap(fd, 1 << 20)
+rid, _ = abi.register(dfd, fd)
+busy = {"read": 0, "lookup": 0, "prefetch": 0}
+N = 2000
+for i in range(N):
+    name = f"p{i}"
+    with open(os.path.join(M, "0", name), "wb") as f:
+        f.write(os.urandom(4096))
+    order = ((abi.READ, "read"), (abi.LOOKUP, "lookup"), (abi.PREFETCH, "prefetch"))
+    for cmd, what in order[i % 3:] + order[:i % 3]:
+        dst = (1 << 19, 1 << 19) if cmd == abi.READ else (0, 0)
+        d = [abi.Desc(0, name.encode(), dst_off=dst[0], dst_len=dst[1])]
+        abi.place(mem, d, 0, 4096)
+        abi.batch(dfd, cmd, rid, 0, 1)
+        abi.collect(mem, d, 0)
+        if d[0].status == -16:
+            busy[what] += 1
+        elif d[0].status != 0:
+            sys.exit(f"{what} of {name}: status {d[0].status}")
+print(busy, "of", N)
+if any(busy.values()):
+    sys.exit(f"EBUSY right after close: {busy} of {N}")
+
+# A writer holding a duplicate: its close of one descriptor does not seal.
+fd = os.open(os.path.join(M, "0", "held"), os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"h" * 4096)
+dup = os.dup(fd)
+os.close(fd)
+def read_held():
+    d = [abi.Desc(0, b"held", dst_off=1 << 19, dst_len=1 << 19)]
+    abi.place(mem, d, 0, 4096)
+    abi.batch(dfd, abi.READ, rid, 0, 1)
+    abi.collect(mem, d, 0)
+    return d[0].status
+st = read_held()
+if st != -16:
+    sys.exit(f"read of a page whose writer still holds a descriptor: {st}, not -EBUSY")
+os.close(dup)
+for _ in range(100):          # the release follows the close
+    st = read_held()
+    if st == 0:
+        break
+if st != 0 or mem[1 << 19:(1 << 19) + 4096] != b"h" * 4096:
+    sys.exit(f"read after the last close: status {st}")
+PY
+umount_kvfs
