@@ -5,7 +5,8 @@
  * Cache mode (the default) keeps writes flowing: once usage (extents plus
  * space held for pages being written) passes the high watermark, the
  * evictor thread removes least recently used pages that nobody holds open
- * (shared and pinned pages last) until usage is below the low watermark.
+ * (pinned pages last; a shared extent's names together, by the newest,
+ * engine/victims.c) until usage is below the low watermark.
  * A writer that needs more room than is left waits for it, and gets
  * ENOSPC only when nothing is left to evict. Authoritative mode never
  * evicts: a full store refuses writes with ENOSPC.
@@ -111,14 +112,14 @@ static bool evict_one(struct kvfs *fs, const struct kvfs_victims *vs,
 		return false;
 	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
 		frees = kv_extent_footprint(&n.ext);
-	log_eviction(&n, v->protect);
+	log_eviction(&n, v->protect || v->shared);
 	if ((rc = kvfs_page_forget(fs, &n, false, KVFS_EV_EVICTED)) < 0) {
 		kv_log(KV_LOG_WARN, "eviction of page %s (inode %" PRIu64 ") failed, it stays: %s",
 		       n.name, n.ino, kv_strerror(rc));
 		return false;
 	}
 	*freed += frees;
-	*out = (struct evicted){ .parent = n.parent, .protect = v->protect };
+	*out = (struct evicted){ .parent = n.parent, .protect = v->protect || v->shared };
 	memcpy(out->name, n.name, sizeof(out->name));
 	return true;
 }
@@ -311,8 +312,8 @@ static int load_for_eviction(struct kvfs *fs, uint64_t ino, uint64_t want)
  * Evict down to target, least recently used first, across the layers left
  * in the manifest (-o index_pages) too (docs/decisions/scale.md). The
  * index keeps each such layer's oldest access time: a page in RAM goes
- * only if used before every page of those layers (pinned or shared ones
- * not at all while they remain), and when that is not enough, the layers
+ * only if used before every page of those layers (pinned ones, and shared
+ * ones with a name among them, not at all while they remain), and when that is not enough, the layers
  * holding the oldest are loaded and the choice made again. A layer that
  * cannot be loaded does not stop eviction: the pages in RAM go as before.
  * *loaded (may be NULL): whether a layer came in.

@@ -48,7 +48,7 @@ int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes);
 void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space (core.c) */
 /*
  * Evict durable pages nobody holds open, least recently used first
- * (shared and pinned last): until usage is at most target bytes, or, with
+ * (pinned last; a shared extent's names together, as kvfs_victims_collect): until usage is at most target bytes, or, with
  * older_than_ns, every such page last read before that time (target is
  * then ignored). *pages (may be NULL) gets how many went. Waits until their
  * space is free. 0, or the error of a commit of their deletes (logged):
@@ -62,8 +62,10 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 struct kvfs_victim {
 	uint64_t ino;
 	uint64_t extent_id;
-	int64_t atime_ns;
-	bool protect;
+	int64_t atime_ns;             /* a shared extent's: its newest name's */
+	uint32_t refs;                /* names of its extent */
+	bool protect;                 /* pinned, or shared beyond the victims */
+	bool shared;
 };
 
 /* Which pages a pass may take. */
@@ -71,7 +73,7 @@ struct kvfs_victim_rule {
 	bool bounded;                 /* only pages last used before before_ns */
 	int64_t before_ns;
 	bool sweep;                   /* an age sweep: empty pages too */
-	bool plain;                   /* no pinned or shared page */
+	bool plain;                   /* no pinned page, no share only partly here */
 };
 
 struct kvfs_victims {
@@ -83,8 +85,11 @@ struct kvfs_victims {
 
 /*
  * Durable pages the rule allows into vs, least recently used first,
- * shared or pinned ones last; empty pages, which free nothing, only for a
- * sweep; a degraded mount's pages on a missing stripe are left out.
+ * pinned ones last. The names of a shared extent go together, at the time
+ * of the one used last, when every one of them is a victim; a shared
+ * extent with a name elsewhere (open, pinned, in a layer left in the
+ * manifest) cannot be freed here and goes last too. Empty pages, which
+ * free nothing, only for a sweep; a degraded mount's pages on a missing stripe are left out.
  * Sharing is looked up after the walk, which runs under the index's lock.
  * 0 or -ENOMEM (vs->v is then NULL); the caller frees vs->v.
  */

@@ -32,6 +32,8 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 	return 0;
 }
 
+/* Least recently used first, protected last; the names of one extent
+ * side by side, so that evicting them in turn frees it with the last. */
 static int victim_cmp(const void *pa, const void *pb)
 {
 	const struct kvfs_victim *a = pa, *b = pb;
@@ -40,7 +42,58 @@ static int victim_cmp(const void *pa, const void *pb)
 		return a->protect ? 1 : -1;
 	if (a->atime_ns != b->atime_ns)
 		return a->atime_ns < b->atime_ns ? -1 : 1;
+	if (a->extent_id != b->extent_id)
+		return a->extent_id < b->extent_id ? -1 : 1;
 	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+static int victim_extent_cmp(const void *pa, const void *pb)
+{
+	const struct kvfs_victim *a = pa, *b = pb;
+
+	if (a->extent_id != b->extent_id)
+		return a->extent_id < b->extent_id ? -1 : 1;
+	return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+/*
+ * A shared extent is freed only with its last name. Ordering its names
+ * one by one (each at its own time) would free nothing until the newest
+ * went; putting them all last, as this once did, let anyone keep pages
+ * past everyone else's by storing each under two names. So an extent
+ * whose every name is here goes as one unit at its newest name's time;
+ * one with a name elsewhere (open, pinned, newer than the bound, in a
+ * layer left in the manifest) is protected, or left out of a plain pass.
+ */
+static void group_shared(struct kvfs_victims *vs)
+{
+	size_t i = 0, k = 0, j;
+
+	qsort(vs->v, vs->n, sizeof(*vs->v), victim_extent_cmp);
+	while (i < vs->n) {
+		uint64_t id = vs->v[i].extent_id;
+		uint32_t refs = vs->v[i].refs;
+		bool shared = vs->v[i].shared, pinned = vs->v[i].protect;
+		int64_t newest = vs->v[i].atime_ns;
+
+		for (j = i + 1; j < vs->n && vs->v[j].extent_id == id; j++) {
+			newest = vs->v[j].atime_ns > newest ? vs->v[j].atime_ns : newest;
+			pinned |= vs->v[j].protect;
+		}
+		if (!shared || (j - i == refs && !pinned)) {
+			for (; i < j; i++) {
+				vs->v[i].atime_ns = shared ? newest : vs->v[i].atime_ns;
+				vs->v[k++] = vs->v[i];
+			}
+			continue;
+		}
+		for (; i < j; i++) {
+			vs->v[i].protect = true;
+			if (!vs->rule.plain)
+				vs->v[k++] = vs->v[i];
+		}
+	}
+	vs->n = k;
 }
 
 static int victim_ino_cmp(const void *pa, const void *pb)
@@ -95,14 +148,12 @@ int kvfs_victims_collect(struct kvfs *fs, const struct kvfs_victim_rule *rule,
 		 * it is back: evicting them would free nothing here anyway */
 		if (have && missing_stripe(fs, er.ext.stripe))
 			continue;
-		if (have && er.refcount > 1) {
-			if (vs->rule.plain)
-				continue;
-			vs->v[i].protect = true;
-		}
+		vs->v[i].refs = have ? er.refcount : 1;
+		vs->v[i].shared = vs->v[i].refs > 1;
 		vs->v[k++] = vs->v[i];
 	}
 	vs->n = k;
+	group_shared(vs);
 	if (vs->n)
 		qsort(vs->v, vs->n, sizeof(*vs->v), victim_cmp);
 	return 0;

@@ -5,7 +5,8 @@
  * and target; kvfs_gc's checks, target and age sweeps; space held for
  * pages being written counting as usage and being left to them; a full
  * authoritative store refusing pages until one is deleted; an idle
- * evictor above the high mark looking less often while it finds nothing.
+ * evictor above the high mark looking less often while it finds nothing;
+ * a page stored under two names evicted by the newer, both names at once.
  */
 #include <fcntl.h>
 
@@ -196,6 +197,75 @@ static void gc_checks_target_and_age(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+static void publish_at(struct efix *f, const char *name, unsigned seed, int64_t atime_ns)
+{
+	struct kv_obj_attr a = { .mode = 0444, .uid = getuid(), .gid = getgid() };
+	struct kvfs_data *d = efix_payload(SIZE, seed);
+
+	a.ctime_ns = a.mtime_ns = kvfs_now_ns();
+	a.atime_ns = atime_ns;
+	assert_int_equal(kvfs_page_publish(f->fs, f->layer, name, &a, d, 0, false, NULL), 0);
+	kvfs_data_put(d);
+}
+
+static uint64_t extent_of(struct efix *f, const char *name)
+{
+	struct kv_node_info n;
+
+	assert_int_equal(efix_lookup(f, name, &n), 0);
+	return n.extent_id;
+}
+
+static int setup_dedup(void **state)
+{
+	int rc = efix_setup(state);
+
+	((struct efix *)*state)->opts.dedup = true;
+	return rc;
+}
+
+/* A page stored under two names (dedup shares one extent) is evicted by
+ * the newest of them, both names at once: s0 and s0b, both older than
+ * every other page, go first, together with p0 and p1; h0 and h0b stay,
+ * because h0b was just read. Shared pages once went after every other
+ * page, so a user storing each page twice kept all of them (p0..p2 went). */
+static void shared_pages_go_by_their_newest_name(void **state)
+{
+	struct efix *f = *state;
+	uint64_t fp = footprint(SIZE), pages = 0;
+	struct kv_node_info n;
+	int64_t t0;
+
+	efix_open(f);
+	efix_layer(f);
+	t0 = publish_aged(f);
+	publish_at(f, "s0", 100, t0 - 50 * 1000000000ll);
+	publish_at(f, "h0", 101, t0 - 50 * 1000000000ll);
+	assert_int_equal(efix_sync(f), 0);
+	publish_at(f, "s0b", 100, t0 - 40 * 1000000000ll);
+	publish_at(f, "h0b", 101, t0 - 40 * 1000000000ll);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(extent_of(f, "s0b"), extent_of(f, "s0"));
+	assert_int_equal(extent_of(f, "h0b"), extent_of(f, "h0"));
+	touch(f, "h0b");
+	assert_int_equal(stats(f).used, (NPAGES + 2) * fp);
+
+	assert_int_equal(kvfs_evict(f->fs, (NPAGES - 1) * fp, 0, &pages), 0);
+	assert_int_equal(present(f), 0x3fc);       /* p2..p9 */
+	assert_int_equal(efix_lookup(f, "s0", &n), -ENOENT);
+	assert_int_equal(efix_lookup(f, "s0b", &n), -ENOENT);
+	assert_int_equal(efix_lookup(f, "h0", &n), 0);
+	assert_int_equal(efix_lookup(f, "h0b", &n), 0);
+	assert_int_equal(pages, 4);
+	assert_int_equal(stats(f).used, (NPAGES - 1) * fp);
+	assert_int_equal(stats(f).evicted_shared, 2);
+
+	efix_reopen(f);
+	assert_int_equal(present(f), 0x3fc);
+	efix_assert_page(f, "h0", SIZE, 101);
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* Hold bytes for a page being written, as a FUSE writer does (ns_lock). */
 static struct kvfs_live *reserve(struct efix *f, uint64_t bytes)
 {
@@ -353,6 +423,8 @@ int main(void)
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(gc_checks_target_and_age,
 						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(shared_pages_go_by_their_newest_name,
+						setup_dedup, efix_teardown),
 		cmocka_unit_test_setup_teardown(reserved_space_counts_and_is_kept,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(authoritative_store_refuses_when_full,
