@@ -234,7 +234,7 @@ struct kvfs_batch_arg {
 /*
  * KVFS_IOC_GC, issued on the MOUNT ROOT (open(MOUNT, O_RDONLY |
  * O_DIRECTORY)) by root only (EPERM otherwise): evict pages nobody holds
- * open, least recently used first, shared and pinned pages last, as cache
+ * open, least recently used first, pinned pages last, as cache
  * mode does when the store is full. Returns once their space is free.
  * `kvfs gc MOUNT` issues it. Whole-call errors: EPROTO (abi), EINVAL
  * (flags, reserved, neither or both of KVFS_GC_OLDER / KVFS_GC_TARGET),

@@ -19,7 +19,7 @@ struct kvfs_cap_stats {
 	uint64_t used;                /* physical bytes held by extents */
 	uint64_t reserved;            /* held for pages being written */
 	uint64_t evictions;           /* pages evicted */
-	uint64_t evicted_shared;      /* ... of them shared or pinned */
+	uint64_t evicted_shared;      /* ... of them shared (each name) or pinned */
 	uint64_t evicted_bytes;       /* physical bytes those evictions freed */
 	uint64_t eviction_runs;
 	uint64_t space_waits;         /* writers that waited for eviction */
@@ -48,7 +48,8 @@ int kvfs_space_wait_run(struct kvfs *fs, uint64_t bytes);
 void kvfs_space_refused(struct kvfs *fs);   /* count a write refused for space (core.c) */
 /*
  * Evict durable pages nobody holds open, least recently used first
- * (pinned last; a shared extent's names together, as kvfs_victims_collect): until usage is at most target bytes, or, with
+ * (pinned last; a shared extent's names together, as
+ * kvfs_victims_collect): until usage is at most target bytes, or, with
  * older_than_ns, every such page last read before that time (target is
  * then ignored). *pages (may be NULL) gets how many went. Waits until their
  * space is free. 0, or the error of a commit of their deletes (logged):

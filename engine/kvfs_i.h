@@ -82,6 +82,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "index.h"
@@ -523,9 +524,10 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size);
 /* Read a sealed page's whole payload, verified (write-back copy, RAM tier
  * or disk; a disk read is kept in the RAM tier). */
 int kvfs_page_load(struct kvfs *fs, uint64_t ino, struct kvfs_data **out);
-/* A page on this extent with this mode is shared by several pages or
- * pinned: kept longest by the RAM tier and evicted last for capacity. */
-bool kvfs_extent_protected(struct kvfs *fs, uint64_t extent_id, uint32_t mode);
+/* A page with this mode is pinned (root's sticky bit): kept longest by the
+ * RAM tier and evicted last for capacity. Sharing an extent protects
+ * nothing: the tier keys by extent, so a read of any name keeps it. */
+static inline bool kvfs_pinned(uint32_t mode) { return (mode & S_ISVTX) != 0; }
 /* A page was read: note its access time for LRU eviction (cheap; the
  * manifest learns it lazily, engine/capacity.c). */
 void kvfs_page_touch(struct kvfs *fs, const struct kv_node_info *n);
@@ -685,7 +687,7 @@ int kvfs_extent_release(struct kvfs *fs, const struct kv_extent *e);
 struct kvfs_ram_stats {
 	uint64_t budget;              /* bytes; 0: the tier is off */
 	uint64_t pages, bytes;        /* resident payloads and their bytes */
-	uint64_t protected_pages;     /* ... of them shared or pinned (evicted last) */
+	uint64_t protected_pages;     /* ... of them pinned (evicted last) */
 	uint64_t hits, misses;        /* lookups by both read paths */
 	uint64_t promotions;          /* payloads read from the SSD and kept */
 	uint64_t kept_written;        /* payloads kept when their write became durable */
@@ -708,7 +710,7 @@ bool kvfs_ram_has(struct kvfs *fs, uint64_t id);   /* no counting */
  * already holds copies nothing. */
 bool kvfs_ram_admit(struct kvfs *fs, uint64_t id);
 /* Keep payload d (verified, immutable from now on) of extent id; takes its
- * own reference. protect: shared or pinned, evicted last. */
+ * own reference. protect: pinned, evicted last. */
 void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 		  bool protect, enum kvfs_ram_origin origin);
 /* Move a resident payload to the protected list or back (pinning). */

@@ -138,8 +138,7 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 	queue_change(fs, n, NULL);
 	/* The sticky bit is the pin (user.kvfs.pinned): chmod +t pins. */
 	if (page && n->state != KV_PAGE_WRITING && (old_mode ^ n->attr.mode) & S_ISVTX)
-		kvfs_ram_protect(fs, n->extent_id,
-				 kvfs_extent_protected(fs, n->extent_id, n->attr.mode));
+		kvfs_ram_protect(fs, n->extent_id, kvfs_pinned(n->attr.mode));
 	return 0;
 }
 
@@ -424,7 +423,7 @@ static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin, uint32_t caller)
 	if (rc < 0)
 		return rc;
 	kvfs_commit_put_page(fs, &n, NULL);
-	kvfs_ram_protect(fs, n.extent_id, kvfs_extent_protected(fs, n.extent_id, n.attr.mode));
+	kvfs_ram_protect(fs, n.extent_id, kvfs_pinned(n.attr.mode));
 	kv_log(KV_LOG_INFO, "page %s (inode %llu) %s", n.name, (unsigned long long)ino,
 	       pin ? "pinned" : "unpinned");
 	return 0;

@@ -410,15 +410,6 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 	return 0;
 }
 
-bool kvfs_extent_protected(struct kvfs *fs, uint64_t extent_id, uint32_t mode)
-{
-	struct kv_extent_rec er;
-
-	if (mode & S_ISVTX)
-		return true;    /* pinned */
-	return kv_index_extent_get(fs->idx, extent_id, &er) == 0 && er.refcount > 1;
-}
-
 /* Access times order eviction; one store per second per page is plenty
  * and keeps readers of a hot page from bouncing its cache line. */
 #define TOUCH_GRANULE_NS 1000000000ll
@@ -462,7 +453,7 @@ static int load_from_disk(struct kvfs *fs, const struct kv_node_info *n,
 	atomic_fetch_add(&fs->st.bytes_read_disk, n->size);
 	atomic_fetch_add(&fs->st.pages_read_disk, 1);
 	kvfs_ram_put(fs, n->extent_id, d,
-		     kvfs_extent_protected(fs, n->extent_id, n->attr.mode), KVFS_RAM_READ);
+		     kvfs_pinned(n->attr.mode), KVFS_RAM_READ);
 	*out = d;
 	return 0;
 }

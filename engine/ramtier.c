@@ -9,10 +9,13 @@
  * they get here; a FUSE hit hands the very buffer to the file handle, no
  * copy.
  *
- * Two LRU lists: ordinary payloads, and protected ones (shared by several
- * pages, or pinned), which are evicted only when no ordinary payload is
- * left (CASCADE keeps shared prefixes resident the same way). One mutex:
- * every operation is a hash probe and a few pointer moves.
+ * Two LRU lists: ordinary payloads, and protected (pinned) ones, which are
+ * evicted only when no ordinary payload is left. Pages shared by several
+ * names are ordinary: their one entry is kept by a read of any name, so a
+ * prefix many requests use stays by recency alone, and protecting sharing
+ * would let anyone keep pages resident past everyone else's by storing
+ * them twice. One mutex: every operation is a hash probe and a few pointer
+ * moves.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -571,7 +571,7 @@ static void prefetch_page(struct kvfs *fs, const struct kv_node_info *n,
 		return;
 	}
 	memcpy(pg.hash, n->hash, KV_HASH_LEN);
-	pg.protect = kvfs_extent_protected(fs, n->extent_id, n->attr.mode);
+	pg.protect = kvfs_pinned(n->attr.mode);
 	if (!kvfs_prefetch_queue(fs, &pg))
 		kvfs_ram_prefetch_dropped(fs, 1);
 }

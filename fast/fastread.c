@@ -295,7 +295,7 @@ static void promote(struct chunk *c, unsigned k)
 	d->cap = fp;
 	atomic_init(&d->refs, 1);
 	kvfs_ram_put(b->fs, p->extent_id, d,
-		     kvfs_extent_protected(b->fs, p->extent_id, p->mode), KVFS_RAM_READ);
+		     kvfs_pinned(p->mode), KVFS_RAM_READ);
 	kvfs_data_put(d);
 }
 

@@ -1,7 +1,7 @@
 /*
  * `kvfs gc STORE|MOUNT --older-than DUR | --target-size SIZE`: evict pages
- * nobody holds open, least recently used first (shared and pinned pages
- * last), the same way a full store in cache mode does. On a mount it asks
+ * nobody holds open, least recently used first (pinned pages last, a
+ * shared page's names together), the same way a full store in cache mode does. On a mount it asks
  * the daemon (KVFS_IOC_GC on the mount root); on an unmounted store it
  * opens the store itself. Exit: 0 done, 1 failed, 2 usage.
  *

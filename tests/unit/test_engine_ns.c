@@ -213,7 +213,7 @@ static void only_root_pins(void **state)
 	assert_int_equal(efix_publish(f, "p", 4096, 1, &p), 0);
 	assert_int_equal(kvfs_ns_setattr(f->fs, p.ino, &c, &n), 0);
 	assert_int_equal(n.attr.mode, 0640);
-	assert_false(kvfs_extent_protected(f->fs, p.extent_id, n.attr.mode));
+	assert_false(kvfs_pinned(n.attr.mode));
 	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 65534), -EPERM);
 	assert_int_equal((efix_lookup(f, "p", &n), n.attr.mode), 0640);
 	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 0), 0);
@@ -251,8 +251,7 @@ static void attributes_pins_geometry(void **state)
 	assert_int_equal(kvfs_ns_setattr(f->fs, f->layer, &c, &n), -EISDIR);
 	assert_int_equal(kvfs_ns_set_pinned(f->fs, p.ino, true, 0), 0);
 	assert_int_equal(kvfs_ns_set_pinned(f->fs, f->layer, true, 0), -EPERM);
-	assert_true(kvfs_extent_protected(f->fs, p.extent_id,
-					  (efix_lookup(f, "p", &n), n.attr.mode)));
+	assert_true(kvfs_pinned((efix_lookup(f, "p", &n), n.attr.mode)));
 	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &g), -ENOTEMPTY);
 	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->layer, &g), -ENOTSUP);
 	assert_int_equal(mk(f, KV_ROOT_INO, "g", &n), 0);
