@@ -33,7 +33,10 @@ class LayerCalls:
         Without out, returns an array of shape (len(names), page_bytes //
         itemsize) that views region memory: a new region sized for the
         call unless region is given, in which case rows start at byte
-        offset of it (and the control area follows them). dtype is a
+        offset of it (and the control area follows them). The returned
+        array keeps a new region registered until it is freed, and a
+        process holds at most 64 regions (OSError EMFILE past them): pass
+        region= (or out=) for results that are kept. dtype is a
         numpy dtype (a numpy array is returned) or a torch dtype such as
         torch.bfloat16 (a CPU tensor). Rows are 4 KiB apart so the daemon
         can read with O_DIRECT; a page shorter than page_bytes is padded

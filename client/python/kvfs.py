@@ -534,9 +534,10 @@ class Batch(_Closing):
         """Append a page by layer (a number, or a layer directory's name
         such as "07") and name (str or bytes); read it into data region
         bytes [dst_off, dst_off + dst_len), or for write() store those
-        bytes as the page (dst_len is then its size). dst_off may instead
-        be an array, buffer or tensor in the data region (dst_len then
-        defaults to its size). Returns its index."""
+        bytes as the page (dst_len is then its size; an offset needs it:
+        a read into 0 bytes fails that page with ENOBUFS). dst_off may
+        instead be an array, buffer or tensor in the data region (dst_len
+        then defaults to its size). Returns its index."""
         layer = int(layer)
         name = os.fsencode(name)
         if b"\0" in name:
