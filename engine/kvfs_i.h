@@ -436,10 +436,11 @@ struct kvfs_file;
 int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
 		     uint32_t uid, uint32_t gid, struct kvfs_file **out,
 		     struct kv_node_info *n);
-/* Open a sealed page for reading (open(2) flags): -EPERM for writing a
- * sealed page, -EBUSY while another is writing it (after waiting up to 2 s
- * for a writer that already closed). */
-int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **out);
+/* Open a sealed page for reading (open(2) flags) for uid: -EPERM for
+ * writing a sealed page, -EBUSY while another is writing it (after waiting
+ * up to 2 s for a writer that already closed, if a slot is free to uid). */
+int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid,
+		   struct kvfs_file **out);
 /* The same wait for a fast-path reader (uid): 0 and *n refreshed once the
  * page is sealed, -EBUSY if it is still being written, -ENOENT if gone. */
 int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n);

@@ -134,6 +134,7 @@ int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit, bool *exa
 static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
 			   uint64_t size)
 {
+	static struct kv_log_limit refused_log;   /* any user can make these */
 	uint64_t limit;
 	bool exact;
 	int rc;
@@ -142,12 +143,12 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
 	if (rc < 0)
 		return rc;
 	if (size == 0 && exact) {
-		kv_log(KV_LOG_WARN, "page %s: empty page not stored (the model geometry makes "
+		KV_LOG_LIMITED(&refused_log, KV_LOG_WARN, "page %s: empty page not stored (the model geometry makes "
 		       "a page %llu bytes)", n->name, (unsigned long long)limit);
 		return -ENODATA;
 	}
 	if ((exact && size != limit) || size > limit) {
-		kv_log(KV_LOG_ERR, "page %s: %llu bytes, but %s %llu bytes", n->name,
+		KV_LOG_LIMITED(&refused_log, KV_LOG_ERR, "page %s: %llu bytes, but %s %llu bytes", n->name,
 		       (unsigned long long)size,
 		       exact ? "the model geometry makes a page" : "the page size limit is",
 		       (unsigned long long)limit);
@@ -206,6 +207,7 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 			 bool respect_reserved, struct kv_node_info *n,
 			 enum kvfs_share *share)
 {
+	static struct kv_log_limit nospace_log;   /* a full store: every writer */
 	struct kv_extent_rec er;
 	int rc;
 
@@ -231,9 +233,12 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 		/* A fast-path write (respect_reserved) waits for eviction and
 		 * tries again, and its caller gets the final status: not an
 		 * error yet. */
-		kv_log(rc == -ENOSPC && respect_reserved ? KV_LOG_DEBUG : KV_LOG_ERR,
-		       "page %s: no space for %llu bytes: %s", n->name,
-		       (unsigned long long)d->size, kv_strerror(rc));
+		if (rc == -ENOSPC && respect_reserved)
+			kv_log(KV_LOG_DEBUG, "page %s: no space for %llu bytes: %s", n->name,
+			       (unsigned long long)d->size, kv_strerror(rc));
+		else
+			KV_LOG_LIMITED(&nospace_log, KV_LOG_ERR, "page %s: no space for %llu bytes: %s",
+				       n->name, (unsigned long long)d->size, kv_strerror(rc));
 		return rc;
 	}
 	if (kvfs_seal_plan_fits(plan, d))

@@ -24,10 +24,10 @@
  * threads; leave enough free to run the release they are waiting for (the
  * daemon runs up to 16 FUSE workers). One uid holds at most
  * SEAL_WAITERS_PER_UID of the slots, so that a writer keeping a duplicate
- * descriptor open cannot make every other reader fail at once. */
+ * descriptor open and opening its page from many threads cannot park half
+ * the FUSE workers or make every other reader fail at once. */
 #define SEAL_WAITERS_MAX 8
 #define SEAL_WAITERS_PER_UID 2
-#define SEAL_ANY_UID UINT32_MAX     /* a FUSE open: its uid is the kernel's check */
 
 /* An open page. */
 struct kvfs_file {
@@ -37,6 +37,10 @@ struct kvfs_file {
 	pthread_mutex_t lock;
 	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
 };
+
+/* Lines about pages refused for what their writer did: any user can make
+ * them at will, so they are rate-limited (device errors are not). */
+static struct kv_log_limit refused_log;
 
 static uint32_t seal_waiter_uid[SEAL_WAITERS_MAX];   /* under ns_lock */
 static bool seal_waiter_used[SEAL_WAITERS_MAX];
@@ -146,7 +150,7 @@ static int seal_slot_take(uint32_t uid)
 	for (int i = 0; i < SEAL_WAITERS_MAX; i++) {
 		if (!seal_waiter_used[i])
 			free_slot = free_slot < 0 ? i : free_slot;
-		else if (uid != SEAL_ANY_UID && seal_waiter_uid[i] == uid)
+		else if (seal_waiter_uid[i] == uid)
 			mine++;
 	}
 	if (free_slot < 0 || mine >= SEAL_WAITERS_PER_UID)
@@ -192,7 +196,7 @@ int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n)
 	return n->state == KV_PAGE_WRITING ? -EBUSY : 0;
 }
 
-static int do_open(struct kvfs *fs, uint64_t ino, int flags)
+static int do_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid)
 {
 	struct kv_node_info n;
 	struct kvfs_live *l;
@@ -209,7 +213,7 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags)
 		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
 	}
 	if (n.state == KV_PAGE_WRITING) {
-		wait_for_seal(fs, ino, SEAL_ANY_UID);
+		wait_for_seal(fs, ino, uid);
 		rc = kv_index_get(fs->idx, ino, &n);
 		if (rc < 0)
 			return rc;
@@ -226,7 +230,8 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags)
 	return 0;
 }
 
-int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **out)
+int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid,
+		   struct kvfs_file **out)
 {
 	struct kvfs_file *f = file_new(ino, false);
 	struct kv_node_info warm;
@@ -238,7 +243,7 @@ int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, struct kvfs_file **
 	 * manifest (index/unload.c) is loaded here, not under ns_lock. */
 	(void)kv_index_get(fs->idx, ino, &warm);
 	pthread_mutex_lock(&fs->ns_lock);
-	rc = do_open(fs, ino, flags);
+	rc = do_open(fs, ino, flags, uid);
 	pthread_mutex_unlock(&fs->ns_lock);
 	if (rc < 0) {
 		file_free(f);
@@ -334,7 +339,7 @@ static int write_target(struct kvfs *fs, struct kvfs_file *fh, uint64_t end,
 	if (rc < 0)
 		return rc;
 	if (end > limit) {
-		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused: %s is %llu bytes; "
+		KV_LOG_LIMITED(&refused_log, KV_LOG_ERR, "page %s: write up to byte %llu refused: %s is %llu bytes; "
 		       "the page will not be stored", n->name, (unsigned long long)end,
 		       exact ? "the model geometry's page size" : "the page size limit (-o max_page)",
 		       (unsigned long long)limit);
@@ -380,7 +385,7 @@ static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
 	if (rc == 0)
 		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
 	if (rc == 0 && (end > limit || (cap && end > cap))) {
-		kv_log(KV_LOG_ERR, "page %s: write up to byte %llu refused at once: %s is %llu bytes; "
+		KV_LOG_LIMITED(&refused_log, KV_LOG_ERR, "page %s: write up to byte %llu refused at once: %s is %llu bytes; "
 		       "the page will not be stored", n.name, (unsigned long long)end,
 		       end > limit ? (exact ? "the model geometry's page size"
 				      : "the page size limit (-o max_page)")
@@ -508,7 +513,7 @@ int kvfs_file_flush(struct kvfs *fs, struct kvfs_file *fh)
 		if (kv_index_get(fs->idx, fh->ino, &n) == 0 &&
 		    kvfs_page_limit(fs, n.parent, &limit, &exact) == 0 &&
 		    exact && l->wbuf->size && l->wbuf->size != limit) {
-			kv_log(KV_LOG_ERR, "page %s: %llu bytes, but the model geometry makes a page %llu bytes; it will not be stored",
+			KV_LOG_LIMITED(&refused_log, KV_LOG_ERR, "page %s: %llu bytes, but the model geometry makes a page %llu bytes; it will not be stored",
 			       n.name, (unsigned long long)l->wbuf->size,
 			       (unsigned long long)limit);
 			rc = -EINVAL;
@@ -525,7 +530,7 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l,
 	int rc;
 
 	if (l->writing && !l->unlinked && l->write_err) {
-		kv_log(KV_LOG_WARN, "page inode %llu discarded at close: a write to it failed (%s)",
+		KV_LOG_LIMITED(&refused_log, KV_LOG_WARN, "page inode %llu discarded at close: a write to it failed (%s)",
 		       (unsigned long long)l->ino, kv_strerror(l->write_err));
 		kv_index_remove(fs->idx, l->ino);
 	} else if (l->writing && !l->unlinked) {
@@ -533,9 +538,13 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l,
 		if (rc < 0) {
 			if (rc != -ENODATA && rc != -EINVAL)   /* those were reported */
 				atomic_fetch_add(&fs->st.pages_lost, 1);
-			kv_log(rc == -ENODATA ? KV_LOG_WARN : KV_LOG_ERR,
-			       "page inode %llu discarded at close: %s",
-			       (unsigned long long)l->ino, kv_strerror(rc));
+			if (rc == -ENODATA || rc == -EINVAL || rc == -EFBIG || rc == -EDQUOT)
+				KV_LOG_LIMITED(&refused_log, rc == -ENODATA ? KV_LOG_WARN : KV_LOG_ERR,
+					       "page inode %llu discarded at close: %s",
+					       (unsigned long long)l->ino, kv_strerror(rc));
+			else
+				kv_log(KV_LOG_ERR, "page inode %llu discarded at close: %s",
+				       (unsigned long long)l->ino, kv_strerror(rc));
 			kv_index_remove(fs->idx, l->ino);
 		}
 	}

@@ -48,7 +48,7 @@ void kvfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct kvfs *fs = req_fs(req);
 	struct kvfs_file *f;
-	int rc = kvfs_file_open(fs, ino, fi->flags, &f);
+	int rc = kvfs_file_open(fs, ino, fi->flags, fuse_req_ctx(req)->uid, &f);
 
 	if (rc < 0)
 		return kvfs_reply_err(req, rc);

@@ -45,6 +45,21 @@ sleep 0.2
 # Geometry cannot change under existing pages.
 expect_errno ENOTEMPTY "os.setxattr('$MNT/tiny', 'user.kvfs.geometry', b'layers=3 kv_heads=1 head_dim=8 dtype=bf16 page_tokens=4')"
 expect_errno EINVAL "os.setxattr('$MNT/tiny', 'user.kvfs.geometry', b'layers=3 dtype=nope')"
+# Anyone can write wrong-sized pages at will: their log lines are
+# rate-limited (each once made three lines per page, without a limit).
+python3 - "$MNT/tiny/00" <<'PY' || fail "wrong-sized pages in a loop"
+import os, sys
+for i in range(300):
+    fd = os.open(os.path.join(sys.argv[1], f"flood{i}"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"x")
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+PY
+lines=$(grep -cE "flood[0-9]+|discarded at close" "$LOG" || true)
+[ "$lines" -le 60 ] || fail "300 wrong-sized pages logged $lines lines"
+[ "$lines" -ge 1 ] || fail "wrong-sized pages logged nothing"
 umount_kvfs
 mount_kvfs
 [ "$(getfattr --absolute-names --only-values -n user.kvfs.page_bytes "$MNT/tiny")" = 256 ] || fail "geometry lost on remount"

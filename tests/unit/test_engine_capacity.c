@@ -397,7 +397,7 @@ static void idle_evictor_backs_off(void **state)
 	for (int i = 0; i < 3; i++) {  /* well within its first second */
 		snprintf(name, sizeof(name), "p%d", i);
 		assert_int_equal(efix_lookup(f, name, &n), 0);
-		assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, &open_files[i]), 0);
+		assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, 0, &open_files[i]), 0);
 	}
 	efix_sleep_ms(7500);
 	runs = stats(f).eviction_runs;
