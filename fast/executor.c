@@ -20,6 +20,14 @@
  * call gets its share now); lowering waits for the thread's next call,
  * which saves two syscalls per call of a uid that comes and goes, unless
  * only one uid is left running: its calls go back to the base at once.
+ *
+ * The FUSE front end's callers count too: while one uid alone has calls
+ * running, a FUSE request of another uid (kvfs_exec_note_caller) counts
+ * as a second uid for OTHER_CALLER_NS, so a lone uid's dozen threads weigh
+ * as one against the FUSE threads serving everyone else (an abuse pass
+ * measured root's stat p99 at 17.5 ms, 0.2 ms alone, under 12 threads of
+ * one uid's LOOKUPs). A request checks two atomics; the lock is taken at
+ * most twice per OTHER_CALLER_NS while another uid keeps calling.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -33,6 +41,9 @@
 
 #include "executor.h"
 #include "store.h"
+
+#define NO_UID UINT32_MAX
+#define OTHER_CALLER_NS 1000000000ll   /* a FUSE caller counts this long */
 
 struct uid_queue {
 	uint32_t uid;
@@ -66,6 +77,8 @@ struct kvfs_exec {
 	unsigned nthreads;
 	bool weigh;                   /* threads' nice may go down again */
 	int base_nice;                /* the daemon's */
+	_Atomic uint32_t lone_uid;    /* the one uid running calls, or NO_UID */
+	_Atomic int64_t other_seen_ns; /* a FUSE caller of another uid, last */
 };
 
 void kvfs_exec_default_limits(struct kvfs_exec_limits *l)
@@ -155,12 +168,31 @@ static int nice_offset(unsigned k)
 	return n;
 }
 
-static unsigned uids_running(const struct kvfs_exec *ex)
+static int64_t coarse_now_ns(void)
 {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* Uids running calls, a FUSE caller of another uid counted as one more;
+ * sets lone_uid for kvfs_exec_note_caller. */
+static unsigned uids_running(struct kvfs_exec *ex)
+{
+	uint32_t lone = NO_UID;
 	unsigned uids = 0;
 
 	for (size_t i = 0; i < ex->nuq; i++)
-		uids += ex->uq[i].running > 0;
+		if (ex->uq[i].running > 0) {
+			uids++;
+			lone = ex->uq[i].uid;
+		}
+	atomic_store_explicit(&ex->lone_uid, uids == 1 ? lone : NO_UID,
+			      memory_order_relaxed);
+	if (uids == 1 && coarse_now_ns() - atomic_load_explicit(&ex->other_seen_ns,
+				memory_order_relaxed) < OTHER_CALLER_NS)
+		uids = 2;
 	return uids;
 }
 
@@ -321,6 +353,8 @@ int kvfs_exec_start(const struct kvfs_exec_limits *l, struct kvfs_exec **out)
 	}
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->work, NULL);
+	atomic_init(&ex->lone_uid, NO_UID);
+	atomic_init(&ex->other_seen_ns, INT64_MIN / 2);
 	probe_weighing(ex);
 	for (; ex->nthreads < l->threads; ex->nthreads++) {
 		struct exec_thread *t = &ex->threads[ex->nthreads];
@@ -353,6 +387,26 @@ void kvfs_exec_stop(struct kvfs_exec *ex)
 	free(ex->threads);
 	free(ex->uq);
 	free(ex);
+}
+
+void kvfs_exec_note_caller(struct kvfs_exec *ex, uint32_t uid)
+{
+	uint32_t lone;
+	int64_t now;
+
+	if (!ex || !ex->weigh)
+		return;
+	lone = atomic_load_explicit(&ex->lone_uid, memory_order_relaxed);
+	if (lone == NO_UID || lone == uid)
+		return;
+	now = coarse_now_ns();
+	if (now - atomic_load_explicit(&ex->other_seen_ns, memory_order_relaxed) <
+	    OTHER_CALLER_NS / 2)
+		return;
+	pthread_mutex_lock(&ex->lock);
+	atomic_store_explicit(&ex->other_seen_ns, now, memory_order_relaxed);
+	weigh_locked(ex, NULL);      /* raises the lone uid's running calls */
+	pthread_mutex_unlock(&ex->lock);
 }
 
 void kvfs_exec_stats(struct kvfs_exec *ex, struct kvfs_exec_stats *st)

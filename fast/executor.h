@@ -12,10 +12,10 @@
  * calls (one call of any size may run alone); every running call together
  * holds at most `mem` bytes (the same exception). A uid with `uid_queue`
  * calls waiting is refused (-EAGAIN) until some finish. While more than
- * one uid has calls running, each thread's nice is raised with its uid's
- * running count, so that each uid's calls weigh about one thread in the
- * OS's CPU share (when the daemon may lower a nice again: see
- * uid_weighting).
+ * one uid has calls running (FUSE callers count, kvfs_exec_note_caller),
+ * each thread's nice is raised with its uid's running count, so that each
+ * uid's calls weigh about one thread in the OS's CPU share (when the
+ * daemon may lower a nice again: see uid_weighting).
  *
  * No FUSE here: a job is a function and an estimate.
  */
@@ -53,6 +53,12 @@ int kvfs_exec_start(const struct kvfs_exec_limits *l, struct kvfs_exec **out);
 /* Queue a job: 0, -EAGAIN (the uid has uid_queue calls waiting) or
  * -ESHUTDOWN (stopping). On error the job is the caller's again. */
 int kvfs_exec_submit(struct kvfs_exec *ex, struct kvfs_exec_job *job);
+
+/* A front-end request of uid arrived (a FUSE operation): while another
+ * uid alone runs calls, they are weighed as if uid ran one too, for a
+ * second after its last request. Cheap enough for every request; NULL is a
+ * no-op. */
+void kvfs_exec_note_caller(struct kvfs_exec *ex, uint32_t uid);
 
 /* Run every job already queued, then join the threads. NULL is a no-op. */
 void kvfs_exec_stop(struct kvfs_exec *ex);

@@ -10,11 +10,43 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ctl.h"
 #include "ops.h"
+
+#define WORKER_SLICE_NS 100000ull
+
+__thread bool kvfs_worker_sliced;
+
+/*
+ * FUSE workers answer requests someone waits on. Executor threads run
+ * long calls, and at nice +11 they weigh little, but a worker that wakes
+ * still waited out their time slices: up to 16 ms on 2 vCPUs behind one
+ * uid's 12 LOOKUP calls, so root's stat, read and ls went 5-10x slower
+ * (docs/benchmarks/engines.md). A short slice (sched_setattr's
+ * sched_runtime for a fair thread, Linux 6.12 and later) lets the
+ * scheduler run a waking worker at once; a kernel without it refuses
+ * (EINVAL: logged at debug) or ignores it, and nothing else changes.
+ */
+void kvfs_worker_short_slice(void)
+{
+	struct {
+		uint32_t size, policy;
+		uint64_t flags;
+		int32_t nice;
+		uint32_t priority;
+		uint64_t runtime, deadline, period;
+	} attr = { .size = 48, .policy = 0 /* SCHED_OTHER */,
+		   .nice = getpriority(PRIO_PROCESS, 0), .runtime = WORKER_SLICE_NS };
+
+	kvfs_worker_sliced = true;
+	if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
+		kv_log(KV_LOG_DEBUG, "FUSE worker: no short time slice: %s", strerror(errno));
+}
 
 void kvfs_reply_err(fuse_req_t req, int rc)
 {

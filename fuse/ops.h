@@ -9,6 +9,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "executor.h"
 #include "geometry_text.h"
 #include "kvfs_i.h"
 
@@ -30,9 +31,24 @@ static inline bool kvfs_ino_virtual(uint64_t ino)
 	return ino >= KVFS_INO_CTL;
 }
 
+/* Once per FUSE worker thread: a short time slice (ops.c). */
+extern __thread bool kvfs_worker_sliced;
+void kvfs_worker_short_slice(void);
+
+/* The mount of a request, which every operation asks for first: so this
+ * is also where the fast path's executor hears of the FUSE callers it
+ * must not crowd out (kvfs_exec_note_caller; pid 0: the kernel's own),
+ * and where a worker takes its short slice. */
 static inline struct kvfs *req_fs(fuse_req_t req)
 {
-	return fuse_req_userdata(req);
+	struct kvfs *fs = fuse_req_userdata(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	if (!kvfs_worker_sliced)
+		kvfs_worker_short_slice();
+	if (ctx->pid)
+		kvfs_exec_note_caller(fs->exec, ctx->uid);
+	return fs;
 }
 
 /* Reply with a core return code converted to errno. */

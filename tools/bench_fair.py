@@ -7,7 +7,10 @@ even split of the daemon's CPU between the two uids is about 0.5.
 
 Every call is a LOOKUP of DESCS descriptors over the 1,000 pages of model
 `fair`, layer 0 (made here if missing): CPU work in the daemon, no I/O.
-argv: MNT [--calls N] [--descs N] [--procs N] [--threads N] [--label L]"""
+With --fuse, root's side is instead CALLS rounds of ordinary file
+operations through FUSE (a stat of a page, a stat of a missing name, a
+read of a page, a listing of the layer), and the figures are per round.
+argv: MNT [--calls N] [--descs N] [--procs N] [--threads N] [--label L] [--fuse]"""
 import mmap
 import os
 import sys
@@ -69,6 +72,32 @@ def timed_calls(model, descs, calls):
     return time.perf_counter() - t0
 
 
+ROUNDS = []          # --fuse: each round's seconds, of the last timed_fuse
+
+
+def timed_fuse(model, descs, calls):
+    layer = os.path.join(model, '0')
+    ROUNDS.clear()
+    t0 = time.perf_counter()
+    for i in range(calls):
+        r0 = time.perf_counter()
+        os.stat(os.path.join(layer, 'p%04d' % (i % PAGES)))
+        try:
+            os.stat(os.path.join(layer, 'missing%d' % i))
+        except FileNotFoundError:
+            pass
+        with open(os.path.join(layer, 'p%04d' % ((i * 7) % PAGES)), 'rb') as f:
+            f.read()
+        os.listdir(layer)
+        ROUNDS.append(time.perf_counter() - r0)
+    return time.perf_counter() - t0
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+
 def nobody_proc(model, descs, threads, stop_path, count_fd):
     os.setgroups([])
     os.setgid(NOBODY)
@@ -105,10 +134,13 @@ def main():
     mnt = sys.argv[1]
     calls, descs = opt('--calls', 60), opt('--descs', 60000)
     procs, threads, label = opt('--procs', 4), opt('--threads', 6), opt('--label', '')
+    fuse = '--fuse' in sys.argv
     model = os.path.join(mnt, 'fair')
     make_pages(os.path.join(model, '0'))
     os.chmod(model, 0o755)
-    alone = timed_calls(model, descs, calls)
+    root_side = timed_fuse if fuse else timed_calls
+    alone = root_side(model, descs, calls)
+    p_alone = (pct(ROUNDS, 0.5), pct(ROUNDS, 0.99)) if fuse else None
     stop_path = os.path.join('/tmp', 'bench_fair.stop.%d' % os.getpid())
     r, w = os.pipe()
     pids = []
@@ -121,7 +153,7 @@ def main():
     os.close(w)
     t0 = time.perf_counter()
     time.sleep(2.0)                      # every nobody thread is calling
-    contended = timed_calls(model, descs, calls)
+    contended = root_side(model, descs, calls)
     weighting = metric(mnt, 'kvfs_fast_uid_weighting')
     open(stop_path, 'w').close()
     for pid in pids:
@@ -130,6 +162,15 @@ def main():
     os.unlink(stop_path)
     with os.fdopen(r) as f:
         nobody_calls = sum(int(x) for x in f.read().split())
+    if fuse:
+        print('%sroot: %d rounds of stat, stat missing, read, ls (1,000 names) alone %.3f s '
+              '(round p50 %.2f ms, p99 %.2f ms), against %d x %d uid-%d threads of LOOKUPs '
+              'of %d %.3f s (p50 %.2f ms, p99 %.2f ms); kept %.3f; uid %d: %.1f calls/s '
+              'over %.1f s; kvfs_fast_uid_weighting %s'
+              % (label, calls, alone, p_alone[0], p_alone[1], procs, threads, NOBODY, descs,
+                 contended, pct(ROUNDS, 0.5), pct(ROUNDS, 0.99), alone / contended, NOBODY,
+                 nobody_calls / span, span, weighting))
+        return
     print('%sroot: %d LOOKUPs of %d alone %.3f s, against %d x %d uid-%d threads %.3f s; '
           'kept %.3f; uid %d: %.0f calls/s over %.1f s; kvfs_fast_uid_weighting %s'
           % (label, calls, descs, alone, procs, threads, NOBODY, contended, alone / contended,

@@ -3,8 +3,8 @@
  * FUSE: jobs run and stop drains them; uids are served in turn, so one
  * uid's backlog does not delay another's call; a uid's thread share, its
  * memory share and the global memory bound hold; a full uid queue
- * refuses with -EAGAIN; with two uids running, threads' nice weighs each
- * uid as about one thread.
+ * refuses with -EAGAIN; with two uids running, or one and a FUSE caller
+ * of another, threads' nice weighs each uid as about one thread.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -279,6 +279,54 @@ static void test_uids_weighed_by_nice(void **state)
 		assert_int_equal(a[i].nice_at_end, base);
 }
 
+/* A FUSE caller of another uid counts as a second uid: uid 1's four lone
+ * calls go 6 steps up when uid 2 makes a request (not when uid 1 does),
+ * and come back to the base once a call starts more than a second after
+ * uid 2's last request. */
+static void test_fuse_callers_weigh(void **state)
+{
+	struct kvfs_exec_limits l = limits(8, 8);
+	struct kvfs_exec *ex;
+	atomic_int order = 0, running = 0, peak = 0;
+	atomic_bool gate = false;
+	struct tjob a[4], d;
+	struct kvfs_exec_stats st;
+	int base, want;
+
+	(void)state;
+	assert_int_equal(kvfs_exec_start(&l, &ex), 0);
+	kvfs_exec_stats(ex, &st);
+	if (!st.uid_weighting) {
+		kvfs_exec_stop(ex);
+		skip();    /* not root nor CAP_SYS_NICE: logged at start */
+	}
+	base = nice_of(gettid());
+	want = base + 6 > 19 ? 19 : base + 6;
+	for (int i = 0; i < 4; i++) {
+		init_job(&a[i], i, 1, 1, &gate, &order, &running, &peak);
+		assert_int_equal(kvfs_exec_submit(ex, &a[i].job), 0);
+	}
+	wait_running(&running, 4);
+	kvfs_exec_note_caller(ex, 1);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(nice_of(a[i].tid), base);
+	kvfs_exec_note_caller(ex, 2);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(nice_of(a[i].tid), want);
+	kvfs_exec_note_caller(NULL, 2);          /* no executor: nothing */
+	usleep(1100 * 1000);
+	init_job(&d, 30, 1, 1, NULL, &order, &running, &peak);
+	assert_int_equal(kvfs_exec_submit(ex, &d.job), 0);
+	for (int i = 0; i < 5000 && atomic_load(&order) < 1; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&order), 1);
+	assert_int_equal(d.nice_at_end, base);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(nice_of(a[i].tid), base);
+	atomic_store(&gate, true);
+	kvfs_exec_stop(ex);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -288,6 +336,7 @@ int main(void)
 		cmocka_unit_test(test_memory_admission),
 		cmocka_unit_test(test_queue_full),
 		cmocka_unit_test(test_uids_weighed_by_nice),
+		cmocka_unit_test(test_fuse_callers_weigh),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
