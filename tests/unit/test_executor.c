@@ -222,6 +222,30 @@ static int nice_of(pid_t tid)
 	return getpriority(PRIO_PROCESS, (id_t)tid);
 }
 
+/* An executor of 8 threads that weighs uids (else the test is skipped),
+ * running uid 1's four calls a[], held by gate; *base: the daemon's nice. */
+static struct kvfs_exec *start_weighing(struct tjob a[4], atomic_bool *gate, atomic_int *order,
+					atomic_int *running, atomic_int *peak, int *base)
+{
+	struct kvfs_exec_limits l = limits(8, 8);
+	struct kvfs_exec_stats st;
+	struct kvfs_exec *ex;
+
+	assert_int_equal(kvfs_exec_start(&l, &ex), 0);
+	kvfs_exec_stats(ex, &st);
+	if (!st.uid_weighting) {
+		kvfs_exec_stop(ex);
+		skip();    /* not root nor CAP_SYS_NICE: logged at start */
+	}
+	*base = nice_of(gettid());
+	for (int i = 0; i < 4; i++) {
+		init_job(&a[i], i, 1, 1, gate, order, running, peak);
+		assert_int_equal(kvfs_exec_submit(ex, &a[i].job), 0);
+	}
+	wait_running(running, 4);
+	return ex;
+}
+
 /* Turns share the threads; nice shares the CPU. Alone, uid 1's four
  * calls run at the base nice. With uid 2's call running too, uid 1's
  * threads sit 6 steps up (4 x 1.25^-6 = 1.05 threads' weight) and uid
@@ -229,7 +253,6 @@ static int nice_of(pid_t tid)
  * next one run at the base again. */
 static void test_uids_weighed_by_nice(void **state)
 {
-	struct kvfs_exec_limits l = limits(8, 8);
 	struct kvfs_exec *ex;
 	atomic_int order = 0, running = 0, peak = 0;
 	atomic_bool gate = false, gate_b = false;
@@ -238,19 +261,8 @@ static void test_uids_weighed_by_nice(void **state)
 	int base, want;
 
 	(void)state;
-	assert_int_equal(kvfs_exec_start(&l, &ex), 0);
-	kvfs_exec_stats(ex, &st);
-	if (!st.uid_weighting) {
-		kvfs_exec_stop(ex);
-		skip();    /* not root nor CAP_SYS_NICE: logged at start */
-	}
-	base = nice_of(gettid());
+	ex = start_weighing(a, &gate, &order, &running, &peak, &base);
 	want = base + 6 > 19 ? 19 : base + 6;
-	for (int i = 0; i < 4; i++) {
-		init_job(&a[i], i, 1, 1, &gate, &order, &running, &peak);
-		assert_int_equal(kvfs_exec_submit(ex, &a[i].job), 0);
-	}
-	wait_running(&running, 4);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(nice_of(a[i].tid), base);
 	init_job(&b, 10, 2, 1, &gate_b, &order, &running, &peak);
@@ -285,28 +297,15 @@ static void test_uids_weighed_by_nice(void **state)
  * uid 2's last request. */
 static void test_fuse_callers_weigh(void **state)
 {
-	struct kvfs_exec_limits l = limits(8, 8);
 	struct kvfs_exec *ex;
 	atomic_int order = 0, running = 0, peak = 0;
 	atomic_bool gate = false;
 	struct tjob a[4], d;
-	struct kvfs_exec_stats st;
 	int base, want;
 
 	(void)state;
-	assert_int_equal(kvfs_exec_start(&l, &ex), 0);
-	kvfs_exec_stats(ex, &st);
-	if (!st.uid_weighting) {
-		kvfs_exec_stop(ex);
-		skip();    /* not root nor CAP_SYS_NICE: logged at start */
-	}
-	base = nice_of(gettid());
+	ex = start_weighing(a, &gate, &order, &running, &peak, &base);
 	want = base + 6 > 19 ? 19 : base + 6;
-	for (int i = 0; i < 4; i++) {
-		init_job(&a[i], i, 1, 1, &gate, &order, &running, &peak);
-		assert_int_equal(kvfs_exec_submit(ex, &a[i].job), 0);
-	}
-	wait_running(&running, 4);
 	kvfs_exec_note_caller(ex, 1);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(nice_of(a[i].tid), base);
