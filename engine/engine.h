@@ -22,6 +22,7 @@ struct kvfs_opts {
 	bool no_direct;           /* buffered segment I/O (tmpfs stripes) */
 	bool dedup;               /* share extents of identical payloads */
 	uint64_t ram_cache;       /* RAM tier budget, bytes; 0: no RAM tier */
+	uint64_t read_hold;       /* page bytes one uid's open files keep loaded */
 	uint64_t capacity;        /* physical byte budget; 0: the store's (mkfs) */
 	bool authoritative;       /* a full store refuses writes (ENOSPC) instead
 	                           * of evicting least recently used pages */
@@ -46,6 +47,9 @@ struct kvfs_opts {
 #define KVFS_COMMIT_BATCH_DEFAULT 4096u
 #define KVFS_DIRTY_BUDGET_DEFAULT (256ull << 20)
 #define KVFS_RAM_CACHE_DEFAULT (512ull << 20)
+/* Page bytes one uid's open page files keep loaded between reads; past it
+ * a read loads the page for itself (engine/pagefile.c). */
+#define KVFS_READ_HOLD_DEFAULT (256ull << 20)
 #define KVFS_EVICT_HIGH_DEFAULT 95u
 #define KVFS_EVICT_LOW_DEFAULT 90u
 #define KVFS_EVENTS_RING_DEFAULT 16384u

@@ -288,6 +288,8 @@ struct kvfs {
 	struct kvfs_live **live;      /* hash by ino (ns_lock) */
 	size_t live_buckets, nlive;
 	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
+	struct kvfs_uid_bytes *read_held;  /* pages open files keep, per uid (ns_lock) */
+	size_t nread_held, cap_read_held;
 
 	uint32_t mount_gen;           /* this mount's count (fast-path handles) */
 	struct kvfs_pins pins;

@@ -26,6 +26,7 @@ void kvfs_opts_default(struct kvfs_opts *o)
 	o->dirty_budget = KVFS_DIRTY_BUDGET_DEFAULT;
 	o->dedup = true;
 	o->ram_cache = KVFS_RAM_CACHE_DEFAULT;
+	o->read_hold = KVFS_READ_HOLD_DEFAULT;
 	o->evict_high = KVFS_EVICT_HIGH_DEFAULT;
 	o->evict_low = KVFS_EVICT_LOW_DEFAULT;
 	o->events_ring = KVFS_EVENTS_RING_DEFAULT;
@@ -472,6 +473,7 @@ static void fs_free(struct kvfs *fs)
 		kv_manifest_close(fs->man);
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
+	free(fs->read_held);
 	kvfs_dirty_fini(fs);
 	kvfs_dedup_fini(fs);
 	kvfs_ram_fini(fs);

@@ -32,10 +32,18 @@
 /* An open page. */
 struct kvfs_file {
 	uint64_t ino;
+	uint32_t uid;               /* who opened it */
 	bool writer;
 	bool sealed;                /* writer: sealed by fsync */
 	pthread_mutex_t lock;
-	struct kvfs_data *data;     /* reader: verified payload, loaded on first read */
+	struct kvfs_data *data;     /* reader: verified payload, kept from its first read */
+	uint64_t held;              /* data's bytes counted for uid (fs->read_held) */
+};
+
+/* Bytes one uid's open files keep loaded (fs->read_held, under ns_lock). */
+struct kvfs_uid_bytes {
+	uint32_t uid;
+	uint64_t bytes;
 };
 
 /* Lines about pages refused for what their writer did: any user can make
@@ -139,6 +147,69 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	return 0;
 }
 
+/* ---- what open readers keep ----
+ *
+ * A reader's first read loads and verifies the whole page (its checksum
+ * covers the whole page) and the handle keeps it for the reads after, one
+ * copy per open file unless the RAM tier shares it. Nothing bounded that:
+ * one uid opening 48 pages of 64 MiB and reading a byte of each grew the
+ * daemon by 3 GB. Now each uid's open files keep at most opts.read_hold
+ * bytes; past that a read loads the page for itself and lets it go (the
+ * RAM tier may still keep it), so memory stays bounded by what the FUSE
+ * workers read at once, and only that uid's reads get slower. */
+
+static struct kvfs_uid_bytes *held_of(struct kvfs *fs, uint32_t uid, bool add)
+{
+	struct kvfs_uid_bytes *grown;
+
+	for (size_t i = 0; i < fs->nread_held; i++)
+		if (fs->read_held[i].uid == uid)
+			return &fs->read_held[i];
+	if (!add || !(grown = kv_array_room(fs->read_held, fs->nread_held, &fs->cap_read_held,
+					     sizeof(*grown), 8)))
+		return NULL;
+	fs->read_held = grown;
+	fs->read_held[fs->nread_held] = (struct kvfs_uid_bytes){ .uid = uid };
+	return &fs->read_held[fs->nread_held++];
+}
+
+/* May f keep d for its next reads? Counted for f's uid if so. */
+static bool hold_take(struct kvfs *fs, struct kvfs_file *f, const struct kvfs_data *d)
+{
+	static struct kv_log_limit log;
+	struct kvfs_uid_bytes *h;
+	bool ok;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	h = held_of(fs, f->uid, true);
+	ok = h && h->bytes + d->size <= fs->opts.read_hold;
+	if (ok) {
+		h->bytes += d->size;
+		f->held = d->size;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (!ok)
+		KV_LOG_LIMITED(&log, KV_LOG_INFO, "uid %u: its open page files keep %llu bytes "
+			       "loaded (-o read_hold); inode %llu is loaded again for each read",
+			       f->uid, (unsigned long long)fs->opts.read_hold,
+			       (unsigned long long)f->ino);
+	return ok;
+}
+
+static void hold_give(struct kvfs *fs, struct kvfs_file *f)
+{
+	struct kvfs_uid_bytes *h;
+
+	if (!f->held)
+		return;
+	pthread_mutex_lock(&fs->ns_lock);
+	h = held_of(fs, f->uid, false);
+	if (h && (h->bytes -= f->held) == 0)
+		*h = fs->read_held[--fs->nread_held];
+	pthread_mutex_unlock(&fs->ns_lock);
+	f->held = 0;
+}
+
 /* ---- open ---- */
 
 /* A waiter's slot for uid, or -1 when none is free to it (ns_lock held). */
@@ -239,6 +310,7 @@ int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid,
 
 	if (!f)
 		return -ENOMEM;
+	f->uid = uid;
 	/* The kernel opens inodes it cached: one whose layer went back to the
 	 * manifest (index/unload.c) is loaded here, not under ns_lock. */
 	(void)kv_index_get(fs->idx, ino, &warm);
@@ -298,12 +370,14 @@ int kvfs_file_read(struct kvfs *fs, struct kvfs_file *f, uint64_t off, size_t si
 		return rc;
 	}
 	pthread_mutex_lock(&f->lock);
-	if (!f->data)
-		rc = kvfs_page_load(fs, f->ino, &f->data);
+	d = f->data;
+	if (!d && (rc = kvfs_page_load(fs, f->ino, &d)) == 0 && hold_take(fs, f, d))
+		f->data = d;
 	/* The front end may finish this read, and the client close the file
 	 * and release it, before the caller is done with the bytes: keep
-	 * them alive until it puts hold. */
-	d = rc < 0 ? NULL : kvfs_data_get(f->data);
+	 * them alive until it puts hold (a page not kept: this reference). */
+	if (rc == 0 && d == f->data)
+		d = kvfs_data_get(d);
 	pthread_mutex_unlock(&f->lock);
 	if (rc < 0)
 		return rc;
@@ -601,6 +675,7 @@ void kvfs_file_release(struct kvfs *fs, struct kvfs_file *fh)
 	pthread_mutex_unlock(&fs->ns_lock);
 	if (planned)
 		kvfs_seal_plan_clear(&plan);
+	hold_give(fs, fh);
 	file_free(fh);
 }
 

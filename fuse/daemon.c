@@ -121,6 +121,8 @@ static void mount_usage(FILE *f)
 		"                     wait when it is full (default 256M)\n"
 		"  -o nodedup         never share extents between identical pages\n"
 		"  -o ram_cache=SIZE  RAM tier for hot pages (default 512M, 0 = off)\n"
+		"  -o read_hold=SIZE  page bytes one uid's open page files keep loaded\n"
+		"                     between reads (default 256M)\n"
 		"  -o capacity=SIZE   physical byte budget (default: the one set at mkfs)\n"
 		"  -o authoritative   a full store refuses writes (ENOSPC) instead of\n"
 		"                     evicting least recently used pages\n"
@@ -219,6 +221,8 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 	}
 	if (!strncmp(opt, "ram_cache=", 10))
 		return kvfs_parse_size(v, &c->opts.ram_cache) < 0 ? -EINVAL : 1;
+	if (!strncmp(opt, "read_hold=", 10))
+		return kvfs_parse_size(v, &c->opts.read_hold) < 0 ? -EINVAL : 1;
 	if (!strncmp(opt, "capacity=", 9)) {
 		if (kvfs_parse_size(v, &size) < 0 || size < KVFS_CAPACITY_MIN)
 			return -EINVAL;
@@ -266,7 +270,8 @@ static const char *option_rule(const char *opt)
 		return "a size of at least 1M, e.g. 800G";
 	if (!strncmp(opt, "dirty=", 6))
 		return "a size of at least 4K, e.g. 256M";
-	if (!strncmp(opt, "ram_cache=", 10) || !strncmp(opt, "max_page=", 9))
+	if (!strncmp(opt, "ram_cache=", 10) || !strncmp(opt, "max_page=", 9) ||
+	    !strncmp(opt, "read_hold=", 10))
 		return "a size such as 512M (ram_cache=0: off)";
 	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10))
 		return "a percentage, 1 to 100";

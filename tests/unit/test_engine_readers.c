@@ -1,0 +1,108 @@
+/*
+ * Page files opened for reading (engine/pagefile.c), on a real engine, no
+ * mount: a reader's first read loads and verifies the whole page and its
+ * handle keeps it for the next reads, up to opts.read_hold bytes per uid;
+ * past that each read loads the page again (served right, no memory
+ * kept), other uids have shares of their own, and a release gives its
+ * bytes back. No RAM tier here, so every load is a device read.
+ */
+#include <fcntl.h>
+
+#include "engine_fixture.h"
+
+#define SIZE 65536ull
+
+static int setup_readers(void **state)
+{
+	int rc = efix_setup(state);
+	struct efix *f = *state;
+
+	if (rc == 0) {
+		f->opts.ram_cache = 0;
+		f->opts.read_hold = 2 * SIZE;
+	}
+	return rc;
+}
+
+static uint64_t disk_reads(struct efix *f)
+{
+	return atomic_load(&f->fs->st.pages_read_disk);
+}
+
+/* Read all of f's page and check its bytes (payload seed). */
+static void read_whole(struct efix *f, struct kvfs_file *fh, unsigned seed)
+{
+	struct kvfs_data *want = efix_payload(SIZE, seed), *hold;
+	const void *bytes;
+	size_t len;
+
+	assert_int_equal(kvfs_file_read(f->fs, fh, 0, SIZE, &hold, &bytes, &len), 0);
+	assert_int_equal(len, SIZE);
+	assert_memory_equal(bytes, want->bytes, SIZE);
+	kvfs_data_put(hold);
+	kvfs_data_put(want);
+}
+
+static struct kvfs_file *open_page(struct efix *f, const char *name, uint32_t uid)
+{
+	struct kvfs_file *fh;
+	struct kv_node_info n;
+
+	assert_int_equal(efix_lookup(f, name, &n), 0);
+	assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, uid, &fh), 0);
+	return fh;
+}
+
+/* uid 42 opens three pages with room to keep two: the first two are read
+ * from the device once, the third at every read; uid 43's own share keeps
+ * its copy of the third; once 42 closes one, its third is kept too. */
+static void open_readers_keep_at_most_their_share(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_file *a[3], *b;
+	uint64_t base;
+
+	efix_open(f);
+	efix_layer(f);
+	for (unsigned i = 0; i < 3; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%u", i);
+		assert_int_equal(efix_publish(f, name, SIZE, i, NULL), 0);
+	}
+	assert_int_equal(efix_sync(f), 0);
+	a[0] = open_page(f, "p0", 42);
+	a[1] = open_page(f, "p1", 42);
+	a[2] = open_page(f, "p2", 42);
+	base = disk_reads(f);
+	for (unsigned round = 0; round < 3; round++)
+		for (unsigned i = 0; i < 3; i++)
+			read_whole(f, a[i], i);
+	assert_int_equal(disk_reads(f) - base, 2 + 3);   /* p2 each time */
+
+	b = open_page(f, "p2", 43);
+	read_whole(f, b, 2);
+	read_whole(f, b, 2);
+	assert_int_equal(disk_reads(f) - base, 2 + 3 + 1);
+
+	kvfs_file_release(f->fs, a[0]);
+	read_whole(f, a[2], 2);                          /* loaded, now kept */
+	read_whole(f, a[2], 2);
+	read_whole(f, a[1], 1);
+	assert_int_equal(disk_reads(f) - base, 2 + 3 + 1 + 1);
+	kvfs_file_release(f->fs, a[1]);
+	kvfs_file_release(f->fs, a[2]);
+	kvfs_file_release(f->fs, b);
+	assert_int_equal(f->fs->nread_held, 0);          /* every share given back */
+	assert_int_equal(efix_close(f), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(open_readers_keep_at_most_their_share,
+						setup_readers, efix_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
