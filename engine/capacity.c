@@ -108,7 +108,7 @@ static bool evict_one(struct kvfs *fs, const struct kvfs_victims *vs,
 	uint64_t frees = 0;
 	int rc;
 
-	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !kvfs_victim_still(fs, vs, &n))
+	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !kvfs_victim_run_still(fs, vs, v, &n))
 		return false;
 	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
 		frees = kv_extent_footprint(&n.ext);

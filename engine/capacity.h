@@ -100,5 +100,11 @@ int kvfs_victims_collect(struct kvfs *fs, const struct kvfs_victim_rule *rule,
  * nobody holds it, and used before the bound if any. */
 bool kvfs_victim_still(struct kvfs *fs, const struct kvfs_victims *vs,
 		       const struct kv_node_info *n);
+/* The same for victim v (page n, one of vs->v) and, when its extent is
+ * shared, for every other name of it among the victims that still names
+ * it: one name that must stay keeps them all, since evicting the rest
+ * would free nothing. */
+bool kvfs_victim_run_still(struct kvfs *fs, const struct kvfs_victims *vs,
+			   const struct kvfs_victim *v, const struct kv_node_info *n);
 
 #endif

@@ -131,7 +131,7 @@ struct kvfs_live {
 	uint64_t ino;
 	unsigned opens;             /* open file handles */
 	bool writing;               /* a writer handle exists and has not sealed */
-	bool flushed;               /* writer closed a descriptor since its last write */
+	int64_t flushed_ns;         /* writer closed a descriptor since its last write, then; 0: not */
 	bool unlinked;              /* gone from the namespace; info is the last copy */
 	bool free_on_close;         /* extent to be freed at the last close */
 	int write_err;              /* a write was refused: never seal this page */
@@ -443,9 +443,11 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
  * up to 2 s for a writer that already closed, if a slot is free to uid). */
 int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid,
 		   struct kvfs_file **out);
-/* The same wait for a fast-path reader (uid): 0 and *n refreshed once the
- * page is sealed, -EBUSY if it is still being written, -ENOENT if gone. */
-int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n);
+/* The same wait for a fast-path call of uid: 0 and *n refreshed once the
+ * page is sealed, -EBUSY if it is still being written, -ENOENT if gone.
+ * *deadline_ns (0: set now) bounds every wait of one call together. */
+int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n,
+			 int64_t *deadline_ns);
 /* Up to size bytes at off: *bytes, *len, kept alive by *hold (may be NULL
  * when len is 0) until the caller puts it. A reader's page is loaded and
  * verified on its first read (EIO for damaged bytes); the writer reads

@@ -236,9 +236,12 @@ static int place_payload(struct kvfs *fs, struct kvfs_data *d,
 		if (rc == -ENOSPC && respect_reserved)
 			kv_log(KV_LOG_DEBUG, "page %s: no space for %llu bytes: %s", n->name,
 			       (unsigned long long)d->size, kv_strerror(rc));
-		else
+		else if (rc == -ENOSPC)
 			KV_LOG_LIMITED(&nospace_log, KV_LOG_ERR, "page %s: no space for %llu bytes: %s",
 				       n->name, (unsigned long long)d->size, kv_strerror(rc));
+		else
+			kv_log(KV_LOG_ERR, "page %s: no space for %llu bytes: %s", n->name,
+			       (unsigned long long)d->size, kv_strerror(rc));
 		return rc;
 	}
 	if (kvfs_seal_plan_fits(plan, d))

@@ -135,6 +135,7 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	f = file_new(0, true);
 	if (!f)
 		return -ENOMEM;
+	f->uid = uid;
 	pthread_mutex_lock(&fs->ns_lock);
 	rc = do_create(fs, parent, name, mode, uid, gid, n);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -180,9 +181,12 @@ static bool hold_take(struct kvfs *fs, struct kvfs_file *f, const struct kvfs_da
 	struct kvfs_uid_bytes *h;
 	bool ok;
 
+	if (!d->size)
+		return true;      /* an empty page keeps nothing */
 	pthread_mutex_lock(&fs->ns_lock);
-	h = held_of(fs, f->uid, true);
-	ok = h && h->bytes + d->size <= fs->opts.read_hold;
+	h = held_of(fs, f->uid, false);
+	ok = (h ? h->bytes : 0) + d->size <= fs->opts.read_hold &&
+	     (h || (h = held_of(fs, f->uid, true)));
 	if (ok) {
 		h->bytes += d->size;
 		f->held = d->size;
@@ -232,21 +236,28 @@ static int seal_slot_take(uint32_t uid)
 }
 
 /* Wait (ns_lock held) for a page whose writer already closed to be sealed:
- * the kernel sends the release that seals it after close(2) returns. */
-static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid)
+ * the kernel sends the release that seals it after close(2) returns. At
+ * most until SEAL_WAIT_MS after that close, whoever waits and however
+ * often (a writer holding a duplicate never seals; one call naming its
+ * page many times must not wait each time), and until deadline_ns. */
+static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid, int64_t deadline_ns)
 {
 	struct kvfs_live *l = kvfs_live_find(fs, ino);
 	struct timespec until;
+	int64_t end;
 	int slot;
 
-	if (!l || !l->writing || !l->flushed)
+	if (!l || !l->writing || !l->flushed_ns)
+		return;
+	end = l->flushed_ns + SEAL_WAIT_MS * 1000000ll;
+	end = end < deadline_ns ? end : deadline_ns;
+	if (end <= kvfs_now_ns())
 		return;
 	slot = seal_slot_take(uid);
 	if (slot < 0)
 		return;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += SEAL_WAIT_MS / 1000;
-	while (l && l->writing && l->flushed) {
+	until = (struct timespec){ .tv_sec = end / 1000000000, .tv_nsec = end % 1000000000 };
+	while (l && l->writing && l->flushed_ns) {
 		if (pthread_cond_timedwait(&fs->seal_cv, &fs->ns_lock, &until) == ETIMEDOUT)
 			break;
 		l = kvfs_live_find(fs, ino);
@@ -254,12 +265,15 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid)
 	seal_waiter_used[slot] = false;
 }
 
-int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n)
+int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n,
+			 int64_t *deadline_ns)
 {
 	int rc;
 
+	if (!*deadline_ns)
+		*deadline_ns = kvfs_now_ns() + SEAL_WAIT_MS * 1000000ll;
 	pthread_mutex_lock(&fs->ns_lock);
-	wait_for_seal(fs, n->ino, uid);
+	wait_for_seal(fs, n->ino, uid, *deadline_ns);
 	rc = kv_index_get(fs->idx, n->ino, n);
 	pthread_mutex_unlock(&fs->ns_lock);
 	if (rc < 0)
@@ -284,7 +298,7 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid)
 		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
 	}
 	if (n.state == KV_PAGE_WRITING) {
-		wait_for_seal(fs, ino, uid);
+		wait_for_seal(fs, ino, uid, INT64_MAX);
 		rc = kv_index_get(fs->idx, ino, &n);
 		if (rc < 0)
 			return rc;
@@ -432,7 +446,7 @@ static int write_target(struct kvfs *fs, struct kvfs_file *fh, uint64_t end,
 		l->write_err = rc;
 		return rc;
 	}
-	l->flushed = false;
+	l->flushed_ns = 0;
 	*out = l->wbuf;
 	return 0;
 }
@@ -578,10 +592,10 @@ int kvfs_file_flush(struct kvfs *fs, struct kvfs_file *fh)
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, fh->ino);
 	if (l && l->writing && l->wbuf && l->write_err) {
-		l->flushed = true;
+		l->flushed_ns = kvfs_now_ns();
 		rc = l->write_err;     /* close() tells the writer the page is lost */
 	} else if (l && l->writing && l->wbuf) {
-		l->flushed = true;
+		l->flushed_ns = kvfs_now_ns();
 		/* The close that ends a page of the wrong size reports it; a
 		 * close before any byte was written (shell redirection) does not. */
 		if (kv_index_get(fs->idx, fh->ino, &n) == 0 &&
@@ -612,7 +626,8 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l,
 		if (rc < 0) {
 			if (rc != -ENODATA && rc != -EINVAL)   /* those were reported */
 				atomic_fetch_add(&fs->st.pages_lost, 1);
-			if (rc == -ENODATA || rc == -EINVAL || rc == -EFBIG || rc == -EDQUOT)
+			if (rc == -ENODATA || rc == -EINVAL || rc == -EFBIG || rc == -EDQUOT ||
+			    rc == -ENOSPC)
 				KV_LOG_LIMITED(&refused_log, rc == -ENODATA ? KV_LOG_WARN : KV_LOG_ERR,
 					       "page inode %llu discarded at close: %s",
 					       (unsigned long long)l->ino, kv_strerror(rc));

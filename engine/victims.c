@@ -160,6 +160,32 @@ int kvfs_victims_collect(struct kvfs *fs, const struct kvfs_victim_rule *rule,
 }
 
 
+bool kvfs_victim_run_still(struct kvfs *fs, const struct kvfs_victims *vs,
+			   const struct kvfs_victim *v, const struct kv_node_info *n)
+{
+	const struct kvfs_victim *first = v, *end = v + 1;
+	struct kv_node_info o;
+
+	if (!kvfs_victim_still(fs, vs, n))
+		return false;
+	if (!v->shared || v->protect)
+		return true;      /* alone, or a share that goes last anyway */
+	/* the names of one extent sit side by side (victim_cmp) */
+	while (first > vs->v && first[-1].extent_id == v->extent_id)
+		first--;
+	while (end < vs->v + vs->n && end->extent_id == v->extent_id)
+		end++;
+	for (const struct kvfs_victim *w = first; w < end; w++) {
+		/* gone (evicted just before) or renamed over: not a holder */
+		if (w == v || kv_index_get(fs->idx, w->ino, &o) < 0 ||
+		    o.kind != KV_KIND_PAGE || o.extent_id != v->extent_id)
+			continue;
+		if (!kvfs_victim_still(fs, vs, &o))
+			return false;
+	}
+	return true;
+}
+
 bool kvfs_victim_still(struct kvfs *fs, const struct kvfs_victims *vs,
 		       const struct kv_node_info *n)
 {

@@ -223,7 +223,7 @@ static int32_t resolve(struct fp_resolver *rv, uint32_t i, enum fp_use use,
 		/* A page is sealed by its writer's last close, but the kernel
 		 * sends the release that seals it after close(2) returns: a
 		 * reader right behind the close waits for it, as an open does. */
-		rc = kvfs_page_await_seal(rv->b->fs, rv->b->who.uid, n);
+		rc = kvfs_page_await_seal(rv->b->fs, rv->b->who.uid, n, &rv->seal_deadline_ns);
 		if (rc < 0)
 			return rc;
 		if (use != FP_USE_LOOKUP && !fp_may(rv, &n->attr, 4))

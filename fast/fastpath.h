@@ -77,6 +77,7 @@ struct fp_resolver {
 	struct fp_layer *layers;  /* sorted by layer number */
 	size_t nlayers;
 	int ngroups;          /* supplementary groups, -1 until needed */
+	int64_t seal_deadline_ns;  /* the call's waits for seals end by then */
 	gid_t groups[64];
 };
 

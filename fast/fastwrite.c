@@ -209,7 +209,8 @@ static int32_t resolve(struct wbatch *w, uint32_t i, struct wpage *p)
 		/* Its writer's last close seals it, by a release the kernel
 		 * sends after close(2) returns: wait for it, as a reader does. */
 		if (old.state == KV_PAGE_WRITING &&
-		    kvfs_page_await_seal(w->b.fs, w->b.who.uid, &old) == -EBUSY)
+		    kvfs_page_await_seal(w->b.fs, w->b.who.uid, &old,
+					 &w->rv.seal_deadline_ns) == -EBUSY)
 			return -EBUSY;
 	}
 	*p = (struct wpage){ .idx = i, .layer_ino = le->ino, .name = w->names[i],

@@ -270,9 +270,10 @@ static const char *option_rule(const char *opt)
 		return "a size of at least 1M, e.g. 800G";
 	if (!strncmp(opt, "dirty=", 6))
 		return "a size of at least 4K, e.g. 256M";
-	if (!strncmp(opt, "ram_cache=", 10) || !strncmp(opt, "max_page=", 9) ||
-	    !strncmp(opt, "read_hold=", 10))
+	if (!strncmp(opt, "ram_cache=", 10) || !strncmp(opt, "max_page=", 9))
 		return "a size such as 512M (ram_cache=0: off)";
+	if (!strncmp(opt, "read_hold=", 10))
+		return "a size such as 256M (0: every read loads its page)";
 	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10))
 		return "a percentage, 1 to 100";
 	return "see kvfs mount --help";

@@ -85,7 +85,7 @@ PY
 
 mkdir -p "$MNT/evil/0" && chown -R 65534:65534 "$MNT/evil" || fail "mkdir evil"
 PY3=$(command -v /usr/bin/python3 || command -v python3)
-setpriv --reuid=65534 --regid=65534 --clear-groups "$PY3" - "$MNT/evil/0" <<'PY' &
+setpriv --reuid=65534 --regid=65534 --clear-groups "$PY3" - "$MNT/evil/0" > "$T/attacker.out" <<'PY' &
 import os, sys, threading, time
 d = sys.argv[1]
 held = []
@@ -95,14 +95,24 @@ for i in range(16):                    # unsealed: a duplicate stays open
     held.append(os.dup(fd))
     os.close(fd)
 end = time.time() + 12
+opens = [0] * 8
 def opener(k):
     while time.time() < end:
+        # A write and a close of a duplicate: the page's writer closed just
+        # now, so an open waits for its seal again (at most 2 s after it).
+        os.pwrite(held[k], b"e", 0)
+        os.close(os.dup(held[k]))
         try:
             os.close(os.open(os.path.join(d, f"h{k}"), os.O_RDONLY))
         except OSError:
             pass
-for t in [threading.Thread(target=opener, args=(k,)) for k in range(8)]:
+        opens[k] += 1
+ts = [threading.Thread(target=opener, args=(k,)) for k in range(8)]
+for t in ts:
     t.start()
+for t in ts:
+    t.join()
+print(sum(opens))
 PY
 ATTACKER=$!
 sleep 2
@@ -123,5 +133,6 @@ print("EBUSY", busy, "of 1000 opens")
 if busy:
     sys.exit(f"{busy} of 1000 opens right after close got EBUSY")
 PY
-wait "$ATTACKER" || true
+wait "$ATTACKER" || fail "the uid 65534 opener failed"
+[ "$(cat "$T/attacker.out")" -ge 8 ] || fail "uid 65534 made no opens: $(cat "$T/attacker.out")"
 umount_kvfs

@@ -233,6 +233,7 @@ static void shared_pages_go_by_their_newest_name(void **state)
 {
 	struct efix *f = *state;
 	uint64_t fp = footprint(SIZE), pages = 0;
+	struct kvfs_live *held;
 	struct kv_node_info n;
 	int64_t t0;
 
@@ -263,6 +264,26 @@ static void shared_pages_go_by_their_newest_name(void **state)
 	efix_reopen(f);
 	assert_int_equal(present(f), 0x3fc);
 	efix_assert_page(f, "h0", SIZE, 101);
+
+	/* A name held open keeps its twin too: evicting the twin alone
+	 * would free nothing. p2 and p3 go instead. */
+	publish_at(f, "t0", 102, t0 - 60 * 1000000000ll);
+	assert_int_equal(efix_sync(f), 0);
+	publish_at(f, "t0b", 102, t0 - 60 * 1000000000ll);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(extent_of(f, "t0b"), extent_of(f, "t0"));
+	assert_int_equal(efix_lookup(f, "t0", &n), 0);
+	pthread_mutex_lock(&f->fs->ns_lock);        /* held open, not read */
+	held = kvfs_live_get(f->fs, n.ino);
+	held->opens++;
+	pthread_mutex_unlock(&f->fs->ns_lock);
+	assert_int_equal(kvfs_evict(f->fs, (NPAGES - 2) * fp, 0, &pages), 0);
+	assert_int_equal(efix_lookup(f, "t0b", &n), 0);
+	assert_int_equal(present(f), 0x3f0);       /* p4..p9 */
+	pthread_mutex_lock(&f->fs->ns_lock);
+	held->opens--;
+	kvfs_live_maybe_drop(f->fs, held);
+	pthread_mutex_unlock(&f->fs->ns_lock);
 	assert_int_equal(efix_close(f), 0);
 }
 
