@@ -69,7 +69,8 @@ static void group_shared(struct kvfs_victims *vs)
 {
 	size_t i = 0, k = 0, j;
 
-	qsort(vs->v, vs->n, sizeof(*vs->v), victim_extent_cmp);
+	if (vs->n > 1)     /* none: vs->v may be NULL, which qsort must not get */
+		qsort(vs->v, vs->n, sizeof(*vs->v), victim_extent_cmp);
 	while (i < vs->n) {
 		uint64_t id = vs->v[i].extent_id;
 		uint32_t refs = vs->v[i].refs;
