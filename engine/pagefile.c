@@ -265,6 +265,20 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid, int64_t d
 	seal_waiter_used[slot] = false;
 }
 
+/* wait_for_seal, then *n as it is now: 0 sealed, -EBUSY still being
+ * written, or the index's error (unlinked meanwhile). ns_lock held. */
+static int await_seal_locked(struct kvfs *fs, uint32_t uid, struct kv_node_info *n,
+			     int64_t deadline_ns)
+{
+	int rc;
+
+	wait_for_seal(fs, n->ino, uid, deadline_ns);
+	rc = kv_index_get(fs->idx, n->ino, n);
+	if (rc < 0)
+		return rc;
+	return n->state == KV_PAGE_WRITING ? -EBUSY : 0;
+}
+
 int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n,
 			 int64_t *deadline_ns)
 {
@@ -273,12 +287,9 @@ int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n,
 	if (!*deadline_ns)
 		*deadline_ns = kvfs_now_ns() + SEAL_WAIT_MS * 1000000ll;
 	pthread_mutex_lock(&fs->ns_lock);
-	wait_for_seal(fs, n->ino, uid, *deadline_ns);
-	rc = kv_index_get(fs->idx, n->ino, n);
+	rc = await_seal_locked(fs, uid, n, *deadline_ns);
 	pthread_mutex_unlock(&fs->ns_lock);
-	if (rc < 0)
-		return rc;     /* unlinked or replaced meanwhile */
-	return n->state == KV_PAGE_WRITING ? -EBUSY : 0;
+	return rc;
 }
 
 static int do_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid)
@@ -297,14 +308,8 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid)
 		       n.state == KV_PAGE_WRITING ? "being written" : "sealed pages are immutable");
 		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
 	}
-	if (n.state == KV_PAGE_WRITING) {
-		wait_for_seal(fs, ino, uid, INT64_MAX);
-		rc = kv_index_get(fs->idx, ino, &n);
-		if (rc < 0)
-			return rc;
-		if (n.state == KV_PAGE_WRITING)
-			return -EBUSY;
-	}
+	if (n.state == KV_PAGE_WRITING && (rc = await_seal_locked(fs, uid, &n, INT64_MAX)) < 0)
+		return rc;
 	l = kvfs_live_get(fs, ino);
 	if (!l)
 		return -ENOMEM;
