@@ -23,6 +23,8 @@ struct kvfs_opts {
 	bool dedup;               /* share extents of identical payloads */
 	uint64_t ram_cache;       /* RAM tier budget, bytes; 0: no RAM tier */
 	uint64_t read_hold;       /* page bytes one uid's open files keep loaded */
+	unsigned open_share;      /* % of the capacity one uid's open files may
+	                           * hold against eviction (100: no limit) */
 	uint64_t capacity;        /* physical byte budget; 0: the store's (mkfs) */
 	bool authoritative;       /* a full store refuses writes (ENOSPC) instead
 	                           * of evicting least recently used pages */
@@ -50,6 +52,9 @@ struct kvfs_opts {
 /* Page bytes one uid's open page files keep loaded between reads; past it
  * a read loads the page for itself (engine/pagefile.c). */
 #define KVFS_READ_HOLD_DEFAULT (256ull << 20)
+/* Percent of the capacity one uid's open page files may keep from being
+ * evicted; past it, open fails with EMFILE (engine/openshare.c). */
+#define KVFS_OPEN_SHARE_DEFAULT 25u
 #define KVFS_EVICT_HIGH_DEFAULT 95u
 #define KVFS_EVICT_LOW_DEFAULT 90u
 #define KVFS_EVENTS_RING_DEFAULT 16384u

@@ -27,6 +27,7 @@ void kvfs_opts_default(struct kvfs_opts *o)
 	o->dedup = true;
 	o->ram_cache = KVFS_RAM_CACHE_DEFAULT;
 	o->read_hold = KVFS_READ_HOLD_DEFAULT;
+	o->open_share = KVFS_OPEN_SHARE_DEFAULT;
 	o->evict_high = KVFS_EVICT_HIGH_DEFAULT;
 	o->evict_low = KVFS_EVICT_LOW_DEFAULT;
 	o->events_ring = KVFS_EVENTS_RING_DEFAULT;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "kvfs_i.h"
+#include "openshare.h"
 #include "pagecharge.h"
 
 #define SEAL_WAIT_MS 2000
@@ -37,13 +38,8 @@ struct kvfs_file {
 	bool sealed;                /* writer: sealed by fsync */
 	pthread_mutex_t lock;
 	struct kvfs_data *data;     /* reader: verified payload, kept from its first read */
-	uint64_t held;              /* data's bytes counted for uid (fs->read_held) */
-};
-
-/* Bytes one uid's open files keep loaded (fs->read_held, under ns_lock). */
-struct kvfs_uid_bytes {
-	uint32_t uid;
-	uint64_t bytes;
+	uint64_t held;              /* data's bytes counted for uid (read_hold) */
+	uint64_t pinned;            /* page bytes held against eviction (open_share) */
 };
 
 /* Lines about pages refused for what their writer did: any user can make
@@ -148,69 +144,23 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	return 0;
 }
 
-/* ---- what open readers keep ----
- *
- * A reader's first read loads and verifies the whole page (its checksum
- * covers the whole page) and the handle keeps it for the reads after, one
- * copy per open file unless the RAM tier shares it. Nothing bounded that:
- * one uid opening 48 pages of 64 MiB and reading a byte of each grew the
- * daemon by 3 GB. Now each uid's open files keep at most opts.read_hold
- * bytes; past that a read loads the page for itself and lets it go (the
- * RAM tier may still keep it), so memory stays bounded by what the FUSE
- * workers read at once, and only that uid's reads get slower. */
+/* ---- what open readers keep (engine/openshare.c) ---- */
 
-static struct kvfs_uid_bytes *held_of(struct kvfs *fs, uint32_t uid, bool add)
-{
-	struct kvfs_uid_bytes *grown;
-
-	for (size_t i = 0; i < fs->nread_held; i++)
-		if (fs->read_held[i].uid == uid)
-			return &fs->read_held[i];
-	if (!add || !(grown = kv_array_room(fs->read_held, fs->nread_held, &fs->cap_read_held,
-					     sizeof(*grown), 8)))
-		return NULL;
-	fs->read_held = grown;
-	fs->read_held[fs->nread_held] = (struct kvfs_uid_bytes){ .uid = uid };
-	return &fs->read_held[fs->nread_held++];
-}
-
-/* May f keep d for its next reads? Counted for f's uid if so. */
+/* May f keep d for its next reads? */
 static bool hold_take(struct kvfs *fs, struct kvfs_file *f, const struct kvfs_data *d)
 {
-	static struct kv_log_limit log;
-	struct kvfs_uid_bytes *h;
-	bool ok;
-
 	if (!d->size)
 		return true;      /* an empty page keeps nothing */
-	pthread_mutex_lock(&fs->ns_lock);
-	h = held_of(fs, f->uid, false);
-	ok = (h ? h->bytes : 0) + d->size <= fs->opts.read_hold &&
-	     (h || (h = held_of(fs, f->uid, true)));
-	if (ok) {
-		h->bytes += d->size;
-		f->held = d->size;
-	}
-	pthread_mutex_unlock(&fs->ns_lock);
-	if (!ok)
-		KV_LOG_LIMITED(&log, KV_LOG_INFO, "uid %u: its open page files keep %llu bytes "
-			       "loaded (-o read_hold); inode %llu is loaded again for each read",
-			       f->uid, (unsigned long long)fs->opts.read_hold,
-			       (unsigned long long)f->ino);
-	return ok;
+	if (!kvfs_read_hold_take(fs, f->uid, d->size, f->ino))
+		return false;
+	f->held = d->size;
+	return true;
 }
 
 static void hold_give(struct kvfs *fs, struct kvfs_file *f)
 {
-	struct kvfs_uid_bytes *h;
-
-	if (!f->held)
-		return;
-	pthread_mutex_lock(&fs->ns_lock);
-	h = held_of(fs, f->uid, false);
-	if (h && (h->bytes -= f->held) == 0)
-		*h = fs->read_held[--fs->nread_held];
-	pthread_mutex_unlock(&fs->ns_lock);
+	if (f->held)
+		kvfs_read_hold_give(fs, f->uid, f->held);
 	f->held = 0;
 }
 
@@ -292,13 +242,14 @@ int kvfs_page_await_seal(struct kvfs *fs, uint32_t uid, struct kv_node_info *n,
 	return rc;
 }
 
-static int do_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid)
+static int do_open(struct kvfs *fs, struct kvfs_file *f, int flags)
 {
 	struct kv_node_info n;
 	struct kvfs_live *l;
+	uint64_t pinned;
 	int rc;
 
-	rc = kv_index_get(fs->idx, ino, &n);
+	rc = kv_index_get(fs->idx, f->ino, &n);
 	if (rc < 0)
 		return rc;     /* an unlinked page cannot be opened again */
 	if (n.kind != KV_KIND_PAGE)
@@ -308,11 +259,19 @@ static int do_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid)
 		       n.state == KV_PAGE_WRITING ? "being written" : "sealed pages are immutable");
 		return n.state == KV_PAGE_WRITING ? -EBUSY : -EPERM;
 	}
-	if (n.state == KV_PAGE_WRITING && (rc = await_seal_locked(fs, uid, &n, INT64_MAX)) < 0)
+	if (n.state == KV_PAGE_WRITING && (rc = await_seal_locked(fs, f->uid, &n, INT64_MAX)) < 0)
 		return rc;
-	l = kvfs_live_get(fs, ino);
-	if (!l)
+	/* Held open, the page cannot be evicted: counted in the uid's share. */
+	pinned = n.extent_id ? kv_extent_footprint(&n.ext) : 0;
+	rc = kvfs_open_share_take(fs, f->uid, pinned, n.name);
+	if (rc < 0)
+		return rc;
+	l = kvfs_live_get(fs, f->ino);
+	if (!l) {
+		kvfs_open_share_give_locked(fs, f->uid, pinned);
 		return -ENOMEM;
+	}
+	f->pinned = pinned;
 	l->opens++;
 	/* Reads may be served from the kernel's cache and never reach us:
 	 * an open is the access the eviction order sees. */
@@ -334,7 +293,7 @@ int kvfs_file_open(struct kvfs *fs, uint64_t ino, int flags, uint32_t uid,
 	 * manifest (index/unload.c) is loaded here, not under ns_lock. */
 	(void)kv_index_get(fs->idx, ino, &warm);
 	pthread_mutex_lock(&fs->ns_lock);
-	rc = do_open(fs, ino, flags, uid);
+	rc = do_open(fs, f, flags);
 	pthread_mutex_unlock(&fs->ns_lock);
 	if (rc < 0) {
 		file_free(f);
@@ -692,6 +651,7 @@ void kvfs_file_release(struct kvfs *fs, struct kvfs_file *fh)
 			l->opens--;
 		kvfs_live_maybe_drop(fs, l);
 	}
+	kvfs_open_share_give_locked(fs, fh->uid, fh->pinned);
 	pthread_mutex_unlock(&fs->ns_lock);
 	if (planned)
 		kvfs_seal_plan_clear(&plan);

@@ -128,6 +128,9 @@ static void mount_usage(FILE *f)
 		"                     evicting least recently used pages\n"
 		"  -o evict_high=PCT  usage (%% of capacity) that starts eviction (default 95)\n"
 		"  -o evict_low=PCT   usage eviction brings it down to (default 90)\n"
+		"  -o open_share=PCT  most of the capacity one uid's open page files\n"
+		"                     keep from eviction; past it open fails with\n"
+		"                     EMFILE (default 25, 100 = no limit)\n"
 		"  -o index_pages=N   most pages the index keeps in RAM (a plain number;\n"
 		"                     default 0: all); layers beyond it, the least\n"
 		"                     recently changed, stay in the manifest until\n"
@@ -229,12 +232,14 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		c->opts.capacity = size;
 		return 1;
 	}
-	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10)) {
+	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10) ||
+	    !strncmp(opt, "open_share=", 11)) {
 		unsigned long pct = strtoul(v, &end, 10);
 
 		if (*end || pct < 1 || pct > 100)
 			return -EINVAL;
-		*(opt[6] == 'h' ? &c->opts.evict_high : &c->opts.evict_low) = (unsigned)pct;
+		*(opt[0] == 'o' ? &c->opts.open_share : opt[6] == 'h' ? &c->opts.evict_high
+			: &c->opts.evict_low) = (unsigned)pct;
 		return 1;
 	}
 	if (!strncmp(opt, "entry_timeout=", 14)) {
@@ -274,7 +279,8 @@ static const char *option_rule(const char *opt)
 		return "a size such as 512M (ram_cache=0: off)";
 	if (!strncmp(opt, "read_hold=", 10))
 		return "a size such as 256M (0: every read loads its page)";
-	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10))
+	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10) ||
+	    !strncmp(opt, "open_share=", 11))
 		return "a percentage, 1 to 100";
 	return "see kvfs mount --help";
 }

@@ -5,6 +5,9 @@
  * past that each read loads the page again (served right, no memory
  * kept), other uids have shares of their own, and a release gives its
  * bytes back. No RAM tier here, so every load is a device read.
+ *
+ * And in cache mode one uid's open files hold at most opts.open_share
+ * percent of the capacity against eviction: past it, open is EMFILE.
  */
 #include <fcntl.h>
 
@@ -53,6 +56,19 @@ static struct kvfs_file *open_page(struct efix *f, const char *name, uint32_t ui
 	return fh;
 }
 
+/* Open the store with pages p0.. of SIZE bytes (payload seed i) in m/00. */
+static void open_with_pages(struct efix *f, unsigned count)
+{
+	efix_open(f);
+	efix_layer(f);
+	for (unsigned i = 0; i < count; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%u", i);
+		assert_int_equal(efix_publish(f, name, SIZE, i, NULL), 0);
+	}
+}
+
 /* uid 42 opens three pages with room to keep two: the first two are read
  * from the device once, the third at every read; uid 43's own share keeps
  * its copy of the third; once 42 closes one, its third is kept too. */
@@ -62,14 +78,7 @@ static void open_readers_keep_at_most_their_share(void **state)
 	struct kvfs_file *a[3], *b;
 	uint64_t base;
 
-	efix_open(f);
-	efix_layer(f);
-	for (unsigned i = 0; i < 3; i++) {
-		char name[8];
-
-		snprintf(name, sizeof(name), "p%u", i);
-		assert_int_equal(efix_publish(f, name, SIZE, i, NULL), 0);
-	}
+	open_with_pages(f, 3);
 	assert_int_equal(efix_sync(f), 0);
 	a[0] = open_page(f, "p0", 42);
 	a[1] = open_page(f, "p1", 42);
@@ -97,11 +106,82 @@ static void open_readers_keep_at_most_their_share(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+static int setup_share(void **state)
+{
+	int rc = efix_setup(state);
+	struct efix *f = *state;
+
+	if (rc == 0) {
+		f->opts.ram_cache = 0;
+		f->opts.capacity = 50u << 20;  /* 1%: 512 KiB, 8 pages */
+		f->opts.open_share = 1;
+	}
+	return rc;
+}
+
+/* uid 42 opens 8 pages of 64 KiB (one of them twice: each open counts)
+ * and then no more, EMFILE, while uid 43 has its own share; uid 44 may
+ * open one page larger than a share, then no other; a close gives
+ * room back, an empty page takes none, and authoritative mode, which
+ * never evicts, has no limit. */
+static void open_files_hold_at_most_their_share(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_file *a[8], *b, *e[20], *late, *all[9], *huge;
+	struct kv_node_info n;
+
+	open_with_pages(f, 9);
+	assert_int_equal(efix_publish(f, "empty", 0, 0, NULL), 0);
+	assert_int_equal(efix_publish(f, "huge", 16 * SIZE, 9, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	for (unsigned i = 0; i < 8; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%u", i == 7 ? 0 : i);
+		a[i] = open_page(f, name, 42);
+	}
+	assert_int_equal(efix_lookup(f, "p8", &n), 0);
+	assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, 42, &late), -EMFILE);
+	b = open_page(f, "p8", 43);
+	read_whole(f, b, 8);
+	huge = open_page(f, "huge", 44);        /* larger than a share: one is fine */
+	assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, 44, &late), -EMFILE);
+	kvfs_file_release(f->fs, huge);
+	for (unsigned i = 0; i < 20; i++)
+		e[i] = open_page(f, "empty", 42);
+	kvfs_file_release(f->fs, a[7]);
+	late = open_page(f, "p8", 42);
+	read_whole(f, late, 8);
+	read_whole(f, a[0], 0);                          /* the twin still reads */
+	kvfs_file_release(f->fs, late);
+	for (unsigned i = 0; i < 7; i++)
+		kvfs_file_release(f->fs, a[i]);
+	for (unsigned i = 0; i < 20; i++)
+		kvfs_file_release(f->fs, e[i]);
+	kvfs_file_release(f->fs, b);
+	assert_int_equal(f->fs->nread_held, 0);
+	assert_int_equal(efix_close(f), 0);
+
+	f->opts.authoritative = true;
+	efix_open(f);
+	for (unsigned i = 0; i < 9; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%u", i);
+		all[i] = open_page(f, name, 42);
+	}
+	for (unsigned i = 0; i < 9; i++)
+		kvfs_file_release(f->fs, all[i]);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(open_readers_keep_at_most_their_share,
 						setup_readers, efix_teardown),
+		cmocka_unit_test_setup_teardown(open_files_hold_at_most_their_share,
+						setup_share, efix_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

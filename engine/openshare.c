@@ -1,0 +1,135 @@
+/*
+ * What one uid's open page files may take, counted per uid in one table
+ * (fs->read_held, under ns_lock):
+ *
+ * - Loaded bytes (-o read_hold). A reader's first read loads and
+ *   verifies the whole page (its checksum covers the whole page) and the
+ *   handle keeps it for the reads after, one copy per open file unless
+ *   the RAM tier shares it. Nothing bounded that: one uid opening 48
+ *   pages of 64 MiB and reading a byte of each grew the daemon by 3 GB.
+ *   Now each uid's open files keep at most read_hold bytes; past that a
+ *   read loads the page for itself and lets it go (the RAM tier may still
+ *   keep it), so memory stays bounded by what the FUSE workers read at
+ *   once, and only that uid's reads get slower.
+ *
+ * - Bytes held against eviction (-o open_share). A page someone holds
+ *   open is never evicted: its reader may read it until it closes. One
+ *   uid opening 16 pages of 64 MiB per GiB of capacity (and keeping them
+ *   open, or being stopped) emptied everyone else's pages and made every
+ *   write ENOSPC. Now one uid's open files may hold at most open_share
+ *   percent of the capacity, or one page of any size; past it, open
+ *   fails with EMFILE, the errno
+ *   Linux gives for per-user limits (RLIMIT_NOFILE, inotify instances).
+ *   Only in cache mode: without eviction, an open file takes nothing
+ *   from anyone.
+ */
+#include <errno.h>
+
+#include "kvfs_i.h"
+#include "openshare.h"
+
+struct kvfs_uid_bytes {
+	uint32_t uid;
+	uint64_t loaded;     /* kept between reads (read_hold) */
+	uint64_t held;       /* held against eviction (open_share) */
+};
+
+static struct kvfs_uid_bytes *entry_of(struct kvfs *fs, uint32_t uid, bool add)
+{
+	struct kvfs_uid_bytes *grown;
+
+	for (size_t i = 0; i < fs->nread_held; i++)
+		if (fs->read_held[i].uid == uid)
+			return &fs->read_held[i];
+	if (!add || !(grown = kv_array_room(fs->read_held, fs->nread_held, &fs->cap_read_held,
+					     sizeof(*grown), 8)))
+		return NULL;
+	fs->read_held = grown;
+	fs->read_held[fs->nread_held] = (struct kvfs_uid_bytes){ .uid = uid };
+	return &fs->read_held[fs->nread_held++];
+}
+
+static void entry_maybe_drop(struct kvfs *fs, struct kvfs_uid_bytes *e)
+{
+	if (!e->loaded && !e->held)
+		*e = fs->read_held[--fs->nread_held];
+}
+
+bool kvfs_read_hold_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t ino)
+{
+	static struct kv_log_limit log;
+	struct kvfs_uid_bytes *e;
+	bool ok;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	e = entry_of(fs, uid, false);
+	ok = (e ? e->loaded : 0) + bytes <= fs->opts.read_hold &&
+	     (e || (e = entry_of(fs, uid, true)));
+	if (ok)
+		e->loaded += bytes;
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (!ok)
+		KV_LOG_LIMITED(&log, KV_LOG_INFO, "uid %u: its open page files keep %llu bytes "
+			       "loaded (-o read_hold); inode %llu is loaded again for each read",
+			       uid, (unsigned long long)fs->opts.read_hold,
+			       (unsigned long long)ino);
+	return ok;
+}
+
+void kvfs_read_hold_give(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_uid_bytes *e;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	e = entry_of(fs, uid, false);
+	if (e) {
+		e->loaded -= bytes;
+		entry_maybe_drop(fs, e);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+}
+
+/* Bytes one uid's open files may hold against eviction; 0: no limit. */
+static uint64_t open_share(const struct kvfs *fs)
+{
+	const struct kvfs_opts *o = &fs->opts;
+
+	if (!fs->meta.capacity || o->authoritative || o->open_share >= 100)
+		return 0;
+	return fs->meta.capacity / 100 * o->open_share +
+	       fs->meta.capacity % 100 * o->open_share / 100;
+}
+
+int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, const char *name)
+{
+	static struct kv_log_limit log;
+	uint64_t share = open_share(fs);
+	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
+
+	if (!bytes)
+		return 0;          /* an empty page holds nothing */
+	/* A uid holding nothing may open any page, however large: a page
+	 * larger than the share must stay readable. */
+	if (share && e && e->held && e->held + bytes > share) {
+		KV_LOG_LIMITED(&log, KV_LOG_INFO, "open of page %s refused (EMFILE): uid %u's "
+			       "open page files hold %llu of their %llu bytes against "
+			       "eviction (-o open_share=%u%% of the capacity)", name, uid,
+			       (unsigned long long)(e ? e->held : 0),
+			       (unsigned long long)share, fs->opts.open_share);
+		return -EMFILE;
+	}
+	if (!e && !(e = entry_of(fs, uid, true)))
+		return -ENOMEM;
+	e->held += bytes;
+	return 0;
+}
+
+void kvfs_open_share_give_locked(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_uid_bytes *e;
+
+	if (!bytes || !(e = entry_of(fs, uid, false)))
+		return;
+	e->held -= bytes;
+	entry_maybe_drop(fs, e);
+}
