@@ -35,6 +35,13 @@
 
 #include "kvfs_i.h"
 
+struct kvfs_dirty_uid {      /* a uid with page files being written */
+	uint32_t uid;
+	unsigned waiters;    /* writers waiting for its own pages */
+	uint64_t waiting_held; /* ... and the bytes their pages hold */
+	uint64_t filling;    /* its share of filling, charged or about to be */
+};
+
 void kvfs_dirty_init(struct kvfs *fs, uint64_t budget)
 {
 	struct kvfs_dirty *d = &fs->dirty;
@@ -42,6 +49,7 @@ void kvfs_dirty_init(struct kvfs *fs, uint64_t budget)
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cv, NULL);
 	d->budget = budget;
+	d->uids = KVFS_UIDTAB(struct kvfs_dirty_uid);
 }
 
 void kvfs_dirty_fini(struct kvfs *fs)
@@ -51,7 +59,7 @@ void kvfs_dirty_fini(struct kvfs *fs)
 	if (d->filling || d->draining)
 		kv_log(KV_LOG_WARN, "write-back budget: %llu bytes still charged at close",
 		       (unsigned long long)(d->filling + d->draining));
-	free(d->uids);
+	kvfs_uidtab_free(&d->uids);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->lock);
 }
@@ -164,21 +172,7 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 
 static struct kvfs_dirty_uid *uid_entry(struct kvfs_dirty *d, uint32_t uid, bool add)
 {
-	for (size_t i = 0; i < d->nuids; i++)
-		if (d->uids[i].uid == uid)
-			return &d->uids[i];
-	if (!add)
-		return NULL;
-	if (d->nuids == d->cap_uids) {
-		struct kvfs_dirty_uid *grown = kv_array_room(d->uids, d->nuids, &d->cap_uids,
-							     sizeof(*grown), 8);
-
-		if (!grown)
-			return NULL;
-		d->uids = grown;
-	}
-	d->uids[d->nuids] = (struct kvfs_dirty_uid){ .uid = uid };
-	return &d->uids[d->nuids++];
+	return kvfs_uidtab_get(&d->uids, uid, add);
 }
 
 static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes)
@@ -189,7 +183,7 @@ static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes
 		return;
 	u->filling -= bytes < u->filling ? bytes : u->filling;
 	if (!u->filling && !u->waiters)
-		*u = d->uids[--d->nuids];
+		kvfs_uidtab_remove(&d->uids, u);
 	pthread_cond_broadcast(&d->cv);
 }
 

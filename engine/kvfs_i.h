@@ -91,6 +91,8 @@
 #include "engine.h"
 #include "loading.h"
 #include "capacity.h"
+#include "ramtier.h"
+#include "uidtab.h"
 
 /*
  * A page payload in RAM, shared by reference between the writer, the
@@ -248,13 +250,8 @@ struct kvfs_dirty {
 	int64_t drained_ns;  /* when sealed bytes were last given back */
 	int64_t moved_ns;    /* ... any bytes, or a charge let through a stall */
 	int64_t refused_log_ns;
-	struct kvfs_dirty_uid {      /* uids with page files being written */
-		uint32_t uid;
-		unsigned waiters;    /* writers waiting for its own pages */
-		uint64_t waiting_held; /* ... and the bytes their pages hold */
-		uint64_t filling;    /* its share of filling, charged or about to be */
-	} *uids;
-	size_t nuids, cap_uids;
+	struct kvfs_uidtab uids;  /* kvfs_dirty_uid (dirty.c) of uids with page
+	                           * files being written */
 	uint64_t uid_refused;    /* charges refused: past the uid's share (EDQUOT) */
 	struct kv_log_limit uid_log;
 };
@@ -288,8 +285,8 @@ struct kvfs {
 	struct kvfs_live **live;      /* hash by ino (ns_lock) */
 	size_t live_buckets, nlive;
 	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
-	struct kvfs_uid_bytes *read_held;  /* pages open files keep, per uid (ns_lock) */
-	size_t nread_held, cap_read_held;
+	struct kvfs_uidtab uid_opens;  /* what each uid's open files take (ns_lock,
+	                                * engine/openshare.c) */
 
 	uint32_t mount_gen;           /* this mount's count (fast-path handles) */
 	struct kvfs_pins pins;
@@ -687,56 +684,6 @@ void kvfs_pin_end(struct kvfs *fs, struct kvfs_pin *pin);
  * may have resolved it is running. Returns kv_extent_free's result, or 0
  * when deferred (-ENOMEM: not deferred; the space leaks until remount). */
 int kvfs_extent_release(struct kvfs *fs, const struct kv_extent *e);
-
-/* ---- RAM tier (engine/ramtier.c) ---- */
-struct kvfs_ram_stats {
-	uint64_t budget;              /* bytes; 0: the tier is off */
-	uint64_t pages, bytes;        /* resident payloads and their bytes */
-	uint64_t protected_pages;     /* ... of them pinned (evicted last) */
-	uint64_t hits, misses;        /* lookups by both read paths */
-	uint64_t promotions;          /* payloads read from the SSD and kept */
-	uint64_t kept_written;        /* payloads kept when their write became durable */
-	uint64_t prefetched;          /* payloads loaded by PREFETCH */
-	uint64_t prefetch_used;       /* ... of them read at least once afterwards */
-	uint64_t prefetch_dropped;    /* PREFETCH pages not loaded (queue full, error) */
-	uint64_t evictions;           /* payloads dropped for the budget */
-};
-void kvfs_ram_stats(struct kvfs *fs, struct kvfs_ram_stats *out);
-/* How a payload came to the tier (for the counters). */
-enum kvfs_ram_origin { KVFS_RAM_READ, KVFS_RAM_WRITTEN, KVFS_RAM_PREFETCH };
-int kvfs_ram_init(struct kvfs *fs, uint64_t budget);
-void kvfs_ram_fini(struct kvfs *fs);
-/* The payload of extent id if resident (a reference; counts a hit or a
- * miss), else NULL. Only verified payloads are ever put. */
-struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id);
-bool kvfs_ram_has(struct kvfs *fs, uint64_t id);   /* no counting */
-/* Worth a copy into the tier? True on extent id's second miss in a while
- * (ids are remembered lossily): a single pass over pages the engine
- * already holds copies nothing. */
-bool kvfs_ram_admit(struct kvfs *fs, uint64_t id);
-/* Keep payload d (verified, immutable from now on) of extent id; takes its
- * own reference. protect: pinned, evicted last. */
-void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
-		  bool protect, enum kvfs_ram_origin origin);
-/* Move a resident payload to the protected list or back (pinning). */
-void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect);
-/* Extent id is gone: drop its payload. */
-void kvfs_ram_drop(struct kvfs *fs, uint64_t id);
-void kvfs_ram_prefetch_dropped(struct kvfs *fs, uint64_t pages);
-
-/* ---- RAM tier loader (engine/prefetch.c) ---- */
-struct kvfs_prefetch_page {
-	uint64_t extent_id;
-	struct kv_extent ext;
-	uint8_t hash[KV_HASH_LEN];
-	uint64_t size;
-	bool protect;
-};
-int kvfs_prefetch_start(struct kvfs *fs);
-void kvfs_prefetch_stop(struct kvfs *fs);
-/* Queue a durable page for loading into the RAM tier; false if it was not
- * queued (no tier, or the queue already holds the tier's budget). */
-bool kvfs_prefetch_queue(struct kvfs *fs, const struct kvfs_prefetch_page *pg);
 
 /* ---- the manifest's filesystem (engine/headroom.c) ---- */
 /* Before the manifest opens: if the store directory's filesystem is full,

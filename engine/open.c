@@ -474,7 +474,7 @@ static void fs_free(struct kvfs *fs)
 		kv_manifest_close(fs->man);
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
-	free(fs->read_held);
+	kvfs_uidtab_free(&fs->uid_opens);
 	kvfs_dirty_fini(fs);
 	kvfs_dedup_fini(fs);
 	kvfs_ram_fini(fs);

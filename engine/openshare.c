@@ -1,6 +1,6 @@
 /*
  * What one uid's open page files may take, counted per uid in one table
- * (fs->read_held, under ns_lock):
+ * (fs->uid_opens, under ns_lock):
  *
  * - Loaded bytes (-o read_hold). A reader's first read loads and
  *   verifies the whole page (its checksum covers the whole page) and the
@@ -36,23 +36,14 @@ struct kvfs_uid_bytes {
 
 static struct kvfs_uid_bytes *entry_of(struct kvfs *fs, uint32_t uid, bool add)
 {
-	struct kvfs_uid_bytes *grown;
-
-	for (size_t i = 0; i < fs->nread_held; i++)
-		if (fs->read_held[i].uid == uid)
-			return &fs->read_held[i];
-	if (!add || !(grown = kv_array_room(fs->read_held, fs->nread_held, &fs->cap_read_held,
-					     sizeof(*grown), 8)))
-		return NULL;
-	fs->read_held = grown;
-	fs->read_held[fs->nread_held] = (struct kvfs_uid_bytes){ .uid = uid };
-	return &fs->read_held[fs->nread_held++];
+	fs->uid_opens.size = sizeof(struct kvfs_uid_bytes);
+	return kvfs_uidtab_get(&fs->uid_opens, uid, add);
 }
 
 static void entry_maybe_drop(struct kvfs *fs, struct kvfs_uid_bytes *e)
 {
 	if (!e->loaded && !e->held)
-		*e = fs->read_held[--fs->nread_held];
+		kvfs_uidtab_remove(&fs->uid_opens, e);
 }
 
 bool kvfs_read_hold_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t ino)

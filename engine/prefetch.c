@@ -5,8 +5,9 @@
  * which counts as reads for the scheduler), every payload is verified
  * against its checksum, and only then kept in the tier.
  *
- * The queue holds at most the tier's budget in bytes: more could not stay
- * resident anyway, so the excess is dropped at once and counted.
+ * The queue holds at most the tier's budget in bytes, and half of it for
+ * one uid (engine/ramtier.c): more could not stay resident anyway, so the
+ * excess is dropped at once and counted.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -65,7 +66,7 @@ static int keep_page(struct kvfs *fs, const struct kvfs_prefetch_page *p,
 	d->size = p->size;
 	d->cap = kv_extent_footprint(&p->ext);
 	atomic_init(&d->refs, 1);
-	kvfs_ram_put(fs, p->extent_id, d, p->protect, KVFS_RAM_PREFETCH);
+	kvfs_ram_put_prefetched(fs, p->extent_id, d, p->protect, p->uid);
 	kvfs_data_put(d);
 	return 0;
 }
@@ -139,8 +140,10 @@ static void *loader(void *arg)
 			q->tail = &q->head;
 		pthread_mutex_unlock(&q->lock);
 		load_batch(fs, items, n);
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < n; i++) {
+			kvfs_ram_prefetch_unreserve(fs, items[i]->pg.uid, items[i]->pg.size);
 			free(items[i]);
+		}
 	}
 }
 
@@ -196,10 +199,13 @@ bool kvfs_prefetch_queue(struct kvfs *fs, const struct kvfs_prefetch_page *pg)
 
 	if (!q || !fs->opts.ram_cache)
 		return false;
+	if (!kvfs_ram_prefetch_reserve(fs, pg->uid, pg->size))
+		return false;
 	pthread_mutex_lock(&q->lock);
 	if (q->queued_bytes + pg->size > fs->opts.ram_cache ||
 	    !(it = malloc(sizeof(*it)))) {
 		pthread_mutex_unlock(&q->lock);
+		kvfs_ram_prefetch_unreserve(fs, pg->uid, pg->size);
 		return false;
 	}
 	it->pg = *pg;

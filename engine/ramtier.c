@@ -29,8 +29,17 @@ struct ram_ent {
 	uint64_t bytes;            /* charged to the budget: ent_bytes() */
 	bool protect;
 	bool prefetched;           /* loaded by PREFETCH and not read since */
+	uint32_t pf_uid;           /* prefetched: whose PREFETCH loaded it */
 	struct ram_ent *prev, *next;   /* its class's LRU, most recent first */
+	struct ram_ent *pf_next, *pf_prev;   /* its uid's unread ones, oldest first */
 	struct ram_ent *hnext;
+};
+
+/* One uid's PREFETCH pages: queued bytes, and unread payloads resident. */
+struct pf_owner {
+	uint32_t uid;
+	uint64_t queued, unread;
+	struct ram_ent *oldest, *newest;
 };
 
 struct lru {
@@ -46,6 +55,8 @@ struct kvfs_ram {
 	struct ram_ent **tab;
 	size_t mask, n, nprotect;
 	struct lru lru[2];             /* [0] ordinary, [1] protected */
+	struct kvfs_uidtab owners;     /* pf_owner of uids with PREFETCH pages
+	                                * queued or unread */
 	struct kvfs_ram_stats st;
 };
 
@@ -64,6 +75,7 @@ int kvfs_ram_init(struct kvfs *fs, uint64_t budget)
 	}
 	r->mask = MIN_BUCKETS - 1;
 	r->budget = budget;
+	r->owners = KVFS_UIDTAB(struct pf_owner);
 	r->ghost = budget ? calloc(GHOSTS, sizeof(*r->ghost)) : NULL;
 	if (budget && !r->ghost) {
 		free(r->tab);
@@ -89,6 +101,7 @@ void kvfs_ram_fini(struct kvfs *fs)
 			free(e);
 		}
 	pthread_mutex_destroy(&r->lock);
+	kvfs_uidtab_free(&r->owners);
 	free(r->ghost);
 	free(r->tab);
 	free(r);
@@ -161,6 +174,86 @@ static void lru_push(struct kvfs_ram *r, struct ram_ent *e)
 	l->head = e;
 }
 
+/* ---- one uid's prefetches ----
+ *
+ * PREFETCH loads pages nobody has read yet. One uid looping over large
+ * prefetches used to fill the loader's queue and push every other uid's
+ * unread prefetched pages out of the tier before their engines read them
+ * (0 of 64 served). Now one uid may have at most half the budget queued,
+ * and at most half the budget resident unread: past it, its own oldest
+ * unread page makes room for its next. Once read, a page is an ordinary
+ * one, kept by recency like any other. */
+
+static struct pf_owner *owner_of(struct kvfs_ram *r, uint32_t uid, bool add)
+{
+	return kvfs_uidtab_get(&r->owners, uid, add);
+}
+
+static void owner_maybe_drop(struct kvfs_ram *r, struct pf_owner *o)
+{
+	if (!o->queued && !o->unread)
+		kvfs_uidtab_remove(&r->owners, o);
+}
+
+/* e was read, or leaves: no longer its uid's unread prefetch. */
+static void pf_forget(struct kvfs_ram *r, struct ram_ent *e)
+{
+	struct pf_owner *o;
+
+	if (!e->prefetched)
+		return;
+	e->prefetched = false;
+	o = owner_of(r, e->pf_uid, false);
+	if (!o)
+		return;
+	if (e->pf_prev)
+		e->pf_prev->pf_next = e->pf_next;
+	else
+		o->oldest = e->pf_next;
+	if (e->pf_next)
+		e->pf_next->pf_prev = e->pf_prev;
+	else
+		o->newest = e->pf_prev;
+	e->pf_prev = e->pf_next = NULL;
+	o->unread -= e->bytes;
+	owner_maybe_drop(r, o);
+}
+
+bool kvfs_ram_prefetch_reserve(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct pf_owner *o;
+	bool ok;
+
+	if (!r || !r->budget)
+		return false;
+	pthread_mutex_lock(&r->lock);
+	o = owner_of(r, uid, true);
+	ok = o && o->queued + bytes <= r->budget / 2;
+	if (ok)
+		o->queued += bytes;
+	else if (o)
+		owner_maybe_drop(r, o);
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+void kvfs_ram_prefetch_unreserve(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_ram *r = fs->ram;
+	struct pf_owner *o;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	o = owner_of(r, uid, false);
+	if (o) {
+		o->queued -= bytes;
+		owner_maybe_drop(r, o);
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
 /* Unhash and unlink e; the caller puts its payload (outside the lock is
  * not needed: kvfs_data_put only frees memory). */
 static void remove_ent(struct kvfs_ram *r, struct ram_ent *e)
@@ -169,6 +262,7 @@ static void remove_ent(struct kvfs_ram *r, struct ram_ent *e)
 
 	if (*pp == e)
 		*pp = e->hnext;
+	pf_forget(r, e);
 	lru_unlink(r, e);
 	r->n--;
 	r->nprotect -= e->protect;
@@ -204,6 +298,38 @@ static void make_room(struct kvfs_ram *r, uint64_t need)
 	}
 }
 
+/* uid's next unread prefetch of need bytes: past half the budget, its
+ * own oldest unread ones go first. */
+static void make_room_for_prefetch(struct kvfs_ram *r, uint32_t uid, uint64_t need)
+{
+	struct pf_owner *o;
+
+	/* (looked up each time: a removal may drop o from the table) */
+	while ((o = owner_of(r, uid, false)) && o->oldest &&
+	       o->unread + need > r->budget / 2) {
+		remove_ent(r, o->oldest);
+		r->st.evictions++;
+	}
+}
+
+/* e is uid's newest unread prefetch. */
+static void pf_track(struct kvfs_ram *r, struct ram_ent *e, uint32_t uid)
+{
+	struct pf_owner *o = owner_of(r, uid, true);
+
+	if (!o)
+		return;       /* untracked: an ordinary entry */
+	e->prefetched = true;
+	e->pf_uid = uid;
+	e->pf_prev = o->newest;
+	if (o->newest)
+		o->newest->pf_next = e;
+	else
+		o->oldest = e;
+	o->newest = e;
+	o->unread += e->bytes;
+}
+
 struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
 {
 	struct kvfs_ram *r = fs->ram;
@@ -220,7 +346,7 @@ struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
 		d = kvfs_data_get(e->d);
 		r->st.hits++;
 		if (e->prefetched) {
-			e->prefetched = false;
+			pf_forget(r, e);
 			r->st.prefetch_used++;
 		}
 	} else {
@@ -267,8 +393,8 @@ static void count_origin(struct kvfs_ram *r, enum kvfs_ram_origin origin)
 		r->st.prefetched++;
 }
 
-void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
-		  bool protect, enum kvfs_ram_origin origin)
+static void put(struct kvfs *fs, uint64_t id, struct kvfs_data *d, bool protect,
+		enum kvfs_ram_origin origin, uint32_t uid)
 {
 	struct kvfs_ram *r = fs->ram;
 	struct ram_ent *e, **pp;
@@ -288,13 +414,14 @@ void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 		pthread_mutex_unlock(&r->lock);
 		return;
 	}
+	if (origin == KVFS_RAM_PREFETCH)
+		make_room_for_prefetch(r, uid, ent_bytes(d));
 	make_room(r, ent_bytes(d));
 	pp = find_slot(r, id);   /* eviction may have moved chains */
 	e->id = id;
 	e->d = kvfs_data_get(d);
 	e->bytes = ent_bytes(d);
 	e->protect = protect;
-	e->prefetched = origin == KVFS_RAM_PREFETCH;
 	e->hnext = *pp;
 	*pp = e;
 	lru_push(r, e);
@@ -302,8 +429,22 @@ void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
 	r->nprotect += protect;
 	r->bytes += e->bytes;
 	count_origin(r, origin);
+	if (origin == KVFS_RAM_PREFETCH)
+		pf_track(r, e, uid);
 	maybe_grow(r);
 	pthread_mutex_unlock(&r->lock);
+}
+
+void kvfs_ram_put(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
+		  bool protect, enum kvfs_ram_origin origin)
+{
+	put(fs, id, d, protect, origin, 0);
+}
+
+void kvfs_ram_put_prefetched(struct kvfs *fs, uint64_t id, struct kvfs_data *d,
+			     bool protect, uint32_t uid)
+{
+	put(fs, id, d, protect, KVFS_RAM_PREFETCH, uid);
 }
 
 void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect)

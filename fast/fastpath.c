@@ -546,11 +546,11 @@ int fp_read(struct kvfs *fs, const struct kvfs_fast_req *req, uint64_t model,
 
 /* Queue one resolved page for the RAM tier; out_flags says if it is in
  * RAM already. A page that does not fit is counted, not failed. */
-static void prefetch_page(struct kvfs *fs, const struct kv_node_info *n,
+static void prefetch_page(struct kvfs *fs, const struct kv_node_info *n, uint32_t uid,
 			  uint32_t *out_flags)
 {
-	struct kvfs_prefetch_page pg = { .extent_id = n->extent_id,
-					 .ext = n->ext, .size = n->size };
+	struct kvfs_prefetch_page pg = { .extent_id = n->extent_id, .ext = n->ext,
+					 .size = n->size, .uid = uid };
 	struct kvfs_live *l;
 	bool in_ram = false;
 
@@ -596,7 +596,7 @@ int fp_prefetch(struct kvfs *fs, const struct kvfs_fast_req *req, uint64_t model
 		 * since it was resolved. */
 		if (n.state != KV_PAGE_DURABLE)
 			kv_index_get(fs->idx, n.ino, &n);
-		prefetch_page(fs, &n, &b.out_flags[i]);
+		prefetch_page(fs, &n, b.who.uid, &b.out_flags[i]);
 		b.d[i].bytes = n.size;
 		b.a.bytes += n.size;
 	}

@@ -102,7 +102,7 @@ static void open_readers_keep_at_most_their_share(void **state)
 	kvfs_file_release(f->fs, a[1]);
 	kvfs_file_release(f->fs, a[2]);
 	kvfs_file_release(f->fs, b);
-	assert_int_equal(f->fs->nread_held, 0);          /* every share given back */
+	assert_int_equal(f->fs->uid_opens.n, 0);          /* every share given back */
 	assert_int_equal(efix_close(f), 0);
 }
 
@@ -159,7 +159,7 @@ static void open_files_hold_at_most_their_share(void **state)
 	for (unsigned i = 0; i < 20; i++)
 		kvfs_file_release(f->fs, e[i]);
 	kvfs_file_release(f->fs, b);
-	assert_int_equal(f->fs->nread_held, 0);
+	assert_int_equal(f->fs->uid_opens.n, 0);
 	assert_int_equal(efix_close(f), 0);
 
 	f->opts.authoritative = true;

@@ -1,0 +1,107 @@
+/*
+ * One uid's PREFETCH pages in the RAM tier (engine/ramtier.c), on the
+ * tier alone: a uid looping over large prefetches may hold at most half
+ * the budget in unread prefetched pages and half of it queued, so another
+ * uid's unread prefetches stay until its engine reads them. Once read, a
+ * page is an ordinary entry.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kvfs_i.h"
+
+#define BUDGET (1u << 20)
+#define PAGE (64u << 10)
+
+static struct kvfs *tier_new(void)
+{
+	struct kvfs *fs = calloc(1, sizeof(*fs));
+
+	assert_non_null(fs);
+	assert_int_equal(kvfs_ram_init(fs, BUDGET), 0);
+	return fs;
+}
+
+static void put(struct kvfs *fs, uint64_t id, uint32_t uid)
+{
+	struct kvfs_data *d = kvfs_data_new(PAGE);
+
+	assert_non_null(d);
+	memset(d->bytes, (int)id, PAGE);
+	d->size = PAGE;
+	kvfs_ram_put_prefetched(fs, id, d, false, uid);
+	kvfs_data_put(d);
+}
+
+/* uid 1 prefetches 4 pages, then uid 2 60 (four times the budget): uid
+ * 1's stay, uid 2 keeps its newest, at most half the budget of them. */
+static void a_looping_uid_evicts_its_own_unread_prefetches(void **state)
+{
+	struct kvfs *fs = tier_new();
+	struct kvfs_ram_stats st;
+	unsigned kept = 0;
+
+	(void)state;
+	for (uint64_t id = 1; id <= 4; id++)
+		put(fs, id, 1);
+	for (uint64_t id = 100; id < 160; id++)
+		put(fs, id, 2);
+	for (uint64_t id = 1; id <= 4; id++)
+		assert_true(kvfs_ram_has(fs, id));
+	for (uint64_t id = 100; id < 160; id++)
+		kept += kvfs_ram_has(fs, id);
+	assert_true(kvfs_ram_has(fs, 159));
+	assert_true(kept >= 4 && kept * PAGE <= BUDGET / 2);
+	kvfs_ram_stats(fs, &st);
+	assert_true(st.bytes <= BUDGET);
+	assert_int_equal(st.prefetched, 64);
+
+	/* Read, uid 1's pages are ordinary: uid 2's next ones may push
+	 * them out by recency, and uid 1 may prefetch again. */
+	for (uint64_t id = 1; id <= 4; id++)
+		kvfs_data_put(kvfs_ram_get(fs, id));
+	kvfs_ram_stats(fs, &st);
+	assert_int_equal(st.prefetch_used, 4);
+	for (uint64_t id = 200; id < 230; id++)
+		put(fs, id, 3);
+	for (uint64_t id = 300; id < 330; id++)
+		put(fs, id, 2);
+	assert_false(kvfs_ram_has(fs, 1));
+	assert_true(kvfs_ram_has(fs, 229));     /* uid 3's newest unread */
+	assert_true(kvfs_ram_has(fs, 329));
+	kvfs_ram_fini(fs);
+	free(fs);
+}
+
+/* Half the budget queued per uid; the loader gives it back. */
+static void a_uid_queues_at_most_half_the_budget(void **state)
+{
+	struct kvfs *fs = tier_new();
+
+	(void)state;
+	assert_true(kvfs_ram_prefetch_reserve(fs, 2, BUDGET / 2));
+	assert_false(kvfs_ram_prefetch_reserve(fs, 2, 1));
+	assert_true(kvfs_ram_prefetch_reserve(fs, 1, BUDGET / 2));
+	kvfs_ram_prefetch_unreserve(fs, 2, PAGE);
+	assert_true(kvfs_ram_prefetch_reserve(fs, 2, PAGE));
+	assert_false(kvfs_ram_prefetch_reserve(fs, 2, PAGE));
+	kvfs_ram_prefetch_unreserve(fs, 2, BUDGET / 2);
+	kvfs_ram_prefetch_unreserve(fs, 1, BUDGET / 2);
+	kvfs_ram_fini(fs);
+	free(fs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_looping_uid_evicts_its_own_unread_prefetches),
+		cmocka_unit_test(a_uid_queues_at_most_half_the_budget),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
