@@ -282,6 +282,10 @@ struct kvfs {
 
 	pthread_mutex_t ns_lock;
 	pthread_cond_t seal_cv;       /* a page changed state (ns_lock) */
+	struct {                      /* readers waiting for a seal (pagefile.c) */
+		bool used;
+		uint32_t uid;
+	} seal_waiters[8];            /* SEAL_WAITERS_MAX, under ns_lock */
 	struct kvfs_live **live;      /* hash by ino (ns_lock) */
 	size_t live_buckets, nlive;
 	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */

@@ -46,8 +46,8 @@ struct kvfs_file {
  * them at will, so they are rate-limited (device errors are not). */
 static struct kv_log_limit refused_log;
 
-static uint32_t seal_waiter_uid[SEAL_WAITERS_MAX];   /* under ns_lock */
-static bool seal_waiter_used[SEAL_WAITERS_MAX];
+_Static_assert(SEAL_WAITERS_MAX == sizeof(((struct kvfs *)0)->seal_waiters) /
+	       sizeof(((struct kvfs *)0)->seal_waiters[0]), "fs->seal_waiters");
 
 static struct kvfs_file *file_new(uint64_t ino, bool writer)
 {
@@ -167,21 +167,21 @@ static void hold_give(struct kvfs *fs, struct kvfs_file *f)
 /* ---- open ---- */
 
 /* A waiter's slot for uid, or -1 when none is free to it (ns_lock held). */
-static int seal_slot_take(uint32_t uid)
+static int seal_slot_take(struct kvfs *fs, uint32_t uid)
 {
 	int free_slot = -1;
 	unsigned mine = 0;
 
 	for (int i = 0; i < SEAL_WAITERS_MAX; i++) {
-		if (!seal_waiter_used[i])
+		if (!fs->seal_waiters[i].used)
 			free_slot = free_slot < 0 ? i : free_slot;
-		else if (seal_waiter_uid[i] == uid)
+		else if (fs->seal_waiters[i].uid == uid)
 			mine++;
 	}
 	if (free_slot < 0 || mine >= SEAL_WAITERS_PER_UID)
 		return -1;
-	seal_waiter_used[free_slot] = true;
-	seal_waiter_uid[free_slot] = uid;
+	fs->seal_waiters[free_slot].used = true;
+	fs->seal_waiters[free_slot].uid = uid;
 	return free_slot;
 }
 
@@ -203,7 +203,7 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid, int64_t d
 	end = end < deadline_ns ? end : deadline_ns;
 	if (end <= kvfs_now_ns())
 		return;
-	slot = seal_slot_take(uid);
+	slot = seal_slot_take(fs, uid);
 	if (slot < 0)
 		return;
 	until = (struct timespec){ .tv_sec = end / 1000000000, .tv_nsec = end % 1000000000 };
@@ -212,7 +212,7 @@ static void wait_for_seal(struct kvfs *fs, uint64_t ino, uint32_t uid, int64_t d
 			break;
 		l = kvfs_live_find(fs, ino);
 	}
-	seal_waiter_used[slot] = false;
+	fs->seal_waiters[slot].used = false;
 }
 
 /* wait_for_seal, then *n as it is now: 0 sealed, -EBUSY still being
