@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvfs_i.h"
+#include "openshare.h"
 
 void kvfs_opts_default(struct kvfs_opts *o)
 {
@@ -437,6 +438,7 @@ static int fs_alloc(const char *dir, const struct kvfs_opts *o, struct kvfs **ou
 	pthread_cond_init(&fs->seal_cv, NULL);
 	kvfs_pins_init(&fs->pins);
 	kvfs_dirty_init(fs, fs->opts.dirty_budget);
+	kvfs_open_share_init(fs);
 	/* what write-back cycles stays warm for reuse (store/buf.c) */
 	kv_buf_set_idle_max(fs->opts.dirty_budget);
 	if (kvfs_ram_init(fs, fs->opts.ram_cache) < 0 || kvfs_dedup_init(fs) < 0) {

@@ -34,9 +34,13 @@ struct kvfs_uid_bytes {
 	uint64_t held;       /* held against eviction (open_share) */
 };
 
+void kvfs_open_share_init(struct kvfs *fs)
+{
+	fs->uid_opens = KVFS_UIDTAB(struct kvfs_uid_bytes);
+}
+
 static struct kvfs_uid_bytes *entry_of(struct kvfs *fs, uint32_t uid, bool add)
 {
-	fs->uid_opens.size = sizeof(struct kvfs_uid_bytes);
 	return kvfs_uidtab_get(&fs->uid_opens, uid, add);
 }
 
@@ -80,38 +84,68 @@ void kvfs_read_hold_give(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	pthread_mutex_unlock(&fs->ns_lock);
 }
 
-/* Bytes one uid's open files may hold against eviction; 0: no limit. */
-static uint64_t open_share(const struct kvfs *fs)
+/* Bytes uid's open files may hold against eviction; 0: no limit. Root
+ * is trusted with the whole capacity, as with the write-back budget. */
+static uint64_t open_share(const struct kvfs *fs, uint32_t uid)
 {
 	const struct kvfs_opts *o = &fs->opts;
 
-	if (!fs->meta.capacity || o->authoritative || o->open_share >= 100)
+	if (!uid || !fs->meta.capacity || o->authoritative || o->open_share >= 100)
 		return 0;
 	return fs->meta.capacity / 100 * o->open_share +
 	       fs->meta.capacity % 100 * o->open_share / 100;
 }
 
-int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, const char *name)
+static int refuse(struct kvfs *fs, uint32_t uid, uint64_t held, uint64_t share,
+		  const char *what, const char *name)
 {
 	static struct kv_log_limit log;
-	uint64_t share = open_share(fs);
+
+	KV_LOG_LIMITED(&log, KV_LOG_INFO, "%s page %s refused (EMFILE): uid %u's open page "
+		       "files hold %llu of their %llu bytes against eviction "
+		       "(-o open_share=%u%% of the capacity)", what, name, uid,
+		       (unsigned long long)held, (unsigned long long)share,
+		       fs->opts.open_share);
+	return -EMFILE;
+}
+
+int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, const char *name,
+			 uint64_t *counted)
+{
+	uint64_t share = open_share(fs, uid);
 	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
 
-	if (!bytes)
-		return 0;          /* an empty page holds nothing */
+	*counted = 0;
+	if (!bytes || !share)
+		return 0;          /* an empty page holds nothing; no limit */
 	/* A uid holding nothing may open any page, however large: a page
 	 * larger than the share must stay readable. */
-	if (share && e && e->held && e->held + bytes > share) {
-		KV_LOG_LIMITED(&log, KV_LOG_INFO, "open of page %s refused (EMFILE): uid %u's "
-			       "open page files hold %llu of their %llu bytes against "
-			       "eviction (-o open_share=%u%% of the capacity)", name, uid,
-			       (unsigned long long)(e ? e->held : 0),
-			       (unsigned long long)share, fs->opts.open_share);
-		return -EMFILE;
-	}
+	if (e && e->held && e->held + bytes > share)
+		return refuse(fs, uid, e->held, share, "open of", name);
 	if (!e && !(e = entry_of(fs, uid, true)))
 		return -ENOMEM;
 	e->held += bytes;
+	*counted = bytes;
+	return 0;
+}
+
+uint64_t kvfs_open_share_add_locked(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_uid_bytes *e;
+
+	if (!open_share(fs, uid) || !(e = entry_of(fs, uid, true)))
+		return 0;     /* no limit; or no memory for the record: uncounted */
+	e->held += bytes;
+	return bytes;
+}
+
+int kvfs_open_share_full(struct kvfs *fs, uint32_t uid, const char *name)
+{
+	uint64_t share = open_share(fs, uid);
+	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
+
+	if (share && e && e->held >= share)
+		return refuse(fs, uid, e->held, share, "create of", name);
 	return 0;
 }
 

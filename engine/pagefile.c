@@ -133,7 +133,9 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 		return -ENOMEM;
 	f->uid = uid;
 	pthread_mutex_lock(&fs->ns_lock);
-	rc = do_create(fs, parent, name, mode, uid, gid, n);
+	rc = kvfs_open_share_full(fs, uid, name);
+	if (rc == 0)
+		rc = do_create(fs, parent, name, mode, uid, gid, n);
 	pthread_mutex_unlock(&fs->ns_lock);
 	if (rc < 0) {
 		file_free(f);
@@ -262,8 +264,8 @@ static int do_open(struct kvfs *fs, struct kvfs_file *f, int flags)
 	if (n.state == KV_PAGE_WRITING && (rc = await_seal_locked(fs, f->uid, &n, INT64_MAX)) < 0)
 		return rc;
 	/* Held open, the page cannot be evicted: counted in the uid's share. */
-	pinned = n.extent_id ? kv_extent_footprint(&n.ext) : 0;
-	rc = kvfs_open_share_take(fs, f->uid, pinned, n.name);
+	rc = kvfs_open_share_take(fs, f->uid, n.extent_id ? kv_extent_footprint(&n.ext) : 0,
+				  n.name, &pinned);
 	if (rc < 0)
 		return rc;
 	l = kvfs_live_get(fs, f->ino);
@@ -676,9 +678,15 @@ int kvfs_file_fsync(struct kvfs *fs, struct kvfs_file *fh)
 			rc = l->write_err;      /* a truncated page is never sealed */
 		else if (l && l->writing && !l->unlinked && l->wbuf && l->wbuf->size) {
 			/* (nothing written yet: nothing to make durable) */
+			uint64_t footprint = (l->wbuf->size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+
 			rc = kvfs_page_seal(fs, l, planned ? &plan : NULL);
-			if (rc == 0)
+			if (rc == 0) {
 				fh->sealed = true;
+				/* Sealed and still held by this descriptor: never
+				 * evicted until it closes, like a reader's page. */
+				fh->pinned = kvfs_open_share_add_locked(fs, fh->uid, footprint);
+			}
 		}
 		pthread_mutex_unlock(&fs->ns_lock);
 	}

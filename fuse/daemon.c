@@ -238,8 +238,12 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 
 		if (*end || pct < 1 || pct > 100)
 			return -EINVAL;
-		*(opt[0] == 'o' ? &c->opts.open_share : opt[6] == 'h' ? &c->opts.evict_high
-			: &c->opts.evict_low) = (unsigned)pct;
+		if (!strncmp(opt, "open_share=", 11))
+			c->opts.open_share = (unsigned)pct;
+		else if (!strncmp(opt, "evict_high=", 11))
+			c->opts.evict_high = (unsigned)pct;
+		else
+			c->opts.evict_low = (unsigned)pct;
 		return 1;
 	}
 	if (!strncmp(opt, "entry_timeout=", 14)) {

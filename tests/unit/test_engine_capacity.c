@@ -414,7 +414,6 @@ static void idle_evictor_backs_off(void **state)
 	f->opts.offline = false;       /* the evictor runs */
 	f->opts.evict_high = 50;       /* 3 MiB of 4 is above it */
 	f->opts.evict_low = 40;
-	f->opts.open_share = 100;      /* root holds all of them open */
 	efix_reopen(f);
 	for (int i = 0; i < 3; i++) {  /* well within its first second */
 		snprintf(name, sizeof(name), "p%d", i);

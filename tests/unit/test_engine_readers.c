@@ -142,6 +142,17 @@ static void open_files_hold_at_most_their_share(void **state)
 	}
 	assert_int_equal(efix_lookup(f, "p8", &n), 0);
 	assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, 42, &late), -EMFILE);
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "new", 0644, 42, 42, &late, &n),
+			 -EMFILE);                        /* a page it would hold too */
+	for (unsigned i = 0; i < 9; i++) {              /* root: no limit */
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%u", i);
+		all[i] = open_page(f, name, 0);
+	}
+	for (unsigned i = 0; i < 9; i++)
+		kvfs_file_release(f->fs, all[i]);
+	assert_int_equal(efix_lookup(f, "p8", &n), 0);
 	b = open_page(f, "p8", 43);
 	read_whole(f, b, 8);
 	huge = open_page(f, "huge", 44);        /* larger than a share: one is fine */
@@ -175,12 +186,47 @@ static void open_files_hold_at_most_their_share(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* A writer's descriptor that fsync sealed keeps its page from eviction
+ * until it closes: counted like an open, so uid 45 writing and fsyncing
+ * 8 pages of 64 KiB (its share) and keeping them open cannot create a
+ * ninth; closing one gives the room back. */
+static void fsynced_writers_count_in_the_share(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_data *bytes = efix_payload(SIZE, 7);
+	struct kvfs_file *w[9];
+	struct kv_node_info n;
+
+	efix_open(f);
+	efix_layer(f);
+	for (unsigned i = 0; i < 8; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "w%u", i);
+		assert_int_equal(kvfs_file_create(f->fs, f->layer, name, 0644, 45, 45, &w[i], &n), 0);
+		bytes->bytes[0] = (uint8_t)i;           /* no two alike (dedup) */
+		assert_int_equal(kvfs_file_write(f->fs, w[i], bytes->bytes, SIZE, 0, false), 0);
+		assert_int_equal(kvfs_file_fsync(f->fs, w[i]), 0);
+	}
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "w8", 0644, 45, 45, &w[8], &n),
+			 -EMFILE);
+	kvfs_file_release(f->fs, w[0]);
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "w8", 0644, 45, 45, &w[8], &n), 0);
+	for (unsigned i = 1; i < 9; i++)
+		kvfs_file_release(f->fs, w[i]);
+	assert_int_equal(f->fs->uid_opens.n, 0);
+	kvfs_data_put(bytes);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(open_readers_keep_at_most_their_share,
 						setup_readers, efix_teardown),
 		cmocka_unit_test_setup_teardown(open_files_hold_at_most_their_share,
+						setup_share, efix_teardown),
+		cmocka_unit_test_setup_teardown(fsynced_writers_count_in_the_share,
 						setup_share, efix_teardown),
 	};
 
