@@ -184,6 +184,7 @@ void kvfs_prefetch_stop(struct kvfs *fs)
 	}
 	while ((it = q->head)) {
 		q->head = it->next;
+		kvfs_ram_prefetch_unreserve(fs, it->pg.uid, it->pg.size);
 		free(it);
 	}
 	pthread_mutex_destroy(&q->lock);

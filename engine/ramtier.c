@@ -10,7 +10,8 @@
  * copy.
  *
  * Two LRU lists: ordinary payloads, and protected (pinned) ones, which are
- * evicted only when no ordinary payload is left. Pages shared by several
+ * evicted only when nothing else is left. Between them, payloads PREFETCH
+ * loaded that nobody has read yet wait in their uid's own list (below). Pages shared by several
  * names are ordinary: their one entry is kept by a read of any name, so a
  * prefix many requests use stays by recency alone, and protecting sharing
  * would let anyone keep pages resident past everyone else's by storing
@@ -100,6 +101,12 @@ void kvfs_ram_fini(struct kvfs *fs)
 			kvfs_data_put(e->d);
 			free(e);
 		}
+	for (size_t i = 0; i < r->owners.n; i++)
+		for (e = ((struct pf_owner *)r->owners.v)[i].oldest; e; e = next) {
+			next = e->pf_next;
+			kvfs_data_put(e->d);
+			free(e);
+		}
 	pthread_mutex_destroy(&r->lock);
 	kvfs_uidtab_free(&r->owners);
 	free(r->ghost);
@@ -181,8 +188,12 @@ static void lru_push(struct kvfs_ram *r, struct ram_ent *e)
  * unread prefetched pages out of the tier before their engines read them
  * (0 of 64 served). Now one uid may have at most half the budget queued,
  * and at most half the budget resident unread: past it, its own oldest
- * unread page makes room for its next. Once read, a page is an ordinary
- * one, kept by recency like any other. */
+ * unread page makes room for its next. Unread prefetches are in no LRU:
+ * every ordinary payload goes before any of them, so a uid reading its
+ * own prefetches at once (making them ordinary) cannot push another's
+ * unread ones out either; when only they are left, the uid holding most
+ * loses its oldest. Once read, a page is an ordinary one, kept by
+ * recency like any other. */
 
 static struct pf_owner *owner_of(struct kvfs_ram *r, uint32_t uid, bool add)
 {
@@ -262,8 +273,10 @@ static void remove_ent(struct kvfs_ram *r, struct ram_ent *e)
 
 	if (*pp == e)
 		*pp = e->hnext;
-	pf_forget(r, e);
-	lru_unlink(r, e);
+	if (e->prefetched)
+		pf_forget(r, e);
+	else
+		lru_unlink(r, e);
 	r->n--;
 	r->nprotect -= e->protect;
 	r->bytes -= e->bytes;
@@ -284,13 +297,29 @@ static uint64_t ent_bytes(const struct kvfs_data *d)
 	       2 * sizeof(struct ram_ent *);
 }
 
-/* Evict least recently used payloads, ordinary ones first, until need
- * more bytes fit. */
+/* The oldest unread prefetch of the uid with the most of them. */
+static struct ram_ent *largest_owners_oldest(struct kvfs_ram *r)
+{
+	struct pf_owner *o = r->owners.v, *best = NULL;
+
+	for (size_t i = 0; i < r->owners.n; i++)
+		if (o[i].oldest && (!best || o[i].unread > best->unread))
+			best = &o[i];
+	return best ? best->oldest : NULL;
+}
+
+/* Evict until need more bytes fit: least recently used ordinary payloads
+ * first, then unread prefetches (the largest holder's oldest), pinned
+ * ones last. */
 static void make_room(struct kvfs_ram *r, uint64_t need)
 {
 	while (r->bytes + need > r->budget) {
-		struct ram_ent *e = r->lru[0].tail ? r->lru[0].tail : r->lru[1].tail;
+		struct ram_ent *e = r->lru[0].tail;
 
+		if (!e)
+			e = largest_owners_oldest(r);
+		if (!e)
+			e = r->lru[1].tail;
 		if (!e)
 			return;
 		remove_ent(r, e);
@@ -312,13 +341,14 @@ static void make_room_for_prefetch(struct kvfs_ram *r, uint32_t uid, uint64_t ne
 	}
 }
 
-/* e is uid's newest unread prefetch. */
-static void pf_track(struct kvfs_ram *r, struct ram_ent *e, uint32_t uid)
+/* e (in no list yet) is uid's newest unread prefetch; false if there is
+ * no memory to count it. */
+static bool pf_track(struct kvfs_ram *r, struct ram_ent *e, uint32_t uid)
 {
 	struct pf_owner *o = owner_of(r, uid, true);
 
 	if (!o)
-		return;       /* untracked: an ordinary entry */
+		return false;
 	e->prefetched = true;
 	e->pf_uid = uid;
 	e->pf_prev = o->newest;
@@ -328,6 +358,7 @@ static void pf_track(struct kvfs_ram *r, struct ram_ent *e, uint32_t uid)
 		o->oldest = e;
 	o->newest = e;
 	o->unread += e->bytes;
+	return true;
 }
 
 struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
@@ -341,14 +372,15 @@ struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
 	pthread_mutex_lock(&r->lock);
 	e = *find_slot(r, id);
 	if (e) {
-		lru_unlink(r, e);
+		if (e->prefetched) {       /* read at last: an ordinary entry */
+			pf_forget(r, e);
+			r->st.prefetch_used++;
+		} else {
+			lru_unlink(r, e);
+		}
 		lru_push(r, e);
 		d = kvfs_data_get(e->d);
 		r->st.hits++;
-		if (e->prefetched) {
-			pf_forget(r, e);
-			r->st.prefetch_used++;
-		}
 	} else {
 		r->st.misses++;
 	}
@@ -424,13 +456,14 @@ static void put(struct kvfs *fs, uint64_t id, struct kvfs_data *d, bool protect,
 	e->protect = protect;
 	e->hnext = *pp;
 	*pp = e;
-	lru_push(r, e);
 	r->n++;
 	r->nprotect += protect;
 	r->bytes += e->bytes;
 	count_origin(r, origin);
-	if (origin == KVFS_RAM_PREFETCH)
-		pf_track(r, e, uid);
+	/* A pinned page stays with the pinned; no memory for the uid's
+	 * record: an ordinary entry. */
+	if (origin != KVFS_RAM_PREFETCH || protect || !pf_track(r, e, uid))
+		lru_push(r, e);
 	maybe_grow(r);
 	pthread_mutex_unlock(&r->lock);
 }
@@ -457,7 +490,10 @@ void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect)
 	pthread_mutex_lock(&r->lock);
 	e = *find_slot(r, id);
 	if (e && e->protect != protect) {
-		lru_unlink(r, e);
+		if (e->prefetched)
+			pf_forget(r, e);     /* pinned or unpinned: an ordinary entry */
+		else
+			lru_unlink(r, e);
 		if (protect)
 			r->nprotect++;
 		else

@@ -78,6 +78,44 @@ static void a_looping_uid_evicts_its_own_unread_prefetches(void **state)
 	free(fs);
 }
 
+/* uid 2 prefetches and at once reads each page (a RAM hit: it costs no
+ * device time), four times the budget over: those become ordinary
+ * entries, which all go before uid 1's unread prefetches. With three
+ * uids past the budget in unread pages, the one holding most loses its
+ * oldest first. */
+static void reading_its_own_prefetches_pushes_out_no_one_elses(void **state)
+{
+	struct kvfs *fs = tier_new();
+	unsigned kept2 = 0, kept3 = 0;
+
+	(void)state;
+	for (uint64_t id = 1; id <= 4; id++)
+		put(fs, id, 1);
+	for (uint64_t id = 100; id < 160; id++) {
+		put(fs, id, 2);
+		kvfs_data_put(kvfs_ram_get(fs, id));
+	}
+	for (uint64_t id = 1; id <= 4; id++)
+		assert_true(kvfs_ram_has(fs, id));
+	assert_true(kvfs_ram_has(fs, 159));
+
+	for (uint64_t id = 200; id < 206; id++)        /* uid 2: 6 unread */
+		put(fs, id, 2);
+	for (uint64_t id = 300; id < 306; id++)        /* uid 3: 6 unread */
+		put(fs, id, 3);
+	for (uint64_t id = 1; id <= 4; id++)           /* uid 1 had fewest */
+		assert_true(kvfs_ram_has(fs, id));
+	for (uint64_t id = 200; id < 206; id++)
+		kept2 += kvfs_ram_has(fs, id);
+	for (uint64_t id = 300; id < 306; id++)
+		kept3 += kvfs_ram_has(fs, id);
+	assert_true(kvfs_ram_has(fs, 305) && kvfs_ram_has(fs, 205));
+	assert_true(kept2 < 6);                        /* its oldest went */
+	assert_true(kept2 + 1 >= kept3 && kept3 + 1 >= kept2);
+	kvfs_ram_fini(fs);
+	free(fs);
+}
+
 /* Half the budget queued per uid; the loader gives it back. */
 static void a_uid_queues_at_most_half_the_budget(void **state)
 {
@@ -100,6 +138,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_looping_uid_evicts_its_own_unread_prefetches),
+		cmocka_unit_test(reading_its_own_prefetches_pushes_out_no_one_elses),
 		cmocka_unit_test(a_uid_queues_at_most_half_the_budget),
 	};
 
