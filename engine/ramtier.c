@@ -31,6 +31,7 @@ struct ram_ent {
 	bool protect;
 	bool prefetched;           /* loaded by PREFETCH and not read since */
 	uint32_t pf_uid;           /* prefetched: whose PREFETCH loaded it */
+	int64_t pf_ns;             /* ... and when */
 	struct ram_ent *prev, *next;   /* its class's LRU, most recent first */
 	struct ram_ent *pf_next, *pf_prev;   /* its uid's unread ones, oldest first */
 	struct ram_ent *hnext;
@@ -48,6 +49,10 @@ struct lru {
 };
 
 #define GHOSTS 65536               /* extent ids remembered by kvfs_ram_admit */
+/* An engine prefetches the next layer while it computes this one, and
+ * reads it within a second or so: an unread prefetch older than this is
+ * the first to go, so that no uid keeps half the tier by never reading. */
+#define PREFETCH_UNREAD_NS (10ll * 1000000000)
 
 struct kvfs_ram {
 	pthread_mutex_t lock;
@@ -188,7 +193,8 @@ static void lru_push(struct kvfs_ram *r, struct ram_ent *e)
  * unread prefetched pages out of the tier before their engines read them
  * (0 of 64 served). Now one uid may have at most half the budget queued,
  * and at most half the budget resident unread: past it, its own oldest
- * unread page makes room for its next. Unread prefetches are in no LRU:
+ * unread page makes room for its next, and one left unread for 10 s goes
+ * before anything else. Unread prefetches are in no LRU:
  * every ordinary payload goes before any of them, so a uid reading its
  * own prefetches at once (making them ordinary) cannot push another's
  * unread ones out either; when only they are left, the uid holding most
@@ -297,27 +303,39 @@ static uint64_t ent_bytes(const struct kvfs_data *d)
 	       2 * sizeof(struct ram_ent *);
 }
 
-/* The oldest unread prefetch of the uid with the most of them. */
-static struct ram_ent *largest_owners_oldest(struct kvfs_ram *r)
+/* The oldest unread prefetch of the uid with the most of them; with
+ * stale_ns, only one loaded before it (any uid's). */
+static struct ram_ent *unread_victim(struct kvfs_ram *r, int64_t stale_ns)
 {
 	struct pf_owner *o = r->owners.v, *best = NULL;
 
-	for (size_t i = 0; i < r->owners.n; i++)
-		if (o[i].oldest && (!best || o[i].unread > best->unread))
+	for (size_t i = 0; i < r->owners.n; i++) {
+		if (!o[i].oldest)
+			continue;
+		if (stale_ns && o[i].oldest->pf_ns < stale_ns)
+			return o[i].oldest;
+		if (!best || o[i].unread > best->unread)
 			best = &o[i];
-	return best ? best->oldest : NULL;
+	}
+	return best && !stale_ns ? best->oldest : NULL;
 }
 
-/* Evict until need more bytes fit: least recently used ordinary payloads
- * first, then unread prefetches (the largest holder's oldest), pinned
+/* Evict until need more bytes fit: unread prefetches nobody read within
+ * PREFETCH_UNREAD_NS first, then least recently used ordinary payloads,
+ * then the other unread prefetches (the largest holder's oldest), pinned
  * ones last. */
 static void make_room(struct kvfs_ram *r, uint64_t need)
 {
+	int64_t stale_ns = r->bytes + need > r->budget && r->owners.n ?
+			   kvfs_now_ns() - PREFETCH_UNREAD_NS : 0;
+
 	while (r->bytes + need > r->budget) {
-		struct ram_ent *e = r->lru[0].tail;
+		struct ram_ent *e = stale_ns ? unread_victim(r, stale_ns) : NULL;
 
 		if (!e)
-			e = largest_owners_oldest(r);
+			e = r->lru[0].tail;
+		if (!e)
+			e = unread_victim(r, 0);
 		if (!e)
 			e = r->lru[1].tail;
 		if (!e)
@@ -351,6 +369,7 @@ static bool pf_track(struct kvfs_ram *r, struct ram_ent *e, uint32_t uid)
 		return false;
 	e->prefetched = true;
 	e->pf_uid = uid;
+	e->pf_ns = kvfs_now_ns();
 	e->pf_prev = o->newest;
 	if (o->newest)
 		o->newest->pf_next = e;

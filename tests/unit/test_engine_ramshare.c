@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "kvfs_i.h"
@@ -116,6 +117,30 @@ static void reading_its_own_prefetches_pushes_out_no_one_elses(void **state)
 	free(fs);
 }
 
+/* An unread prefetch left for 10 s goes before anything else: no uid
+ * keeps half the tier by never reading what it prefetched. */
+static void unread_prefetches_age_out(void **state)
+{
+	struct kvfs *fs = tier_new();
+	struct kvfs_data *d = kvfs_data_new(PAGE);
+	struct timespec ten = { .tv_sec = 10, .tv_nsec = 200000000 };
+
+	(void)state;
+	d->size = PAGE;
+	for (uint64_t id = 1; id <= 4; id++)
+		put(fs, id, 1);
+	for (uint64_t id = 100; id < 120; id++)          /* read pages fill the rest */
+		kvfs_ram_put(fs, id, d, false, KVFS_RAM_READ);
+	assert_true(kvfs_ram_has(fs, 1) && kvfs_ram_has(fs, 119));
+	nanosleep(&ten, NULL);
+	kvfs_ram_put(fs, 200, d, false, KVFS_RAM_READ);
+	assert_false(kvfs_ram_has(fs, 1));                /* stale: first out */
+	assert_true(kvfs_ram_has(fs, 2) && kvfs_ram_has(fs, 200));
+	kvfs_data_put(d);
+	kvfs_ram_fini(fs);
+	free(fs);
+}
+
 /* Half the budget queued per uid; the loader gives it back. */
 static void a_uid_queues_at_most_half_the_budget(void **state)
 {
@@ -139,6 +164,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_looping_uid_evicts_its_own_unread_prefetches),
 		cmocka_unit_test(reading_its_own_prefetches_pushes_out_no_one_elses),
+		cmocka_unit_test(unread_prefetches_age_out),
 		cmocka_unit_test(a_uid_queues_at_most_half_the_budget),
 	};
 
