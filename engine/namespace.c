@@ -16,6 +16,10 @@
 #include "kvfs_i.h"
 #include "pagecharge.h"
 
+/* Lines about requests any user may repeat at will (a bad layer name, a
+ * geometry that cannot fit, a rename refused, an owner unpinning). */
+static struct kv_log_limit user_refusals;
+
 int kvfs_check_name(const char *name)
 {
 	size_t len = strlen(name);
@@ -179,13 +183,14 @@ static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
 	int rc;
 
 	if (len == 0 || len > 5 || strspn(name, "0123456789") != len) {
-		kv_log(KV_LOG_INFO, "layer directory name \"%s\" refused: use the layer number (e.g. 00, 31)", name);
+		KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "layer directory name \"%s\" refused: "
+			       "use the layer number (e.g. 00, 31)", name);
 		return -EINVAL;
 	}
 	v = strtoul(name, &end, 10);
 	if (model->geo.layers && v >= model->geo.layers) {
-		kv_log(KV_LOG_INFO, "layer %lu refused: model %s has %u layers",
-		       v, model->name, model->geo.layers);
+		KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "layer %lu refused: model %s has %u layers",
+			       v, model->name, model->geo.layers);
 		return -EINVAL;
 	}
 	rc = kv_index_readdir(fs->idx, model->ino, &d, &n);
@@ -369,10 +374,10 @@ static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry 
 	if (n.kind != KV_KIND_MODEL)
 		return -ENOTSUP;
 	if (kv_geometry_page_bytes(g) > fs->meta.segment_size) {
-		kv_log(KV_LOG_ERR, "geometry of model %s refused: pages of %llu bytes do not fit "
-		       "in this store's %llu-byte segments", n.name,
-		       (unsigned long long)kv_geometry_page_bytes(g),
-		       (unsigned long long)fs->meta.segment_size);
+		KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "geometry of model %s refused: pages "
+			       "of %llu bytes do not fit in this store's %llu-byte segments",
+			       n.name, (unsigned long long)kv_geometry_page_bytes(g),
+			       (unsigned long long)fs->meta.segment_size);
 		return -EFBIG;
 	}
 	rc = model_has_pages(fs, ino, g);
@@ -424,8 +429,8 @@ static int set_pinned(struct kvfs *fs, uint64_t ino, bool pin, uint32_t caller)
 		return rc;
 	kvfs_commit_put_page(fs, &n, NULL);
 	kvfs_ram_protect(fs, n.extent_id, kvfs_pinned(n.attr.mode));
-	kv_log(KV_LOG_INFO, "page %s (inode %llu) %s", n.name, (unsigned long long)ino,
-	       pin ? "pinned" : "unpinned");
+	KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "page %s (inode %llu) %s", n.name,
+		       (unsigned long long)ino, pin ? "pinned" : "unpinned");
 	return 0;
 }
 
@@ -477,15 +482,17 @@ static int check_move(struct kvfs *fs, const struct kv_node_info *n,
 		 * that falls back to copying gets the size error on its own
 		 * write or close, with the source left in place. */
 		if (n->state != KV_PAGE_WRITING && exact && n->size != limit) {
-			kv_log(KV_LOG_ERR, "rename of page %s refused: %llu bytes, the geometry of the target model needs %llu",
-			       n->name, (unsigned long long)n->size, (unsigned long long)limit);
+			KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "rename of page %s refused: %llu "
+				       "bytes, the geometry of the target model needs %llu", n->name,
+				       (unsigned long long)n->size, (unsigned long long)limit);
 			return -EXDEV;
 		}
 		return 0;
 	case KV_KIND_LAYER:
 		/* A layer directory's name is its layer number: renaming it
 		 * would silently relabel every page in it. */
-		kv_log(KV_LOG_INFO, "rename of layer directory %s refused", n->name);
+		KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "rename of layer directory %s refused",
+			       n->name);
 		return -EPERM;
 	case KV_KIND_MODEL:
 		return np->kind == KV_KIND_ROOT ? 0 : -EPERM;

@@ -206,8 +206,10 @@ static void setxattr_pinned(fuse_req_t req, fuse_ino_t ino, const char *value,
 	int rc = parse_pin(value, size, &pin);
 
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "user.kvfs.pinned \"%.*s\" refused: use 1 or 0",
-		       (int)(size > 20 ? 20 : size), value);
+		static struct kv_log_limit log;   /* any user, at will */
+
+		KV_LOG_LIMITED(&log, KV_LOG_INFO, "user.kvfs.pinned \"%.*s\" refused: use 1 or 0",
+			       (int)(size > 20 ? 20 : size), value);
 		return kvfs_reply_err(req, rc);
 	}
 	rc = kvfs_ns_set_pinned(fs, ino, pin, fuse_req_ctx(req)->uid);
@@ -244,8 +246,11 @@ void kvfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 				      ? -ENOTSUP : -EPERM);
 	rc = kvfs_geometry_parse(value, size, &g);
 	if (rc < 0) {
-		kv_log(KV_LOG_ERR, "geometry \"%.*s\" refused: expected layers=N kv_heads=N head_dim=N dtype=bf16 page_tokens=N",
-		       (int)(size > 200 ? 200 : size), value);
+		static struct kv_log_limit log;   /* any model owner, at will */
+
+		KV_LOG_LIMITED(&log, KV_LOG_INFO, "geometry \"%.*s\" refused: expected layers=N "
+			       "kv_heads=N head_dim=N dtype=bf16 page_tokens=N",
+			       (int)(size > 200 ? 200 : size), value);
 		return kvfs_reply_err(req, rc);
 	}
 	kvfs_reply_err(req, kvfs_ns_set_geometry(fs, ino, &g));

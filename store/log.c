@@ -76,6 +76,31 @@ static void stderr_sink(enum kv_log_level lvl, const char *line)
 	(void)w;
 }
 
+/*
+ * Lines quote names and values users chose: a page or directory name may
+ * hold a newline and a timestamp (a forged line) or terminal escapes.
+ * Every control byte is written as \xNN, in place, the line cut to fit.
+ */
+static void defang(char *line, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	char out[LOG_LINE_MAX];
+	size_t o = 0;
+
+	for (const unsigned char *c = (const unsigned char *)line; *c && o + 5 < cap; c++) {
+		if (*c >= 0x20 && *c != 0x7f) {
+			out[o++] = (char)*c;
+			continue;
+		}
+		out[o++] = '\\';
+		out[o++] = 'x';
+		out[o++] = hex[*c >> 4];
+		out[o++] = hex[*c & 15];
+	}
+	out[o] = 0;
+	memcpy(line, out, o + 1);
+}
+
 void kv_log(enum kv_log_level lvl, const char *fmt, ...)
 {
 	char line[LOG_LINE_MAX];
@@ -90,6 +115,7 @@ void kv_log(enum kv_log_level lvl, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	defang(line, sizeof(line));
 	sink = atomic_load(&log_sink);
 	if (sink)
 		sink(lvl, line);

@@ -60,6 +60,29 @@ PY
 lines=$(grep -cE "flood[0-9]+|discarded at close" "$LOG" || true)
 [ "$lines" -lt 300 ] || fail "300 wrong-sized pages logged $lines lines"
 [ "$lines" -ge 1 ] || fail "wrong-sized pages logged nothing"
+# So are bad geometries, layer names and pin values; and a name cannot
+# forge a log line (a newline and a timestamp) or send terminal escapes.
+python3 - "$MNT" <<'PY' || fail "refused requests in a loop"
+import errno, os, sys
+mnt = sys.argv[1]
+forged = "\n2026-01-01T00:00:00.000Z kvfs[1]: error: FORGED\x1b[31m"
+for i in range(300):
+    for call in (lambda: os.setxattr(f"{mnt}/plain", "user.kvfs.geometry", b"bad%d" % i),
+                 lambda: os.mkdir(f"{mnt}/plain/{forged}{i}"),
+                 lambda: os.setxattr(f"{mnt}/tiny/00/good", "user.kvfs.pinned", b"2")):
+        try:
+            call()
+            sys.exit("a refused request succeeded")
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.EPERM):
+                raise
+PY
+lines=$(grep -cE 'geometry "bad|FORGED|user.kvfs.pinned "2"' "$LOG" || true)
+[ "$lines" -lt 300 ] || fail "900 refused requests logged $lines lines"
+[ "$lines" -ge 3 ] || fail "refused requests logged $lines lines, not each kind"
+grep -q "^2026-01-01T00:00:00.000Z kvfs\[1\]" "$LOG" && fail "a page name forged a log line"
+grep -q $'\x1b' "$LOG" && fail "a page name put a terminal escape into the log"
+grep -qF '\x0a2026-01-01' "$LOG" || fail "the refused name is not in the log, escaped"
 umount_kvfs
 mount_kvfs
 [ "$(getfattr --absolute-names --only-values -n user.kvfs.page_bytes "$MNT/tiny")" = 256 ] || fail "geometry lost on remount"
