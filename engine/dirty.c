@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "kvfs_i.h"
+#include "openshare.h"
 
 struct kvfs_dirty_uid {      /* a uid with page files being written */
 	uint32_t uid;
@@ -189,21 +190,34 @@ static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes
 
 /* Past its share: the uid holds pages being written besides the caller's
  * own (held), and this charge would take it over budget / SHARE. Root is
- * trusted with the whole budget, as before. */
-static bool past_share(const struct kvfs_dirty *d, const struct kvfs_dirty_uid *u,
-		       uint64_t bytes, uint64_t held)
+ * trusted with the whole budget, as before. A page being written cannot
+ * be evicted either, so in cache mode the uid's share of the capacity
+ * (-o open_share, engine/openshare.c) bounds them too, with no exception
+ * for one page: else one uid writing pages and keeping them open held a
+ * small store full. */
+static bool past_share(struct kvfs *fs, const struct kvfs_dirty_uid *u, uint64_t bytes,
+		       uint64_t held)
 {
-	return u->uid != 0 && u->filling > held &&
-	       u->filling + bytes > d->budget / DIRTY_UID_SHARE;
+	uint64_t cap_share = kvfs_open_share_bytes(fs, u->uid);
+
+	if (u->uid == 0)
+		return false;
+	if (cap_share && u->filling + bytes > cap_share)
+		return true;
+	return u->filling > held && u->filling + bytes > fs->dirty.budget / DIRTY_UID_SHARE;
 }
 
-static int refuse_uid(struct kvfs_dirty *d, const struct kvfs_dirty_uid *u, uint64_t bytes)
+static int refuse_uid(struct kvfs *fs, const struct kvfs_dirty_uid *u, uint64_t bytes)
 {
+	struct kvfs_dirty *d = &fs->dirty;
+
 	d->uid_refused++;
 	KV_LOG_LIMITED(&d->uid_log, KV_LOG_WARN, "write-back: uid %u holds %llu bytes in pages "
-		       "it is still writing, half the budget (-o dirty=%llu): refusing a write "
-		       "of %llu bytes with EDQUOT until it closes some (%llu refused so far)",
+		       "it is still writing, its share (half the budget, -o dirty=%llu; at most "
+		       "-o open_share of the capacity, %llu): refusing a write of %llu bytes with "
+		       "EDQUOT until it closes some (%llu refused so far)",
 		       u->uid, (unsigned long long)u->filling, (unsigned long long)d->budget,
+		       (unsigned long long)kvfs_open_share_bytes(fs, u->uid),
 		       (unsigned long long)bytes, (unsigned long long)d->uid_refused);
 	return -EDQUOT;
 }
@@ -225,13 +239,13 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 	}
 	/* Waiting holds a FUSE thread: a few writers of a uid may wait for its
 	 * other pages to be sealed, briefly; the rest are refused at once. */
-	while (past_share(d, u, bytes, held)) {
+	while (past_share(fs, u, bytes, held)) {
 		/* Every page of the uid is held by a writer waiting here, this
 		 * one too: none will be sealed while they wait. Refusing this
 		 * one dooms its page, whose bytes then leave the share
 		 * (pagefile.c), and the others go on. */
 		if (u->waiters >= DIRTY_UID_WAITERS || u->waiting_held + held >= u->filling) {
-			rc = refuse_uid(d, u, bytes);
+			rc = refuse_uid(fs, u, bytes);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}
@@ -241,8 +255,8 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 		u = uid_entry(d, uid, false);   /* the array may have moved */
 		u->waiters--;
 		u->waiting_held -= held;
-		if (rc == ETIMEDOUT && past_share(d, u, bytes, held)) {
-			rc = refuse_uid(d, u, bytes);
+		if (rc == ETIMEDOUT && past_share(fs, u, bytes, held)) {
+			rc = refuse_uid(fs, u, bytes);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}

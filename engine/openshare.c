@@ -84,9 +84,7 @@ void kvfs_read_hold_give(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	pthread_mutex_unlock(&fs->ns_lock);
 }
 
-/* Bytes uid's open files may hold against eviction; 0: no limit. Root
- * is trusted with the whole capacity, as with the write-back budget. */
-static uint64_t open_share(const struct kvfs *fs, uint32_t uid)
+uint64_t kvfs_open_share_bytes(const struct kvfs *fs, uint32_t uid)
 {
 	const struct kvfs_opts *o = &fs->opts;
 
@@ -112,7 +110,7 @@ static int refuse(struct kvfs *fs, uint32_t uid, uint64_t held, uint64_t share,
 int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, const char *name,
 			 uint64_t *counted)
 {
-	uint64_t share = open_share(fs, uid);
+	uint64_t share = kvfs_open_share_bytes(fs, uid);
 	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
 
 	*counted = 0;
@@ -133,7 +131,7 @@ uint64_t kvfs_open_share_add_locked(struct kvfs *fs, uint32_t uid, uint64_t byte
 {
 	struct kvfs_uid_bytes *e;
 
-	if (!open_share(fs, uid) || !(e = entry_of(fs, uid, true)))
+	if (!kvfs_open_share_bytes(fs, uid) || !(e = entry_of(fs, uid, true)))
 		return 0;     /* no limit; or no memory for the record: uncounted */
 	e->held += bytes;
 	return bytes;
@@ -141,7 +139,7 @@ uint64_t kvfs_open_share_add_locked(struct kvfs *fs, uint32_t uid, uint64_t byte
 
 int kvfs_open_share_full(struct kvfs *fs, uint32_t uid, const char *name)
 {
-	uint64_t share = open_share(fs, uid);
+	uint64_t share = kvfs_open_share_bytes(fs, uid);
 	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
 
 	if (share && e && e->held >= share)

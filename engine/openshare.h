@@ -12,6 +12,10 @@
 struct kvfs;
 
 void kvfs_open_share_init(struct kvfs *fs);
+/* Bytes uid's open files may hold against eviction (cache mode,
+ * -o open_share of the capacity); 0: no limit (root, authoritative mode,
+ * no capacity). Pages uid is writing count against it too (dirty.c). */
+uint64_t kvfs_open_share_bytes(const struct kvfs *fs, uint32_t uid);
 
 /* May a file uid opened keep bytes loaded for its next reads? Counted
  * for uid if so. Takes ns_lock. */
