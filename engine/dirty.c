@@ -192,17 +192,18 @@ static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes
  * own (held), and this charge would take it over budget / SHARE. Root is
  * trusted with the whole budget, as before. A page being written cannot
  * be evicted either, so in cache mode the uid's share of the capacity
- * (-o open_share, engine/openshare.c) bounds them too, with no exception
- * for one page: else one uid writing pages and keeping them open held a
- * small store full. */
+ * (-o open_share, engine/openshare.c) bounds them too, together with the
+ * pages its open files hold (open_held), with no exception for one page:
+ * else one uid writing pages and keeping them open held a small store
+ * full. */
 static bool past_share(struct kvfs *fs, const struct kvfs_dirty_uid *u, uint64_t bytes,
-		       uint64_t held)
+		       uint64_t held, uint64_t open_held)
 {
 	uint64_t cap_share = kvfs_open_share_bytes(fs, u->uid);
 
 	if (u->uid == 0)
 		return false;
-	if (cap_share && u->filling + bytes > cap_share)
+	if (cap_share && open_held + u->filling + bytes > cap_share)
 		return true;
 	return u->filling > held && u->filling + bytes > fs->dirty.budget / DIRTY_UID_SHARE;
 }
@@ -227,10 +228,15 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 	struct kvfs_dirty *d = &fs->dirty;
 	struct kvfs_dirty_uid *u;
 	struct timespec until = kvfs_after_ns(DIRTY_STALL_NS);
+	uint64_t cap_share, open_held;
 	int rc;
 
 	if (bytes == 0)
 		return 0;
+	/* ns_lock cannot be taken inside dirty.lock: read before (a close
+	 * meanwhile only makes this cautious). */
+	cap_share = kvfs_open_share_bytes(fs, uid);
+	open_held = cap_share ? kvfs_open_share_held(fs, uid) : 0;
 	pthread_mutex_lock(&d->lock);
 	u = uid_entry(d, uid, true);
 	if (!u) {
@@ -239,12 +245,15 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 	}
 	/* Waiting holds a FUSE thread: a few writers of a uid may wait for its
 	 * other pages to be sealed, briefly; the rest are refused at once. */
-	while (past_share(fs, u, bytes, held)) {
+	while (past_share(fs, u, bytes, held, open_held)) {
 		/* Every page of the uid is held by a writer waiting here, this
 		 * one too: none will be sealed while they wait. Refusing this
 		 * one dooms its page, whose bytes then leave the share
 		 * (pagefile.c), and the others go on. */
-		if (u->waiters >= DIRTY_UID_WAITERS || u->waiting_held + held >= u->filling) {
+		if (u->waiters >= DIRTY_UID_WAITERS || u->waiting_held + held >= u->filling ||
+		    (cap_share && open_held + held + bytes > cap_share)) {
+			/* (the last: past its share even once its other pages
+			 * are sealed, since its open files hold the rest) */
 			rc = refuse_uid(fs, u, bytes);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
@@ -255,7 +264,7 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 		u = uid_entry(d, uid, false);   /* the array may have moved */
 		u->waiters--;
 		u->waiting_held -= held;
-		if (rc == ETIMEDOUT && past_share(fs, u, bytes, held)) {
+		if (rc == ETIMEDOUT && past_share(fs, u, bytes, held, open_held)) {
 			rc = refuse_uid(fs, u, bytes);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
@@ -267,6 +276,18 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 	if (rc < 0)
 		kvfs_dirty_uid_done(fs, uid, bytes);
 	return rc;
+}
+
+uint64_t kvfs_dirty_uid_filling(struct kvfs *fs, uint32_t uid)
+{
+	struct kvfs_dirty_uid *u;
+	uint64_t filling;
+
+	pthread_mutex_lock(&fs->dirty.lock);
+	u = uid_entry(&fs->dirty, uid, false);
+	filling = u ? u->filling : 0;
+	pthread_mutex_unlock(&fs->dirty.lock);
+	return filling;
 }
 
 void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)

@@ -582,6 +582,8 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t held);
 /* bytes charged through kvfs_dirty_take_uid were sealed or given back. */
 void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
+/* Bytes uid holds in pages it is still writing (a leaf lock: any order). */
+uint64_t kvfs_dirty_uid_filling(struct kvfs *fs, uint32_t uid);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
 /* l's charge now drains (its page was sealed): kvfs_dirty_sealed, and the

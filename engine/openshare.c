@@ -99,18 +99,30 @@ static int refuse(struct kvfs *fs, uint32_t uid, uint64_t held, uint64_t share,
 {
 	static struct kv_log_limit log;
 
-	KV_LOG_LIMITED(&log, KV_LOG_INFO, "%s page %s refused (EMFILE): uid %u's open page "
-		       "files hold %llu of their %llu bytes against eviction "
+	KV_LOG_LIMITED(&log, KV_LOG_INFO, "%s page %s refused (EMFILE): uid %u's page files "
+		       "(open, or being written) hold %llu of their %llu bytes against eviction "
 		       "(-o open_share=%u%% of the capacity)", what, name, uid,
 		       (unsigned long long)held, (unsigned long long)share,
 		       fs->opts.open_share);
 	return -EMFILE;
 }
 
-int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, const char *name,
-			 uint64_t *counted)
+uint64_t kvfs_open_share_held(struct kvfs *fs, uint32_t uid)
 {
-	uint64_t share = kvfs_open_share_bytes(fs, uid);
+	struct kvfs_uid_bytes *e;
+	uint64_t held;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	e = entry_of(fs, uid, false);
+	held = e ? e->held : 0;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return held;
+}
+
+int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t writing,
+			 const char *name, uint64_t *counted)
+{
+	uint64_t share = kvfs_open_share_bytes(fs, uid), have;
 	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
 
 	*counted = 0;
@@ -118,8 +130,9 @@ int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, const ch
 		return 0;          /* an empty page holds nothing; no limit */
 	/* A uid holding nothing may open any page, however large: a page
 	 * larger than the share must stay readable. */
-	if (e && e->held && e->held + bytes > share)
-		return refuse(fs, uid, e->held, share, "open of", name);
+	have = (e ? e->held : 0) + writing;
+	if (have && have + bytes > share)
+		return refuse(fs, uid, have, share, "open of", name);
 	if (!e && !(e = entry_of(fs, uid, true)))
 		return -ENOMEM;
 	e->held += bytes;
@@ -137,13 +150,14 @@ uint64_t kvfs_open_share_add_locked(struct kvfs *fs, uint32_t uid, uint64_t byte
 	return bytes;
 }
 
-int kvfs_open_share_full(struct kvfs *fs, uint32_t uid, const char *name)
+int kvfs_open_share_full(struct kvfs *fs, uint32_t uid, uint64_t writing, const char *name)
 {
 	uint64_t share = kvfs_open_share_bytes(fs, uid);
-	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
+	struct kvfs_uid_bytes *e = share ? entry_of(fs, uid, false) : NULL;
+	uint64_t have = (e ? e->held : 0) + writing;
 
-	if (share && e && e->held >= share)
-		return refuse(fs, uid, e->held, share, "create of", name);
+	if (share && have >= share)
+		return refuse(fs, uid, have, share, "create of", name);
 	return 0;
 }
 

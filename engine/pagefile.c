@@ -68,6 +68,13 @@ static void file_free(struct kvfs_file *fh)
 	free(fh);
 }
 
+/* Bytes of pages uid is still writing, which count in its open_share
+ * (engine/openshare.c); not looked up where no share applies (root). */
+static uint64_t writing_bytes(struct kvfs *fs, uint32_t uid)
+{
+	return kvfs_open_share_bytes(fs, uid) ? kvfs_dirty_uid_filling(fs, uid) : 0;
+}
+
 /* ---- create ---- */
 
 static int do_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
@@ -133,7 +140,7 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 		return -ENOMEM;
 	f->uid = uid;
 	pthread_mutex_lock(&fs->ns_lock);
-	rc = kvfs_open_share_full(fs, uid, name);
+	rc = kvfs_open_share_full(fs, uid, writing_bytes(fs, uid), name);
 	if (rc == 0)
 		rc = do_create(fs, parent, name, mode, uid, gid, n);
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -265,7 +272,7 @@ static int do_open(struct kvfs *fs, struct kvfs_file *f, int flags)
 		return rc;
 	/* Held open, the page cannot be evicted: counted in the uid's share. */
 	rc = kvfs_open_share_take(fs, f->uid, n.extent_id ? kv_extent_footprint(&n.ext) : 0,
-				  n.name, &pinned);
+				  writing_bytes(fs, f->uid), n.name, &pinned);
 	if (rc < 0)
 		return rc;
 	l = kvfs_live_get(fs, f->ino);

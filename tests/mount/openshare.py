@@ -5,12 +5,13 @@ pages and keeping them open could hold the whole capacity, and every
 other writer got ENOSPC. Each uid's open files may hold at most
 open_share (default 25%) of the capacity; past it open fails with EMFILE.
 
-Pages being written cannot be evicted either; they count against the
-same share (with no exception for one large page).
+Pages being written cannot be evicted either; they count in the same
+share (with no exception for one large page).
 
 Steps: `fill` (root: 15 pages of 2 MiB in a 32 MiB store, just under the
 high watermark), `hold READY` (uid 65534: open every page, keep what it
-may, after writing 3 pages of 4 MiB kept open unsealed, write the
+may, after writing a page of 4 MiB kept open unsealed, then try to
+create one more, write the
 counts to READY, wait to be killed), `flood` (root: 10 pages of 4 MiB,
 each of which needs pages evicted).
 """
@@ -49,30 +50,29 @@ def step_fill(mnt):
 
 def step_hold(mnt, ready):
     # Pages being written cannot be evicted either: they count in the
-    # same share (here 8 MiB), one page of any size no exception.
-    writing, written, wrefused = [], 0, 0
-    for i in range(3):
-        fd = os.open(os.path.join(mnt, 'm', '1', f'w{i}'), os.O_CREAT | os.O_WRONLY, 0o644)
-        writing.append(fd)
-        try:
-            os.write(fd, payload(f'w{i}', BIG))
-            written += BIG
-        except OSError as e:
-            if e.errno != errno.EDQUOT:
-                fail(f'writing w{i} by uid {os.getuid()}: {e}')
-            wrefused += 1
+    # same share (here 8 MiB) as the pages its files hold open.
+    layer = os.path.join(mnt, 'm', '1')
+    writing = [os.open(os.path.join(layer, 'w0'), os.O_CREAT | os.O_WRONLY, 0o644)]
+    os.write(writing[0], payload('w0', BIG))
     held, refused = [], 0
     for i in range(PAGES):
         try:
             held.append((f'p{i:02}', open(path(mnt, f'p{i:02}'), 'rb')))
         except OSError as e:
             if e.errno == errno.ENOENT:
-                continue        # evicted for the pages written above
+                continue        # evicted for the page written above
             if e.errno != errno.EMFILE:
                 fail(f'open of p{i:02} by uid {os.getuid()}: {e}')
             refused += 1
+    try:
+        writing.append(os.open(os.path.join(layer, 'w1'), os.O_CREAT | os.O_WRONLY, 0o644))
+        created = 1
+    except OSError as e:
+        if e.errno != errno.EMFILE:
+            fail(f'creating w1 by uid {os.getuid()}: {e}')
+        created = 0
     with open(ready + '.tmp', 'w') as f:
-        f.write(f'{len(held)} {refused} {written} {wrefused}\n')
+        f.write(f'{len(held)} {refused} {created}\n')
     os.rename(ready + '.tmp', ready)
     while True:                 # held until killed; what it holds stays right
         time.sleep(1)

@@ -219,6 +219,34 @@ static void fsynced_writers_count_in_the_share(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* Pages being written count in the share too, beside the fsync'd ones a
+ * uid keeps open: uid 46 creates two pages while it holds nothing, fills
+ * and fsyncs the first to its share and cannot write the second; uid 47
+ * cannot write one page larger than its share (no one-page exception). */
+static void pages_being_written_count_in_the_share(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_data *bytes = efix_payload(9 * SIZE, 3);
+	struct kvfs_file *w0, *w1, *big;
+	struct kv_node_info n;
+
+	efix_open(f);
+	efix_layer(f);
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "w0", 0644, 46, 46, &w0, &n), 0);
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "w1", 0644, 46, 46, &w1, &n), 0);
+	assert_int_equal(kvfs_file_write(f->fs, w0, bytes->bytes, 8 * SIZE, 0, false), 0);
+	assert_int_equal(kvfs_file_fsync(f->fs, w0), 0);
+	assert_int_equal(kvfs_file_write(f->fs, w1, bytes->bytes, SIZE, 0, false), -EDQUOT);
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "big", 0644, 47, 47, &big, &n), 0);
+	assert_int_equal(kvfs_file_write(f->fs, big, bytes->bytes, 9 * SIZE, 0, false),
+			 -EDQUOT);
+	kvfs_file_release(f->fs, w0);
+	kvfs_file_release(f->fs, w1);
+	kvfs_file_release(f->fs, big);
+	kvfs_data_put(bytes);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -227,6 +255,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(open_files_hold_at_most_their_share,
 						setup_share, efix_teardown),
 		cmocka_unit_test_setup_teardown(fsynced_writers_count_in_the_share,
+						setup_share, efix_teardown),
+		cmocka_unit_test_setup_teardown(pages_being_written_count_in_the_share,
 						setup_share, efix_teardown),
 	};
 
