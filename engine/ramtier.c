@@ -32,20 +32,21 @@ struct ram_ent {
 	bool prefetched;           /* loaded by PREFETCH and not read since */
 	uint32_t pf_uid;           /* prefetched: whose PREFETCH loaded it */
 	int64_t pf_ns;             /* ... and when */
-	struct ram_ent *prev, *next;   /* its class's LRU, most recent first */
-	struct ram_ent *pf_next, *pf_prev;   /* its uid's unread ones, oldest first */
+	struct ram_ent *prev, *next;   /* its list, most recent first: its
+	                                * class's LRU, or (prefetched) its
+	                                * uid's unread ones */
 	struct ram_ent *hnext;
+};
+
+struct lru {
+	struct ram_ent *head, *tail;
 };
 
 /* One uid's PREFETCH pages: queued bytes, and unread payloads resident. */
 struct pf_owner {
 	uint32_t uid;
 	uint64_t queued, unread;
-	struct ram_ent *oldest, *newest;
-};
-
-struct lru {
-	struct ram_ent *head, *tail;
+	struct lru unread_list;        /* its tail is the oldest */
 };
 
 #define GHOSTS 65536               /* extent ids remembered by kvfs_ram_admit */
@@ -107,8 +108,8 @@ void kvfs_ram_fini(struct kvfs *fs)
 			free(e);
 		}
 	for (size_t i = 0; i < r->owners.n; i++)
-		for (e = ((struct pf_owner *)r->owners.v)[i].oldest; e; e = next) {
-			next = e->pf_next;
+		for (e = ((struct pf_owner *)r->owners.v)[i].unread_list.head; e; e = next) {
+			next = e->next;
 			kvfs_data_put(e->d);
 			free(e);
 		}
@@ -158,10 +159,8 @@ static void maybe_grow(struct kvfs_ram *r)
 	free(ot);
 }
 
-static void lru_unlink(struct kvfs_ram *r, struct ram_ent *e)
+static void lru_unlink(struct lru *l, struct ram_ent *e)
 {
-	struct lru *l = &r->lru[e->protect];
-
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -173,10 +172,8 @@ static void lru_unlink(struct kvfs_ram *r, struct ram_ent *e)
 	e->prev = e->next = NULL;
 }
 
-static void lru_push(struct kvfs_ram *r, struct ram_ent *e)
+static void lru_push(struct lru *l, struct ram_ent *e)
 {
-	struct lru *l = &r->lru[e->protect];
-
 	e->prev = NULL;
 	e->next = l->head;
 	if (l->head)
@@ -223,15 +220,7 @@ static void pf_forget(struct kvfs_ram *r, struct ram_ent *e)
 	o = owner_of(r, e->pf_uid, false);
 	if (!o)
 		return;
-	if (e->pf_prev)
-		e->pf_prev->pf_next = e->pf_next;
-	else
-		o->oldest = e->pf_next;
-	if (e->pf_next)
-		e->pf_next->pf_prev = e->pf_prev;
-	else
-		o->newest = e->pf_prev;
-	e->pf_prev = e->pf_next = NULL;
+	lru_unlink(&o->unread_list, e);
 	o->unread -= e->bytes;
 	owner_maybe_drop(r, o);
 }
@@ -282,7 +271,7 @@ static void remove_ent(struct kvfs_ram *r, struct ram_ent *e)
 	if (e->prefetched)
 		pf_forget(r, e);
 	else
-		lru_unlink(r, e);
+		lru_unlink(&r->lru[e->protect], e);
 	r->n--;
 	r->nprotect -= e->protect;
 	r->bytes -= e->bytes;
@@ -310,14 +299,16 @@ static struct ram_ent *unread_victim(struct kvfs_ram *r, int64_t stale_ns)
 	struct pf_owner *o = r->owners.v, *best = NULL;
 
 	for (size_t i = 0; i < r->owners.n; i++) {
-		if (!o[i].oldest)
+		struct ram_ent *oldest = o[i].unread_list.tail;
+
+		if (!oldest)
 			continue;
-		if (stale_ns && o[i].oldest->pf_ns < stale_ns)
-			return o[i].oldest;
+		if (stale_ns && oldest->pf_ns < stale_ns)
+			return oldest;
 		if (!best || o[i].unread > best->unread)
 			best = &o[i];
 	}
-	return best && !stale_ns ? best->oldest : NULL;
+	return best && !stale_ns ? best->unread_list.tail : NULL;
 }
 
 /* Evict until need more bytes fit: unread prefetches nobody read within
@@ -352,9 +343,9 @@ static void make_room_for_prefetch(struct kvfs_ram *r, uint32_t uid, uint64_t ne
 	struct pf_owner *o;
 
 	/* (looked up each time: a removal may drop o from the table) */
-	while ((o = owner_of(r, uid, false)) && o->oldest &&
+	while ((o = owner_of(r, uid, false)) && o->unread_list.tail &&
 	       o->unread + need > r->budget / 2) {
-		remove_ent(r, o->oldest);
+		remove_ent(r, o->unread_list.tail);
 		r->st.evictions++;
 	}
 }
@@ -370,12 +361,7 @@ static bool pf_track(struct kvfs_ram *r, struct ram_ent *e, uint32_t uid)
 	e->prefetched = true;
 	e->pf_uid = uid;
 	e->pf_ns = kvfs_now_ns();
-	e->pf_prev = o->newest;
-	if (o->newest)
-		o->newest->pf_next = e;
-	else
-		o->oldest = e;
-	o->newest = e;
+	lru_push(&o->unread_list, e);
 	o->unread += e->bytes;
 	return true;
 }
@@ -395,9 +381,9 @@ struct kvfs_data *kvfs_ram_get(struct kvfs *fs, uint64_t id)
 			pf_forget(r, e);
 			r->st.prefetch_used++;
 		} else {
-			lru_unlink(r, e);
+			lru_unlink(&r->lru[e->protect], e);
 		}
-		lru_push(r, e);
+		lru_push(&r->lru[e->protect], e);
 		d = kvfs_data_get(e->d);
 		r->st.hits++;
 	} else {
@@ -482,7 +468,7 @@ static void put(struct kvfs *fs, uint64_t id, struct kvfs_data *d, bool protect,
 	/* A pinned page stays with the pinned; no memory for the uid's
 	 * record: an ordinary entry. */
 	if (origin != KVFS_RAM_PREFETCH || protect || !pf_track(r, e, uid))
-		lru_push(r, e);
+		lru_push(&r->lru[e->protect], e);
 	maybe_grow(r);
 	pthread_mutex_unlock(&r->lock);
 }
@@ -512,13 +498,13 @@ void kvfs_ram_protect(struct kvfs *fs, uint64_t id, bool protect)
 		if (e->prefetched)
 			pf_forget(r, e);     /* pinned or unpinned: an ordinary entry */
 		else
-			lru_unlink(r, e);
+			lru_unlink(&r->lru[e->protect], e);
 		if (protect)
 			r->nprotect++;
 		else
 			r->nprotect--;
 		e->protect = protect;
-		lru_push(r, e);
+		lru_push(&r->lru[e->protect], e);
 	}
 	pthread_mutex_unlock(&r->lock);
 }
