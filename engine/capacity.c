@@ -61,7 +61,7 @@ static uint64_t usage_now(struct kvfs *fs, uint64_t *used)
 	struct kv_store_usage u;
 	uint64_t reserved;
 
-	kv_store_usage(fs->store, &u);
+	kvfs_store_usage(fs, &u);
 	pthread_mutex_lock(&fs->ns_lock);
 	reserved = fs->reserved_bytes;
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -83,8 +83,6 @@ struct evicted {
 	char name[KV_NAME_MAX + 1];
 };
 
-/* May page n go? Only durable pages nobody has open (ns_lock held). A page
- * read since the victims were chosen is no longer "older than". */
 /*
  * The debug line for an eviction. Written before the page is forgotten, so
  * that a crash can never commit an eviction the log does not show (the
@@ -110,7 +108,9 @@ static bool evict_one(struct kvfs *fs, const struct kvfs_victims *vs,
 
 	if (kv_index_get(fs->idx, v->ino, &n) < 0 || !kvfs_victim_run_still(fs, vs, v, &n))
 		return false;
-	if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
+	if (n.extent_id == KV_EXTENT_EMPTY)
+		frees = KV_ALIGN;     /* its name's charge (kvfs_store_usage) */
+	else if (kv_index_extent_get(fs->idx, n.extent_id, &er) == 0 && er.refcount == 1)
 		frees = kv_extent_footprint(&n.ext);
 	log_eviction(&n, v->protect || v->shared);
 	if ((rc = kvfs_page_forget(fs, &n, false, KVFS_EV_EVICTED)) < 0) {
@@ -258,7 +258,7 @@ int kvfs_evict(struct kvfs *fs, uint64_t target, int64_t older_than_ns,
 	       uint64_t *pages_out)
 {
 	struct kvfs_victim_rule rule = { .bounded = older_than_ns != 0,
-					 .before_ns = older_than_ns, .sweep = older_than_ns != 0 };
+					 .before_ns = older_than_ns };
 	uint64_t want = older_than_ns ? UINT64_MAX : to_free(fs, target);
 
 	return evict_run(fs, &want, &rule, pages_out);

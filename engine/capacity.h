@@ -73,7 +73,6 @@ struct kvfs_victim {
 struct kvfs_victim_rule {
 	bool bounded;                 /* only pages last used before before_ns */
 	int64_t before_ns;
-	bool sweep;                   /* an age sweep: empty pages too */
 	bool plain;                   /* no pinned page, no share only partly here */
 };
 
@@ -89,8 +88,9 @@ struct kvfs_victims {
  * pinned ones last. The names of a shared extent go together, at the time
  * of the one used last, when every one of them is a victim; a shared
  * extent with a name elsewhere (open, pinned, in a layer left in the
- * manifest) cannot be freed here and goes last too. Empty pages, which
- * free nothing, only for a sweep; a degraded mount's pages on a missing stripe are left out.
+ * manifest) cannot be freed here and goes last too. Empty pages free
+ * their name's charge (kvfs_store_usage). A degraded mount's pages on a
+ * missing stripe are left out.
  * Sharing is looked up after the walk, which runs under the index's lock.
  * 0 or -ENOMEM (vs->v is then NULL); the caller frees vs->v.
  */

@@ -516,6 +516,11 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 /* Payload size allowed for pages under layer dir `parent` (geometry or max). */
 int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 		    bool *exact);
+/* kv_store_usage with each page of size 0 charged KV_ALIGN (page.c). */
+void kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u);
+/* Room for one more page of size 0, the block its name is charged
+ * (ns_lock held): 0 or -ENOSPC (logged and counted unless quiet). */
+int kvfs_page_name_room(struct kvfs *fs, bool quiet);
 /* Give back the space a page being written held (ns_lock held). */
 void kvfs_page_unreserve(struct kvfs *fs, struct kvfs_live *l);
 /* Hold space for a page being written through l to grow to new_size

@@ -157,16 +157,46 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
 	return 0;
 }
 
+/*
+ * A page of size 0 has no extent, yet its name costs a manifest row and
+ * index RAM: charged KV_ALIGN of the capacity, as the smallest extent is,
+ * one flood of empty files could otherwise grow both without bound while
+ * the capacity showed nothing (and eviction, counting bytes, never took
+ * them). Every use of the capacity goes through here.
+ */
+void kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u)
+{
+	uint64_t names = kv_index_empty_pages(fs->idx) * KV_ALIGN;
+
+	kv_store_usage(fs->store, u);
+	u->used += names;
+	u->avail -= names < u->avail ? names : u->avail;
+}
+
 /* Space held for pages being written through FUSE is theirs: a page
  * published without a reservation of its own may not take it, or their
- * close would find the store full and lose them (ns_lock held). */
+ * close would find the store full and lose them (ns_lock held). A page
+ * of size 0 needs the block its name is charged. */
 static int room_for(struct kvfs *fs, uint64_t size)
 {
-	struct kv_extent e = { .length = size };
+	struct kv_extent e = { .length = size ? size : 1 };
 	struct kv_store_usage u;
 
-	kv_store_usage(fs->store, &u);
+	kvfs_store_usage(fs, &u);
 	return u.avail >= fs->reserved_bytes + kv_extent_footprint(&e) ? 0 : -ENOSPC;
+}
+
+int kvfs_page_name_room(struct kvfs *fs, bool quiet)
+{
+	static struct kv_log_limit limit;
+	int rc = room_for(fs, 0);
+
+	if (rc < 0 && !quiet) {
+		kvfs_space_refused(fs);
+		KV_LOG_LIMITED(&limit, KV_LOG_ERR, "store full: no room for the 4096-byte "
+			       "block a new page's name is charged; the create gets ENOSPC");
+	}
+	return rc;
 }
 
 /*
@@ -340,7 +370,7 @@ int kvfs_page_reserve(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
 	if (need <= l->reserved)
 		return 0;
 	grow = need - l->reserved;
-	kv_store_usage(fs->store, &u);
+	kvfs_store_usage(fs, &u);
 	if (u.avail < fs->reserved_bytes + grow) {
 		if (quiet)
 			return -ENOSPC;

@@ -77,6 +77,8 @@ static uint64_t writing_bytes(struct kvfs *fs, uint32_t uid)
 
 /* ---- create ---- */
 
+#define SPACE_RETRIES 300   /* eviction runs a create or write waits through (~30 s) */
+
 static int do_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
 		     uint32_t uid, uint32_t gid, struct kv_node_info *n)
 {
@@ -139,11 +141,23 @@ int kvfs_file_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	if (!f)
 		return -ENOMEM;
 	f->uid = uid;
-	pthread_mutex_lock(&fs->ns_lock);
-	rc = kvfs_open_share_full(fs, uid, writing_bytes(fs, uid), name);
-	if (rc == 0)
-		rc = do_create(fs, parent, name, mode, uid, gid, n);
-	pthread_mutex_unlock(&fs->ns_lock);
+	/* The new page's name is charged a block (kvfs_store_usage): in
+	 * cache mode a full store makes room for it as for a write. */
+	for (int tries = 0;; tries++) {
+		int space = tries ? kvfs_space_wait_run(fs, KV_ALIGN)
+				  : kvfs_space_wait(fs, KV_ALIGN);
+		bool again = space == 0 && tries < SPACE_RETRIES;
+
+		pthread_mutex_lock(&fs->ns_lock);
+		rc = kvfs_open_share_full(fs, uid, writing_bytes(fs, uid), name);
+		if (rc == 0)
+			rc = kvfs_page_name_room(fs, again);
+		if (rc == 0)
+			rc = do_create(fs, parent, name, mode, uid, gid, n);
+		pthread_mutex_unlock(&fs->ns_lock);
+		if (rc != -ENOSPC || !again)
+			break;
+	}
 	if (rc < 0) {
 		file_free(f);
 		return rc;
@@ -270,8 +284,9 @@ static int do_open(struct kvfs *fs, struct kvfs_file *f, int flags)
 	}
 	if (n.state == KV_PAGE_WRITING && (rc = await_seal_locked(fs, f->uid, &n, INT64_MAX)) < 0)
 		return rc;
-	/* Held open, the page cannot be evicted: counted in the uid's share. */
-	rc = kvfs_open_share_take(fs, f->uid, n.extent_id ? kv_extent_footprint(&n.ext) : 0,
+	/* Held open, the page cannot be evicted: counted in the uid's share,
+	 * an empty one at the block its name is charged (kvfs_store_usage). */
+	rc = kvfs_open_share_take(fs, f->uid, n.extent_id ? kv_extent_footprint(&n.ext) : KV_ALIGN,
 				  writing_bytes(fs, f->uid), n.name, &pinned);
 	if (rc < 0)
 		return rc;
@@ -379,8 +394,6 @@ int kvfs_file_read(struct kvfs *fs, struct kvfs_file *f, uint64_t off, size_t si
 }
 
 /* ---- write ---- */
-
-#define SPACE_RETRIES 300   /* eviction runs a write waits through (~30 s) */
 
 /* Validate a write (ns_lock held) and return the writer's buffer. */
 static int write_target(struct kvfs *fs, struct kvfs_file *fh, uint64_t end,

@@ -17,8 +17,6 @@ static int collect_one(void *arg, const struct kv_page_brief *p)
 
 	if (p->state != KV_PAGE_DURABLE)
 		return 0;     /* still in write-back: not ours to drop */
-	if (p->extent_id == KV_EXTENT_EMPTY && !vs->rule.sweep)
-		return 0;     /* frees nothing: only an age sweep takes it */
 	if (vs->rule.bounded && p->atime_ns >= vs->rule.before_ns)
 		return 0;
 	if (vs->rule.plain && p->mode & S_ISVTX)

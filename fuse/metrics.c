@@ -76,11 +76,12 @@ static void snap_stripes(struct kvfs *fs, struct kvfs_metrics *m, unsigned n)
 static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 {
 	struct kvfs_cap_stats c;
-	struct kv_store_usage u;
+	struct kv_store_usage u, avail;
 	struct kv_index_stats is;
 
 	kvfs_cap_stats(fs, &c);
 	kv_store_usage(fs->store, &u);
+	kvfs_store_usage(fs, &avail);     /* each empty page charged a block */
 	kv_index_stats(fs->idx, &is);
 	set_u(m, MV_SSD_PAGES, is.pages);
 	set_u(m, MV_SSD_LOGICAL, is.page_bytes);
@@ -88,8 +89,9 @@ static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 	set_u(m, MV_SSD_EXTENTS, u.extents);
 	set_u(m, MV_SSD_SEGMENTS, u.segments);
 	set_u(m, MV_SSD_CAPACITY, c.capacity);
-	set_u(m, MV_SSD_AVAIL, u.avail);
+	set_u(m, MV_SSD_AVAIL, avail.avail);
 	set_u(m, MV_SSD_PREALLOC, u.prealloc);
+	set_u(m, MV_SSD_EMPTY_PAGES, is.empty_pages);
 	set_u(m, MV_SSD_RESERVED, c.reserved);
 	set_u(m, MV_SSD_HIGH, c.high);
 	set_u(m, MV_SSD_LOW, c.low);
@@ -282,6 +284,8 @@ static const struct mdef defs[] = {
 	{ MV_SSD_EVICTIONS, "ssd", "evictions", "kvfs_evictions_total", "tier=\"ssd\"", C, NULL },
 	{ MV_SSD_PHYSICAL, "ssd", "physical_bytes", "kvfs_ssd_physical_bytes", NULL, G,
 	  "Bytes the store's extents occupy on the SSD (footprints, each shared extent once)" },
+	{ MV_SSD_EMPTY_PAGES, "ssd", "empty_pages", "kvfs_ssd_empty_pages", NULL, G,
+	  "Pages of size 0: no extent, each charged one 4 KiB block of the capacity" },
 	{ MV_SSD_PREALLOC, "ssd", "prealloc_bytes", "kvfs_ssd_prealloc_bytes", NULL, G,
 	  "Bytes fallocate'd ahead of the writes, not yet used (within the capacity)" },
 	{ MV_SSD_EXTENTS, "ssd", "extents", "kvfs_ssd_extents", NULL, G,
@@ -291,7 +295,7 @@ static const struct mdef defs[] = {
 	{ MV_SSD_CAPACITY, "ssd", "capacity_bytes", "kvfs_ssd_capacity_bytes", NULL, G,
 	  "Capacity budget of the store (0: none, the stripes' free space)" },
 	{ MV_SSD_AVAIL, "ssd", "available_bytes", "kvfs_ssd_available_bytes", NULL, G,
-	  "Bytes that may still be allocated" },
+	  "Bytes that may still be allocated (less the blocks empty pages are charged)" },
 	{ MV_SSD_RESERVED, "ssd", "reserved_bytes", "kvfs_ssd_reserved_bytes", NULL, G,
 	  "Bytes held for pages being written" },
 	{ MV_SSD_HIGH, "ssd", "high_watermark_bytes", "kvfs_ssd_high_watermark_bytes", NULL, G,

@@ -448,7 +448,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv;
 
 	(void)ino;
-	kv_store_usage(fs->store, &u);
+	kvfs_store_usage(fs, &u);
 	kv_index_stats(fs->idx, &is);
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = KV_ALIGN;

@@ -260,6 +260,8 @@ static void account(struct kv_index *x, const struct node *n, int sign)
 	case KV_KIND_PAGE:
 		x->st.pages += d;
 		x->st.page_bytes += d * n->u.p.size;
+		if (!n->u.p.size)
+			idx_empty_add(x, sign);
 		break;
 	}
 }
@@ -292,6 +294,7 @@ void idx_node_unload_locked(struct kv_index *x, struct node *n)
 	idx_rows_atime(d, __atomic_load_n(&n->atime_ns, __ATOMIC_RELAXED));
 	d->rows++;
 	d->row_bytes += n->u.p.size;
+	d->empty_rows += !n->u.p.size;   /* still counted in x->empty_pages */
 	x->st.pages_unloaded++;
 	htab_remove(&x->by_ino, n);
 	htab_remove(&x->by_name, n);
@@ -511,6 +514,7 @@ static void update_apply(struct kv_index *x, struct node *n,
 		__atomic_store_n(&n->atime_ns, in->attr.atime_ns, __ATOMIC_RELAXED);
 	if (f & KV_UPD_SIZE) {
 		x->st.page_bytes += in->size - n->u.p.size;
+		idx_empty_add(x, (int64_t)!in->size - !n->u.p.size);
 		n->u.p.size = in->size;
 	}
 	if (f & KV_UPD_STATE) {

@@ -204,8 +204,12 @@ struct kv_index_stats {
 	 * (kv_index_set_page_budget); layers whose pages are not loaded; of
 	 * extents: those whose records left RAM (kv_index_extents_trim). */
 	uint64_t pages_unloaded, layers_unloaded, extents_unloaded;
+	uint64_t empty_pages;      /* of pages: those of size 0 */
 };
 void kv_index_stats(struct kv_index *x, struct kv_index_stats *st);
+/* Pages of size 0, loaded or not, without the lock: the store charges each
+ * one block of its capacity (a name alone costs manifest rows and RAM). */
+uint64_t kv_index_empty_pages(struct kv_index *x);
 
 /*
  * Visit every extent, in no particular order (for recovery:

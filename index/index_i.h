@@ -9,6 +9,7 @@
 #define KV_INDEX_I_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +38,7 @@ struct dir_data {
 	int load_err;                /* layers: why loading its pages failed (load.c) */
 	/* Layers: rows the walk passed while the layer stays in the
 	 * manifest, counted in the index's stats as pages (residency.c). */
-	uint64_t rows, row_bytes;
+	uint64_t rows, row_bytes, empty_rows;   /* empty: of size 0 */
 	/* ... and the oldest access time among those rows (any value while
 	 * rows is 0), so that eviction loads the layer whose pages are the
 	 * least recently used first (kv_index_deferred_layer). */
@@ -182,6 +183,11 @@ struct kv_index {
 	 * index; layers_unloaded only falls, and at 0 the loader is never read. */
 	struct kv_index_loader *loader;
 	_Atomic uint64_t layers_unloaded;
+	/* Pages of size 0, in RAM or in layers left in the manifest: each is
+	 * charged KV_ALIGN of the capacity (kv_index_empty_pages), so that
+	 * names alone cannot fill the manifest and RAM unbounded. Changed
+	 * under the write lock, read without it. */
+	_Atomic uint64_t empty_pages;
 	/* Most pages the background walk brings into RAM (0: all); the
 	 * layers beyond it stay in the manifest until used (residency.c),
 	 * and layers unused go back to it when more are in RAM (unload.c). */
@@ -345,16 +351,23 @@ bool idx_read_row(const struct kv_read_buf *b, unsigned i, const struct kv_exten
  * *bytes: what left. A load that failed puts back, as rows still in the
  * manifest, those it did not bring in (back): the stats keep counting
  * every page. residency.c. */
-void idx_deferred_loading_locked(struct kv_index *x, struct node *n, uint64_t *rows,
-				 uint64_t *bytes);
+struct idx_rows {
+	uint64_t rows, bytes, empty;
+};
+void idx_deferred_loading_locked(struct kv_index *x, struct node *n, struct idx_rows *out);
 /* A row of layer d left in the manifest, last used at atime. */
 static inline void idx_rows_atime(struct dir_data *d, int64_t atime)
 {
 	if (!d->rows || atime < d->rows_oldest_atime)
 		d->rows_oldest_atime = atime;
 }
-void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
-			      uint64_t bytes);
+void idx_deferred_back_locked(struct kv_index *x, struct node *n,
+			      const struct idx_rows *back);
+/* Pages of size 0 came (+) or went (-) (write lock held). */
+static inline void idx_empty_add(struct kv_index *x, int64_t d)
+{
+	atomic_fetch_add_explicit(&x->empty_pages, (uint64_t)d, memory_order_relaxed);
+}
 /* The tables' hash functions, and a node's memory given back (index.c;
  * lifetime.c makes and frees the index with them). */
 uint64_t idx_node_ino_hash(const void *e);

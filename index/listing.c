@@ -84,7 +84,13 @@ void kv_index_stats(struct kv_index *x, struct kv_index_stats *st)
 	*st = x->st;
 	st->layers_unloaded = atomic_load_explicit(&x->layers_unloaded, memory_order_relaxed);
 	st->extents += st->extents_unloaded;     /* every extent, in RAM or not */
+	st->empty_pages = kv_index_empty_pages(x);
 	pthread_rwlock_unlock(&x->lock);
+}
+
+uint64_t kv_index_empty_pages(struct kv_index *x)
+{
+	return atomic_load_explicit(&x->empty_pages, memory_order_relaxed);
 }
 
 /*

@@ -350,7 +350,7 @@ static int put_chunk(struct kv_index_loader *l, const struct kv_read_buf *b)
 {
 	const struct kv_extent_rec *e;
 	const struct kv_page_rec *p;
-	uint64_t pages0, bytes0;
+	uint64_t pages0, bytes0, empty0;
 	int put = 0;
 
 	pthread_rwlock_wrlock(&l->x->lock);
@@ -358,21 +358,22 @@ static int put_chunk(struct kv_index_loader *l, const struct kv_read_buf *b)
 	 * its pages, in one hold of the lock: a count that read 0 meanwhile
 	 * would let rmdir take a layer with pages for empty. */
 	if (l->rows_to_pages) {
-		idx_deferred_loading_locked(l->x, idx_node(l->x, l->rows_to_pages),
-					    &l->rows_taken, &l->row_bytes_taken);
+		idx_deferred_loading_locked(l->x, idx_node(l->x, l->rows_to_pages), &l->taken);
 		l->rows_to_pages = 0;
 	}
 	/* only the puts below change the counts while the lock is held */
 	pages0 = l->x->st.pages;
 	bytes0 = l->x->st.page_bytes;
+	empty0 = atomic_load_explicit(&l->x->empty_pages, memory_order_relaxed);
 	for (unsigned i = 0; put == 0 && idx_read_row(b, i, &e, &p); i++) {
 		if (e)
 			put = l->in_layer_load ? layer_extent(l, e) : lazy_extent(l, e);
 		if (put == 0 && p)
 			put = lazy_page(l, p);
 	}
-	l->pages_put += l->x->st.pages - pages0;
-	l->page_bytes_put += l->x->st.page_bytes - bytes0;
+	l->brought.rows += l->x->st.pages - pages0;
+	l->brought.bytes += l->x->st.page_bytes - bytes0;
+	l->brought.empty += atomic_load_explicit(&l->x->empty_pages, memory_order_relaxed) - empty0;
 	pthread_rwlock_unlock(&l->x->lock);
 	return put;
 }
@@ -416,7 +417,7 @@ static int layer_rows_load(struct kv_index_loader *l, uint64_t ino)
 	int rc;
 
 	/* before anything can fail: layer_load_now reads them then */
-	l->rows_taken = l->row_bytes_taken = l->pages_put = l->page_bytes_put = 0;
+	l->taken = l->brought = (struct idx_rows){ 0 };
 	rc = kv_manifest_scan_open(l->m, KV_SCAN_PAGES, ino, &idx_read_v, l->buf, &s);
 	if (rc)
 		return rc;
@@ -476,10 +477,14 @@ static int layer_load_now(struct kv_index_loader *l, uint64_t ino)
 	rc = layer_rows_load(l, ino);
 	pthread_rwlock_wrlock(&x->lock);
 	n = idx_node(x, ino);
-	if (rc && l->rows_taken > l->pages_put)
-		idx_deferred_back_locked(x, n, l->rows_taken - l->pages_put,
-					 l->row_bytes_taken > l->page_bytes_put ?
-					 l->row_bytes_taken - l->page_bytes_put : 0);
+	if (rc && l->taken.rows > l->brought.rows) {
+		struct idx_rows back = {
+			.rows = l->taken.rows - l->brought.rows,
+			.bytes = l->taken.bytes > l->brought.bytes ? l->taken.bytes - l->brought.bytes : 0,
+			.empty = l->taken.empty > l->brought.empty ? l->taken.empty - l->brought.empty : 0,
+		};
+		idx_deferred_back_locked(x, n, &back);
+	}
 	if (rc == 0)
 		layer_loaded_locked(x, n);
 	else if (n && rc != -ENOMEM)   /* out of memory: the next use tries again */

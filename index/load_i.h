@@ -35,7 +35,7 @@ struct kv_index_loader {
 	uint64_t rows_to_pages;           /* that layer, until its first put */
 	/* Its rows taken out of the stats then, and its pages put since: a
 	 * load that fails puts back the rows it did not bring in. */
-	uint64_t rows_taken, row_bytes_taken, pages_put, page_bytes_put;
+	struct idx_rows taken, brought;
 	bool ended;                       /* kv_index_load_end ran */
 	bool closed;                      /* kv_index_load_close ran */
 	/* Layers with a row (inode below ino_below) removed while the walk

@@ -143,42 +143,46 @@ int idx_deferred_row_locked(struct kv_index *x, struct node *layer,
 	idx_rows_atime(layer->u.d, r->attr.atime_ns);
 	layer->u.d->rows++;
 	layer->u.d->row_bytes += r->size;
+	layer->u.d->empty_rows += !r->size;
+	idx_empty_add(x, !r->size);
 	x->st.pages++;
 	x->st.page_bytes += r->size;
 	x->st.pages_unloaded++;
 	return 0;
 }
 
-void idx_deferred_loading_locked(struct kv_index *x, struct node *n, uint64_t *rows,
-				 uint64_t *bytes)
+void idx_deferred_loading_locked(struct kv_index *x, struct node *n, struct idx_rows *out)
 {
 	struct dir_data *d;
 
-	*rows = *bytes = 0;
+	*out = (struct idx_rows){ 0 };
 	if (!n || n->kind != KV_KIND_LAYER)
 		return;
 	d = n->u.d;
-	*rows = d->rows;
-	*bytes = d->row_bytes;
+	*out = (struct idx_rows){ .rows = d->rows, .bytes = d->row_bytes,
+				  .empty = d->empty_rows };
 	x->st.pages -= d->rows;
 	x->st.page_bytes -= d->row_bytes;
 	x->st.pages_unloaded -= d->rows;
-	d->rows = d->row_bytes = 0;
+	idx_empty_add(x, -(int64_t)d->empty_rows);
+	d->rows = d->row_bytes = d->empty_rows = 0;
 }
 
-void idx_deferred_back_locked(struct kv_index *x, struct node *n, uint64_t rows,
-			      uint64_t bytes)
+void idx_deferred_back_locked(struct kv_index *x, struct node *n,
+			      const struct idx_rows *back)
 {
 	if (!n || n->kind != KV_KIND_LAYER)
 		return;
 	/* their access times are not known here: as old as can be, so that
 	 * an eviction loads this layer before it takes a page in RAM */
 	idx_rows_atime(n->u.d, INT64_MIN);
-	n->u.d->rows += rows;
-	n->u.d->row_bytes += bytes;
-	x->st.pages += rows;
-	x->st.page_bytes += bytes;
-	x->st.pages_unloaded += rows;
+	n->u.d->rows += back->rows;
+	n->u.d->row_bytes += back->bytes;
+	n->u.d->empty_rows += back->empty;
+	x->st.pages += back->rows;
+	x->st.page_bytes += back->bytes;
+	x->st.pages_unloaded += back->rows;
+	idx_empty_add(x, (int64_t)back->empty);
 }
 
 void kv_index_set_page_budget(struct kv_index *x, uint64_t pages)

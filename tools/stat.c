@@ -207,12 +207,16 @@ static void print_ssd(const struct metrics *m)
 	double used = val(m, "kvfs_ssd_physical_bytes");
 	double cap = val(m, "kvfs_ssd_capacity_bytes");
 	double avail = val(m, "kvfs_ssd_available_bytes");
+	double empty = val(m, "kvfs_ssd_empty_pages");
 	char a[32], b[32], c[32];
 
 	printf("ssd        %.0f pages, %s logical, %s on disk in %.0f extents\n",
 	       val(m, "kvfs_tier_pages{tier=\"ssd\"}"),
 	       human(val(m, "kvfs_tier_bytes{tier=\"ssd\"}"), a), human(used, b),
 	       val(m, "kvfs_ssd_extents"));
+	if (empty > 0)        /* the capacity charges each a 4 KiB block */
+		printf("           %.0f empty pages, charged %s\n", empty, human(empty * 4096, a));
+	used += empty * 4096;
 	if (cap > 0)
 		printf("           capacity %s of %s used (%.1f%%), mode %s\n", human(used, a),
 		       human(cap, b), pct(used, cap),

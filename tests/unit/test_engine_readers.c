@@ -122,12 +122,13 @@ static int setup_share(void **state)
 /* uid 42 opens 8 pages of 64 KiB (one of them twice: each open counts)
  * and then no more, EMFILE, while uid 43 has its own share; uid 44 may
  * open one page larger than a share, then no other; a close gives
- * room back, an empty page takes none, and authoritative mode, which
+ * room back, an empty page counts the block its name is charged (4 KiB:
+ * 16 of them fill the share beside 7 pages), and authoritative mode, which
  * never evicts, has no limit. */
 static void open_files_hold_at_most_their_share(void **state)
 {
 	struct efix *f = *state;
-	struct kvfs_file *a[8], *b, *e[20], *late, *all[9], *huge;
+	struct kvfs_file *a[8], *b, *e[16], *late, *all[9], *huge;
 	struct kv_node_info n;
 
 	open_with_pages(f, 9);
@@ -158,17 +159,19 @@ static void open_files_hold_at_most_their_share(void **state)
 	huge = open_page(f, "huge", 44);        /* larger than a share: one is fine */
 	assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, 44, &late), -EMFILE);
 	kvfs_file_release(f->fs, huge);
-	for (unsigned i = 0; i < 20; i++)
-		e[i] = open_page(f, "empty", 42);
 	kvfs_file_release(f->fs, a[7]);
+	for (unsigned i = 0; i < 16; i++)
+		e[i] = open_page(f, "empty", 42);
+	assert_int_equal(efix_lookup(f, "empty", &n), 0);
+	assert_int_equal(kvfs_file_open(f->fs, n.ino, O_RDONLY, 42, &late), -EMFILE);
+	for (unsigned i = 0; i < 16; i++)
+		kvfs_file_release(f->fs, e[i]);
 	late = open_page(f, "p8", 42);
 	read_whole(f, late, 8);
 	read_whole(f, a[0], 0);                          /* the twin still reads */
 	kvfs_file_release(f->fs, late);
 	for (unsigned i = 0; i < 7; i++)
 		kvfs_file_release(f->fs, a[i]);
-	for (unsigned i = 0; i < 20; i++)
-		kvfs_file_release(f->fs, e[i]);
 	kvfs_file_release(f->fs, b);
 	assert_int_equal(f->fs->uid_opens.n, 0);
 	assert_int_equal(efix_close(f), 0);

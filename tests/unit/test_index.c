@@ -404,6 +404,33 @@ static void test_page_durable(void **state)
 	assert_int_equal(kv_index_page_durable(x, 3, 0), -ENOENT);   /* a layer */
 }
 
+/* Pages of size 0 are counted as they come, grow, shrink and go: the
+ * capacity charges each a block (kvfs_store_usage). */
+static void test_empty_pages_counted(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n = info(KV_KIND_PAGE, 20, 3, "new"), u = { 0 };
+
+	small_tree(x);
+	assert_int_equal(kv_index_empty_pages(x), 0);
+	n.attr.mode = 0644;
+	n.state = KV_PAGE_WRITING;
+	assert_int_equal(kv_index_add(x, &n), 0);
+	assert_int_equal(kv_index_empty_pages(x), 1);
+	u.size = 50;
+	assert_int_equal(kv_index_update(x, 20, &u, KV_UPD_SIZE), 0);
+	assert_int_equal(kv_index_empty_pages(x), 0);
+	assert_int_equal(kv_index_update(x, 20, &u, KV_UPD_SIZE), 0);   /* no change */
+	assert_int_equal(kv_index_empty_pages(x), 0);
+	u.size = 0;
+	assert_int_equal(kv_index_update(x, 20, &u, KV_UPD_SIZE), 0);
+	assert_int_equal(kv_index_empty_pages(x), 1);
+	assert_int_equal(kv_index_remove(x, 20), 0);
+	assert_int_equal(kv_index_empty_pages(x), 0);
+	assert_int_equal(kv_index_remove(x, 10), 0);     /* 100 bytes: was not counted */
+	assert_int_equal(kv_index_empty_pages(x), 0);
+}
+
 static void test_update(void **state)
 {
 	struct kv_index *x = *state;
@@ -692,6 +719,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_add_lookup_get, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_pages_counted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readdir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),

@@ -40,6 +40,17 @@ static void expect_unloaded(struct kv_index *x, uint64_t pages, uint64_t pages_u
 	assert_int_equal(st.layers_unloaded, layers_unloaded);
 }
 
+/* Pages of size 0, loaded or left in the manifest: the capacity charges
+ * each a block (kvfs_store_usage), so the count must follow every path. */
+static void expect_empty(struct kv_index *x, uint64_t empty)
+{
+	struct kv_index_stats st;
+
+	kv_index_stats(x, &st);
+	assert_int_equal(st.empty_pages, empty);
+	assert_int_equal(kv_index_empty_pages(x), empty);
+}
+
 /* The store of store_fill, with `layers` more layers of `pages` empty
  * pages each (store_layers), walked whole with a page budget. */
 static struct kv_index_loader *budget_walk(struct kv_index *x, struct store *s,
@@ -79,6 +90,7 @@ static void test_budget_defers_layers(void **state)
 
 	l = budget_walk(x, &s, &lm, 3, 50, 100);
 	expect_unloaded(x, 153, 53, 2);
+	expect_empty(x, 150);   /* the layers of empty pages, loaded or not */
 	assert_false(kv_index_layer_whole(x, 3));
 	assert_false(kv_index_layer_whole(x, 4));
 	assert_true(kv_index_layer_whole(x, 5));
@@ -105,6 +117,7 @@ static void test_budget_defers_layers(void **state)
 	assert_int_equal(kv_index_extent_get(x, 1, &r), 0);
 	assert_int_equal(r.refcount, 2);
 	expect_unloaded(x, 153, 50, 1);
+	expect_empty(x, 150);
 	assert_int_equal(kv_index_get(x, 3, &n), 0);
 	assert_int_equal(n.nchildren, 3);
 	assert_int_equal(kv_index_deferred_layer(x, &ino, &oldest), 1);
@@ -280,6 +293,7 @@ static void failed_load_counts(struct kv_index *x, unsigned pages, unsigned bad)
 	l = budget_walk(x, &s, &lm, 3, pages, 2 * pages);
 	kv_index_load_end(l);
 	expect_unloaded(x, all, 3 + pages, 2);
+	expect_empty(x, 3 * (uint64_t)pages);
 	/* layer 4's rows are inodes 400000.., read in that order: one is
 	 * damaged, and the rows before it are put */
 	snprintf(sql, sizeof(sql), "UPDATE pages SET ident = 0 WHERE ino = %u", 400000 + bad);
@@ -291,6 +305,7 @@ static void failed_load_counts(struct kv_index *x, unsigned pages, unsigned bad)
 	/* the error stays: not tried again */
 	assert_int_equal(kv_index_lookup(x, 4, "e1", &n), KV_ERR_CORRUPT);
 	expect_unloaded(x, all, 3 + pages - bad, 2);
+	expect_empty(x, 3 * (uint64_t)pages);   /* brought in or put back */
 	kv_index_load_close(l);
 	kv_manifest_close(lm);
 	store_done(&s);

@@ -128,9 +128,11 @@ static void test_unload_and_back(void **state)
 	unload(x, 6, &pages);
 	assert_int_equal(pages, 50);
 	expect_stats(x, 153, 50, 1);
+	assert_int_equal(kv_index_empty_pages(x), 150);   /* its 50 still counted */
 	assert_int_equal(kv_index_readdir(x, 6, &d, &nd), 0);
 	assert_int_equal(nd, 50);
 	kv_dirents_free(d, nd);
+	assert_int_equal(kv_index_empty_pages(x), 150);   /* not twice */
 	assert_true(kv_index_layer_whole(x, 6));
 	/* an inode alone (the kernel holds inodes): through the manifest */
 	unload(x, 3, &pages);
