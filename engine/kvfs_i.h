@@ -143,6 +143,7 @@ struct kvfs_live {
 	bool dirty_uid;             /* ... and, until sealed, count towards the
 	                             * share of writer_uid (kvfs_dirty_take_uid) */
 	uint32_t writer_uid;        /* who created it (a page file) */
+	bool share_writer;          /* counted as writing in its open_share */
 	struct kvfs_data *wbuf;     /* being written (WRITING) */
 	struct kvfs_data *ram;      /* sealed payload not yet durable */
 	struct kv_node_info info;   /* valid when unlinked */
@@ -371,6 +372,9 @@ struct kvfs_live *kvfs_live_find(struct kvfs *fs, uint64_t ino);
 struct kvfs_live *kvfs_live_get(struct kvfs *fs, uint64_t ino); /* find or create */
 /* Free the entry if it is idle; frees a pending extent when unlinked. */
 void kvfs_live_maybe_drop(struct kvfs *fs, struct kvfs_live *l);
+/* Its writer sealed or discarded it (ns_lock held): out of the writer's
+ * open_share count of pages being written. */
+void kvfs_live_writer_done(struct kvfs *fs, struct kvfs_live *l);
 
 /* Node snapshot by inode, including unlinked-but-open pages. */
 int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);

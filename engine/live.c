@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "kvfs_i.h"
+#include "openshare.h"
 
 static size_t live_slot(struct kvfs *fs, uint64_t ino)
 {
@@ -131,4 +132,11 @@ int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out)
 	rc = kvfs_node_get_locked(fs, ino, out);
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
+}
+
+void kvfs_live_writer_done(struct kvfs *fs, struct kvfs_live *l)
+{
+	if (l->share_writer)
+		kvfs_open_share_writer_done_locked(fs, l->writer_uid);
+	l->share_writer = false;
 }

@@ -166,6 +166,10 @@ static void *load_main(void *arg)
 		       PRIu64 " layers, stay in the manifest until used (index_pages)",
 		       fs->store_dir, st.pages, st.extents, mono_s() - fs->load.t0,
 		       st.pages_unloaded, st.layers_unloaded);
+		if (st.empty_pages)   /* a store made before this charge may now be full */
+			kv_log(KV_LOG_INFO, "%" PRIu64 " empty pages are charged %" PRIu64
+			       " bytes of the capacity (4 KiB each)", st.empty_pages,
+			       st.empty_pages * KV_ALIGN);
 	} else {
 		kv_log(KV_LOG_ERR, "cannot finish loading the index of %s: %s; it serves "
 		       "what was loaded, and refuses every change (EIO)", fs->store_dir,

@@ -32,6 +32,7 @@ struct kvfs_uid_bytes {
 	uint32_t uid;
 	uint64_t loaded;     /* kept between reads (read_hold) */
 	uint64_t held;       /* held against eviction (open_share) */
+	uint64_t writers;    /* pages it is still writing (create to seal) */
 };
 
 void kvfs_open_share_init(struct kvfs *fs)
@@ -46,7 +47,7 @@ static struct kvfs_uid_bytes *entry_of(struct kvfs *fs, uint32_t uid, bool add)
 
 static void entry_maybe_drop(struct kvfs *fs, struct kvfs_uid_bytes *e)
 {
-	if (!e->loaded && !e->held)
+	if (!e->loaded && !e->held && !e->writers)
 		kvfs_uidtab_remove(&fs->uid_opens, e);
 }
 
@@ -119,6 +120,16 @@ uint64_t kvfs_open_share_held(struct kvfs *fs, uint32_t uid)
 	return held;
 }
 
+/* What uid's page files hold: open ones, and those it is still writing,
+ * each of which holds at least the block its name is charged (an empty
+ * page being written has no bytes yet, but cannot be evicted). */
+static uint64_t have_of(const struct kvfs_uid_bytes *e, uint64_t writing)
+{
+	uint64_t names = e ? e->writers * KV_ALIGN : 0;
+
+	return (e ? e->held : 0) + (writing > names ? writing : names);
+}
+
 int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t writing,
 			 const char *name, uint64_t *counted)
 {
@@ -127,10 +138,10 @@ int kvfs_open_share_take(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t
 
 	*counted = 0;
 	if (!bytes || !share)
-		return 0;          /* an empty page holds nothing; no limit */
+		return 0;          /* no limit */
 	/* A uid holding nothing may open any page, however large: a page
 	 * larger than the share must stay readable. */
-	have = (e ? e->held : 0) + writing;
+	have = have_of(e, writing);
 	if (have && have + bytes > share)
 		return refuse(fs, uid, have, share, "open of", name);
 	if (!e && !(e = entry_of(fs, uid, true)))
@@ -154,7 +165,7 @@ int kvfs_open_share_full(struct kvfs *fs, uint32_t uid, uint64_t writing, const 
 {
 	uint64_t share = kvfs_open_share_bytes(fs, uid);
 	struct kvfs_uid_bytes *e = share ? entry_of(fs, uid, false) : NULL;
-	uint64_t have = (e ? e->held : 0) + writing;
+	uint64_t have = have_of(e, writing);
 
 	if (share && have >= share)
 		return refuse(fs, uid, have, share, "create of", name);
@@ -168,5 +179,25 @@ void kvfs_open_share_give_locked(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	if (!bytes || !(e = entry_of(fs, uid, false)))
 		return;
 	e->held -= bytes;
+	entry_maybe_drop(fs, e);
+}
+
+bool kvfs_open_share_writer_locked(struct kvfs *fs, uint32_t uid)
+{
+	struct kvfs_uid_bytes *e;
+
+	if (!kvfs_open_share_bytes(fs, uid) || !(e = entry_of(fs, uid, true)))
+		return false;    /* no limit; or no memory for the record: uncounted */
+	e->writers++;
+	return true;
+}
+
+void kvfs_open_share_writer_done_locked(struct kvfs *fs, uint32_t uid)
+{
+	struct kvfs_uid_bytes *e = entry_of(fs, uid, false);
+
+	if (!e || !e->writers)
+		return;
+	e->writers--;
 	entry_maybe_drop(fs, e);
 }

@@ -40,5 +40,11 @@ uint64_t kvfs_open_share_add_locked(struct kvfs *fs, uint32_t uid, uint64_t byte
  * fsyncs is then held too; writing as for kvfs_open_share_take. */
 int kvfs_open_share_full(struct kvfs *fs, uint32_t uid, uint64_t writing, const char *name);
 void kvfs_open_share_give_locked(struct kvfs *fs, uint32_t uid, uint64_t bytes);
+/* uid created a page it now writes (ns_lock held): until it is sealed or
+ * discarded, the page holds at least one KV_ALIGN block of uid's share
+ * (an empty page is charged that, and a page being written is never
+ * evicted). True if counted: then call ..._done_locked once, at the end. */
+bool kvfs_open_share_writer_locked(struct kvfs *fs, uint32_t uid);
+void kvfs_open_share_writer_done_locked(struct kvfs *fs, uint32_t uid);
 
 #endif

@@ -164,13 +164,19 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
  * the capacity showed nothing (and eviction, counting bytes, never took
  * them). Every use of the capacity goes through here.
  */
-void kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u)
+static void usage_less(struct kvfs *fs, struct kv_store_usage *u, uint64_t own)
 {
-	uint64_t names = kv_index_empty_pages(fs->idx) * KV_ALIGN;
+	uint64_t empty = kv_index_empty_pages(fs->idx);
+	uint64_t names = (empty > own ? empty - own : 0) * KV_ALIGN;
 
 	kv_store_usage(fs->store, u);
 	u->used += names;
 	u->avail -= names < u->avail ? names : u->avail;
+}
+
+void kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u)
+{
+	usage_less(fs, u, 0);
 }
 
 /* Space held for pages being written through FUSE is theirs: a page
@@ -342,6 +348,7 @@ int kvfs_page_seal(struct kvfs *fs, struct kvfs_live *l,
 	l->ram = d;          /* readers are served from RAM until durable */
 	l->wbuf = NULL;
 	l->writing = false;
+	kvfs_live_writer_done(fs, l);
 	kvfs_dirty_sealed_live(fs, l);
 	atomic_fetch_add(&fs->st.pages_sealed, 1);
 	atomic_fetch_add(&fs->st.bytes_accepted_fuse, n.size);
@@ -370,7 +377,10 @@ int kvfs_page_reserve(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
 	if (need <= l->reserved)
 		return 0;
 	grow = need - l->reserved;
-	kvfs_store_usage(fs, &u);
+	/* A page still empty in the index is charged a block already: its
+	 * first bytes take that block over, or a page of up to 4 KiB would
+	 * need two (the create's and the write's) in a full store. */
+	usage_less(fs, &u, l->wbuf && !l->wbuf->size && !l->unlinked);
 	if (u.avail < fs->reserved_bytes + grow) {
 		if (quiet)
 			return -ENOSPC;

@@ -118,6 +118,7 @@ static int do_create(struct kvfs *fs, uint64_t parent, const char *name, uint32_
 	l->opens = 1;
 	l->writing = true;
 	l->writer_uid = uid;
+	l->share_writer = kvfs_open_share_writer_locked(fs, uid);
 	kvfs_dir_changed(fs, parent);
 	return 0;
 }
@@ -629,6 +630,7 @@ static void release_writer(struct kvfs *fs, struct kvfs_live *l,
 		kvfs_data_put(l->wbuf);
 		l->wbuf = NULL;
 		l->writing = false;
+		kvfs_live_writer_done(fs, l);
 		pthread_cond_broadcast(&fs->seal_cv);
 	}
 }

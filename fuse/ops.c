@@ -457,7 +457,10 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	 * budget; without one, Size is what the store holds plus what it
 	 * could still take (other files on the disk are not ours). */
 	sv.f_blocks = (fs->meta.capacity ? fs->meta.capacity : u.used + u.avail) / KV_ALIGN;
-	sv.f_bfree = fs->meta.capacity ? (fs->meta.capacity - u.used) / KV_ALIGN
+	/* used may pass a budget: a smaller -o capacity, or empty pages
+	 * charged a block each in a store made before that charge */
+	sv.f_bfree = fs->meta.capacity ? (u.used < fs->meta.capacity ?
+					  fs->meta.capacity - u.used : 0) / KV_ALIGN
 				       : u.avail / KV_ALIGN;
 	sv.f_bavail = u.avail / KV_ALIGN;
 	sv.f_files = is.models + is.layers + is.pages + 1 + sv.f_bavail;

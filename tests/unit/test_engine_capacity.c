@@ -390,6 +390,41 @@ static void authoritative_store_refuses_when_full(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* An empty page is charged one block: in an authoritative store of 4 MiB
+ * with one block left, a create takes it (a second gets ENOSPC), and the
+ * page's first bytes take that block over rather than needing another. */
+static void an_empty_page_takes_the_last_block(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_file *fh, *more;
+	struct kv_node_info n;
+
+	f->opts.authoritative = true;
+	efix_open(f);
+	efix_layer(f);
+	for (unsigned i = 0; i < 3; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "p%u", i);
+		assert_int_equal(efix_publish(f, name, MIB, i, NULL), 0);
+	}
+	assert_int_equal(efix_publish(f, "q", MIB - KV_ALIGN, 7, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(stats(f).used, 4 * MIB - KV_ALIGN);
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "new", 0644, getuid(), getgid(),
+					  &fh, &n), 0);
+	assert_int_equal(stats(f).used, 4 * MIB);           /* its name's block */
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "more", 0644, getuid(), getgid(),
+					  &more, &n), -ENOSPC);
+	assert_int_equal(kvfs_file_write(f->fs, fh, "x", 1, 0, false), 0);
+	kvfs_file_release(f->fs, fh);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(efix_lookup(f, "new", &n), 0);
+	assert_int_equal(n.size, 1);
+	assert_int_equal(stats(f).used, 4 * MIB);
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* Above the high mark with every page held open: the idle evictor looks
  * (a run, finding nothing) and then looks less and less often, and takes
  * nothing held open. Its looks come 1, 2, 4 s apart: 3 runs in 7.5 s,
@@ -449,6 +484,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reserved_space_counts_and_is_kept,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(authoritative_store_refuses_when_full,
+						setup_small, efix_teardown),
+		cmocka_unit_test_setup_teardown(an_empty_page_takes_the_last_block,
 						setup_small, efix_teardown),
 		cmocka_unit_test_setup_teardown(idle_evictor_backs_off,
 						setup_small, efix_teardown),

@@ -250,6 +250,33 @@ static void pages_being_written_count_in_the_share(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* A page being written holds at least the block its name is charged,
+ * written to or not (it cannot be evicted): uid 48 creating pages and
+ * keeping them open, empty, fills its share of 8 pages of 64 KiB after 128
+ * (EMFILE for the next); one sealed at its close gives its block back. */
+static void empty_pages_being_written_count_in_the_share(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs_file *w[129];
+	struct kv_node_info n;
+	char name[8];
+
+	efix_open(f);
+	efix_layer(f);
+	for (unsigned i = 0; i < 128; i++) {
+		snprintf(name, sizeof(name), "e%u", i);
+		assert_int_equal(kvfs_file_create(f->fs, f->layer, name, 0644, 48, 48, &w[i], &n), 0);
+	}
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "e128", 0644, 48, 48, &w[128], &n),
+			 -EMFILE);
+	kvfs_file_release(f->fs, w[0]);          /* sealed empty, closed: its block back */
+	assert_int_equal(kvfs_file_create(f->fs, f->layer, "e128", 0644, 48, 48, &w[128], &n), 0);
+	for (unsigned i = 1; i < 129; i++)
+		kvfs_file_release(f->fs, w[i]);
+	assert_int_equal(f->fs->uid_opens.n, 0);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -260,6 +287,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fsynced_writers_count_in_the_share,
 						setup_share, efix_teardown),
 		cmocka_unit_test_setup_teardown(pages_being_written_count_in_the_share,
+						setup_share, efix_teardown),
+		cmocka_unit_test_setup_teardown(empty_pages_being_written_count_in_the_share,
 						setup_share, efix_teardown),
 	};
 
