@@ -35,22 +35,22 @@ cmp "$T/big" "$MNT/m/00/a" || fail "existing page damaged by ENOSPC"
 
 # Mounting again on a busy mountpoint is refused with an explanation.
 out=$("$KVFS" mount "$STORE" "$MNT" 2>&1) && fail "double mount succeeded"
-echo "$out" | grep -q "already a mount point" || fail "busy mountpoint: $out"
+grep -q "already a mount point" <<<"$out" || fail "busy mountpoint: $out"
 
 # The same store on a second mountpoint: one daemon per store.
 mkdir -p "$T/mnt2"
 out=$("$KVFS" mount "$STORE" "$T/mnt2" -f 2>&1) && fail "a second daemon opened the store"
-echo "$out" | grep -q "in use by another kvfs daemon (pid $DPID)" || fail "second daemon message: $out"
+grep -q "in use by another kvfs daemon (pid $DPID)" <<<"$out" || fail "second daemon message: $out"
 is_mounted "$T/mnt2" && fail "second mount appeared"
 # ... even after the lock file is deleted: the store directory itself is locked.
 rm -f "$STORE/kvfs.lock"
 CLEANUP_HOOK='fusermount3 -u -z "$T/mnt2" 2>/dev/null'
 out=$(timeout 10 "$KVFS" mount "$STORE" "$T/mnt2" -f 2>&1) && fail "a second daemon opened the store once kvfs.lock was deleted"
 is_mounted "$T/mnt2" && fail "a second daemon mounted the store once kvfs.lock was deleted"
-echo "$out" | grep -q "in use by another kvfs daemon" || fail "second daemon message without kvfs.lock: $out"
+grep -q "in use by another kvfs daemon" <<<"$out" || fail "second daemon message without kvfs.lock: $out"
 is_mounted "$T/mnt2" && fail "second mount appeared without kvfs.lock"
 out=$("$KVFS" fsck "$STORE" 2>&1) && fail "fsck ran on a mounted store without kvfs.lock"
-echo "$out" | grep -q "in use" || fail "fsck message without kvfs.lock: $out"
+grep -q "in use" <<<"$out" || fail "fsck message without kvfs.lock: $out"
 
 # Unlink while open: the reader keeps its bytes, the space returns after close.
 python3 - "$MNT/m/00/a" "$T/big" <<'PY' || fail "unlink while open"
@@ -75,10 +75,10 @@ umount_kvfs
 # A manifest from a newer kvfs is refused with a message.
 sqlite3 "$STORE/kvfs.db" "PRAGMA user_version=99; UPDATE meta SET value='99' WHERE key='schema_version';"
 out=$("$KVFS" mount "$STORE" "$MNT" -f 2>&1) && fail "newer schema mounted"
-echo "$out" | grep -qi "schema" || fail "schema refusal message: $out"
+grep -qi "schema" <<<"$out" || fail "schema refusal message: $out"
 is_mounted "$MNT" && fail "mounted anyway"
 
 # Not a store at all.
 out=$("$KVFS" mount "$T/nowhere" "$MNT" -f 2>&1) && fail "mounted a missing store"
-echo "$out" | grep -q "cannot open store" || fail "missing store message: $out"
+grep -q "cannot open store" <<<"$out" || fail "missing store message: $out"
 echo PASS

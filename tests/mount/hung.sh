@@ -32,10 +32,10 @@ fi
 cat "$MNT/m/00/durable000001" >/dev/null 2>"$T/reader.err" &
 reader=$!
 out=$("$KVFS" mount "$STORE" "$MNT" 2>&1) && fail "mount over a hung mount succeeded"
-echo "$out" | grep -q "hung FUSE mount" || fail "hung mount not explained: $out"
-echo "$out" | grep -q "kvfs umount --force $MNT" || fail "no recovery command: $out"
+grep -q "hung FUSE mount" <<<"$out" || fail "hung mount not explained: $out"
+grep -q "kvfs umount --force $MNT" <<<"$out" || fail "no recovery command: $out"
 out=$(timeout 20 "$KVFS" umount "$MNT" 2>&1) && fail "plain umount of a hung mount succeeded"
-echo "$out" | grep -q "does not answer" || fail "plain umount did not say why: $out"
+grep -q "does not answer" <<<"$out" || fail "plain umount did not say why: $out"
 start=$SECONDS
 timeout 60 "$KVFS" umount --force --wait 2 "$MNT" >"$T/force.out" 2>&1 ||
 	fail "umount --force: $(cat "$T/force.out")"
@@ -81,9 +81,9 @@ kill -9 "$DPID"
 wait "$DPID" 2>/dev/null || true
 DPID=
 out=$("$KVFS" mount "$STORE" "$MNT" 2>&1) && fail "mount over a stale mount succeeded"
-echo "$out" | grep -q "stale" || fail "stale mount not explained: $out"
+grep -q "stale" <<<"$out" || fail "stale mount not explained: $out"
 out=$("$KVFS" umount "$MNT" 2>&1) || fail "kvfs umount of a stale mount: $out"
-echo "$out" | grep -q "was stale" || fail "stale unmount not reported: $out"
+grep -q "was stale" <<<"$out" || fail "stale unmount not reported: $out"
 mounted_gone "umount of a stale mount"
 
 # ---- live daemon: umount returns once the store is free ----

@@ -25,8 +25,8 @@ DPID=
 
 # The dead mount answers ENOTCONN; kvfs mount explains it.
 out=$("$KVFS" mount "$STORE" "$MNT" 2>&1) && fail "mount over a stale mount succeeded"
-echo "$out" | grep -q "stale" || fail "stale mount not explained: $out"
-echo "$out" | grep -q "fusermount3 -u -z $MNT" || fail "no command to clear it: $out"
+grep -q "stale" <<<"$out" || fail "stale mount not explained: $out"
+grep -q "fusermount3 -u -z $MNT" <<<"$out" || fail "no command to clear it: $out"
 fusermount3 -u -z "$MNT"
 
 mount_kvfs

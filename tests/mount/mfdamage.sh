@@ -45,8 +45,8 @@ PY
 : >"$LOG"
 out=$(timeout 20 "$KVFS" mount "$STORE" "$MNT" -f -o eager_load 2>&1) && fail "a manifest with a damaged index page mounted"
 is_mounted "$MNT" && fail "mounted anyway"
-echo "$out" | grep -q "quick_check" || fail "the refusal does not say what is damaged: $out"
-echo "$out" | grep -q "kvfs fsck --rebuild" || fail "the refusal does not name the way out: $out"
+grep -q "quick_check" <<<"$out" || fail "the refusal does not say what is damaged: $out"
+grep -q "kvfs fsck --rebuild" <<<"$out" || fail "the refusal does not name the way out: $out"
 : >"$LOG"
 mount_kvfs
 wait_loaded

@@ -214,7 +214,7 @@ grep -q "error:" "$T/unit.log" && fail "errors in the unit's log: $(grep error: 
 "$KVFS" mkfs "$T/other" >/dev/null
 "$KVFS" mount "$T/other" "$MNT" 2>/dev/null || fail "mount the other store"
 out=$("$KVFS" umount --force --store "$STORE" "$MNT" 2>&1) && fail "umount --store unmounted another store"
-echo "$out" | grep -q "left alone" || fail "umount --store: $out"
+grep -q "left alone" <<<"$out" || fail "umount --store: $out"
 ls "$MNT" >/dev/null || fail "the other store's mount was hurt"
 "$KVFS" umount "$MNT" || fail "umount the other store"
 

@@ -71,7 +71,7 @@ check_fsck() {
 	out=$("$KVFS" fsck "$STORE" --verify-data 2>&1) || rc=$?
 	if [ $rc -eq 0 ]; then return 0; fi
 	if [ "$1" = crash ] && [ $rc -eq 4 ] &&
-		! echo "$out" | grep -v '^kvfs fsck: ' | grep -vq '(orphaned space)$'; then
+		! echo "$out" | grep -v '^kvfs fsck: ' | grep -v '(orphaned space)$' >/dev/null; then
 		echo "  fsck after the cut: $(echo "$out" | grep -c '(orphaned space)$') segment(s) with orphaned space"
 		return 0
 	fi
