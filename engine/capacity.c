@@ -296,7 +296,7 @@ static int load_for_eviction(struct kvfs *fs, uint64_t ino, uint64_t want)
 	int loads = 0;
 
 	kv_index_stats(fs->idx, &st);
-	avg = st.pages ? st.page_bytes / st.pages : 0;
+	avg = st.pages ? (st.page_bytes + st.empty_pages * KV_ALIGN) / st.pages : 0;
 	do {
 		if (kv_index_get(fs->idx, ino, &n) == 0)
 			got += n.nchildren * (avg ? avg : 1);

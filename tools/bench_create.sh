@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Creates of page files through the mount, in a fresh store under DIR
+# with a capacity of CAP, mounted by KVFS_BINARY:
+#  rate N      N empty page files, then N of 4 KiB, each opened, written
+#              (or not) and closed, against the same on DIR's own
+#              filesystem (the raw baseline, one file per page);
+#  flood SECS  4 processes create and close empty files with names of 200
+#              bytes for SECS; then the pages left, the daemon's RSS, the
+#              manifest's size (kvfs.db, its WAL, the journal) and df Used.
+# usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
+#        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
+set -euo pipefail
+KVFS=$1 DIR=$2 MODE=$3
+if [ "$MODE" = rate ]; then N=${4:-20000} CAP=${5:-1G}; else SECS=${4:-20} CAP=${5:-64M}; fi
+STORE=$DIR/store MNT=$DIR/mnt RAW=$DIR/raw LOG=$DIR/daemon.log
+rm -rf "$STORE" "$RAW"
+mkdir -p "$MNT" "$RAW/m/0"
+"$KVFS" mkfs "$STORE" --capacity "$CAP" > /dev/null
+"$KVFS" mount "$STORE" "$MNT" -f > "$LOG" 2>&1 &
+DPID=$!
+trap 'fusermount3 -u "$MNT" 2>/dev/null || true; wait $DPID 2>/dev/null || true; rm -rf "$STORE" "$RAW"' EXIT
+for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
+mountpoint -q "$MNT" || { echo "bench_create: no mount: $(tail -3 "$LOG")" >&2; exit 1; }
+mkdir -p "$MNT/m/0"
+if [ "$MODE" = rate ]; then
+python3 - "$MNT/m/0" "$RAW/m/0" "$N" <<'PY'
+import os, sys, time
+kv, raw, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+block = b'\x5a' * 4096
+
+def run(d, tag, data):
+    t = time.perf_counter()
+    for i in range(n):
+        fd = os.open(os.path.join(d, f'{tag}{i:07d}'), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+        if data:
+            os.write(fd, data)
+        os.close(fd)
+    return n / (time.perf_counter() - t)
+
+for tag, data in (('e', b''), ('f', block)):
+    r = run(raw, tag, data)
+    k = run(kv, tag, data)
+    what = 'empty' if not data else '4 KiB'
+    print(f'{what:6} creates: kvfs {k:8.0f}/s  raw {r:8.0f}/s  ratio {k / r:.2f}')
+PY
+exit 0
+fi
+
+rss() { awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$DPID/status"; }
+mdb() { du -cm "$STORE"/kvfs.db* "$STORE"/kvfs.journal* 2>/dev/null | tail -1 | cut -f1; }
+echo "before: RSS $(rss) MB, manifest $(mdb) MB"
+python3 - "$MNT/m/0" "$SECS" <<'PY'
+import os, sys, time, multiprocessing as mp
+d, secs = sys.argv[1], float(sys.argv[2])
+
+def flood(k):
+    end, i = time.monotonic() + secs, 0
+    while time.monotonic() < end:
+        try:
+            os.close(os.open(os.path.join(d, f'{k}-{i:09d}-' + 'x' * 188), os.O_CREAT | os.O_WRONLY, 0o644))
+        except OSError:
+            pass
+        i += 1
+    return i
+
+with mp.Pool(4) as p:
+    print(f'creates tried: {sum(p.map(flood, range(4)))}')
+PY
+sleep 2    # the evictor settles
+echo "pages left: $(ls -f "$MNT/m/0" | grep -vc '^\.\.\?$'), RSS $(rss) MB, manifest $(mdb) MB, df Used $(df -B1M --output=used "$MNT" | tail -1 | tr -d ' ') MB of $CAP"
