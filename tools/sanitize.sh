@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TSAN_TESTS="concurrent writeback dedup kill9 crashloop remount basic fastpath fastwrite metrics fsck errors writefail hung faults fastload events memstore lazyload indexbudget evictlru closeread openshare"
+TSAN_TESTS="concurrent writeback dedup kill9 crashloop remount basic fastpath fastwrite metrics fsck errors writefail hung faults fastload events memstore lazyload indexbudget evictlru closeread openshare emptypages"
 
 setup() {   # DIR SANITIZER
 	[ -f "$1/build.ninja" ] ||
