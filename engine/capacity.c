@@ -98,7 +98,7 @@ static void log_eviction(const struct kv_node_info *n, bool protect)
 }
 
 /* Forget one victim (ns_lock held); adds the bytes its extent will free. */
-static bool evict_one(struct kvfs *fs, const struct kvfs_victims *vs,
+static bool evict_one(struct kvfs *fs, struct kvfs_victims *vs,
 		      const struct kvfs_victim *v, struct evicted *out, uint64_t *freed)
 {
 	struct kv_extent_rec er;

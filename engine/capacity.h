@@ -81,6 +81,10 @@ struct kvfs_victims {
 	struct kvfs_victim *v;
 	size_t n, cap;
 	int commit_rc;                /* the deletes of a batch did not commit */
+	/* The shared extent whose names were last looked at together
+	 * (kvfs_victim_run_still), and whether they could all go. */
+	uint64_t group_id;
+	bool group_ok;
 };
 
 /*
@@ -103,8 +107,9 @@ bool kvfs_victim_still(struct kvfs *fs, const struct kvfs_victims *vs,
 /* The same for victim v (page n, one of vs->v) and, when its extent is
  * shared, for every other name of it among the victims that still names
  * it: one name that must stay keeps them all, since evicting the rest
- * would free nothing. */
-bool kvfs_victim_run_still(struct kvfs *fs, const struct kvfs_victims *vs,
+ * would free nothing. The names are looked at together once, at the first
+ * of them: each of the others is then looked at alone. */
+bool kvfs_victim_run_still(struct kvfs *fs, struct kvfs_victims *vs,
 			   const struct kvfs_victim *v, const struct kv_node_info *n);
 
 #endif

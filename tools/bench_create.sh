@@ -6,12 +6,20 @@
 #              filesystem (the raw baseline, one file per page);
 #  flood SECS  4 processes create and close empty files with names of 200
 #              bytes for SECS; then the pages left, the daemon's RSS, the
-#              manifest's size (kvfs.db, its WAL, the journal) and df Used.
+#              manifest's size (kvfs.db, its WAL, the journal) and df Used;
+#  shared N    N pages of the same 1 byte (dedup: one extent), then pages
+#              of 1 MiB, distinct, until the store has evicted them all:
+#              the slowest of those writes, and the time they took.
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
+#        tools/bench_create.sh KVFS_BINARY DIR shared [N] [CAP]  (20000, 64M)
 set -euo pipefail
 KVFS=$1 DIR=$2 MODE=$3
-if [ "$MODE" = rate ]; then N=${4:-20000} CAP=${5:-1G}; else SECS=${4:-20} CAP=${5:-64M}; fi
+case $MODE in
+rate) N=${4:-20000} CAP=${5:-1G} ;;
+shared) N=${4:-20000} CAP=${5:-64M} ;;
+*) SECS=${4:-20} CAP=${5:-64M} ;;
+esac
 STORE=$DIR/store MNT=$DIR/mnt RAW=$DIR/raw LOG=$DIR/daemon.log
 rm -rf "$STORE" "$RAW"
 mkdir -p "$MNT" "$RAW/m/0"
@@ -42,6 +50,31 @@ for tag, data in (('e', b''), ('f', block)):
     k = run(kv, tag, data)
     what = 'empty' if not data else '4 KiB'
     print(f'{what:6} creates: kvfs {k:8.0f}/s  raw {r:8.0f}/s  ratio {k / r:.2f}')
+PY
+exit 0
+fi
+if [ "$MODE" = shared ]; then
+python3 - "$MNT/m/0" "$N" <<'PY'
+import json, os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with open(os.path.join(d, f's{i:07d}'), 'wb') as f:
+        f.write(b'x')
+st = lambda: json.load(open(os.path.join(d, '..', '..', '.kvfs', 'stats')))
+print(f'{n} pages of one shared byte: {st()["ssd"]["pages"]} pages, {st()["ssd"]["physical_bytes"]} bytes')
+worst, t0, i = 0.0, time.perf_counter(), 0
+while any(x.startswith('s') for x in os.listdir(d)) and time.perf_counter() - t0 < 300:
+    body = os.urandom(64) + bytes(1 << 20)
+    t = time.perf_counter()
+    try:
+        with open(os.path.join(d, f'big{i:05d}'), 'wb') as f:
+            f.write(body)
+    except OSError as e:
+        print(f'write {i}: {e}')
+    worst, i = max(worst, time.perf_counter() - t), i + 1
+left = sum(x.startswith('s') for x in os.listdir(d))
+print(f'{i} writes of 1 MiB until the shared names went ({left} left): '
+      f'{time.perf_counter() - t0:.1f} s, the slowest {worst * 1000:.0f} ms')
 PY
 exit 0
 fi
