@@ -227,9 +227,14 @@ static enum kvfs_share take_twin(struct kvfs *fs, const struct kvfs_data *d,
 	 * longer in the table: write a copy (the next page shares it). */
 	if (plan->pending && !kvfs_dedup_pending_has(fs, &plan->share))
 		return KVFS_SHARE_NONE;
-	if (kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) < 0 ||
-	    (plan->share.id == lone_id && count < 3 &&
-	     kv_index_extent_ref(fs->idx, plan->share.id, -1, NULL) == 0))
+	/* At most one name per block of the payload: every page costs at
+	 * least a block of the capacity (kvfs_store_usage), also when dedup
+	 * stores it once; 107,000 names of one byte had cost 4 KiB. */
+	if (kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) < 0)
+		return KVFS_SHARE_NONE;
+	if ((count > kv_extent_footprint(&plan->share.ext) / KV_ALIGN ||
+	     (plan->share.id == lone_id && count < 3)) &&
+	    kv_index_extent_ref(fs->idx, plan->share.id, -1, NULL) == 0)
 		return KVFS_SHARE_NONE;
 	n->extent_id = plan->share.id;
 	n->ext = plan->share.ext;

@@ -173,6 +173,44 @@ static void sharer_in_a_later_batch_is_withdrawn_too(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* A payload's extent takes at most one name per 4 KiB block of it, so
+ * that every page costs a block of the capacity, shared or not: three
+ * pages of 8 KiB, two share, the third is written anew; two of one byte
+ * are two extents. Within a commit window and against durable twins. */
+static void names_of_one_payload_at_most_one_per_block(void **state)
+{
+	struct efix *f = *state;
+
+	efix_open(f);
+	efix_layer(f);
+	kvfs_commit_group_begin(f->fs);
+	assert_int_equal(efix_publish(f, "w0", 8192, 3, NULL), 0);
+	assert_int_equal(efix_publish(f, "w1", 8192, 3, NULL), 0);
+	assert_int_equal(efix_publish(f, "w2", 8192, 3, NULL), 0);
+	kvfs_commit_group_end(f->fs);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(extent_of(f, "w1"), extent_of(f, "w0"));
+	assert_true(extent_of(f, "w2") != extent_of(f, "w0"));
+	assert_int_equal(efix_publish(f, "d0", 8192, 4, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(efix_publish(f, "d1", 8192, 4, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(efix_publish(f, "d2", 8192, 4, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(extent_of(f, "d1"), extent_of(f, "d0"));
+	assert_true(extent_of(f, "d2") != extent_of(f, "d0"));
+	assert_int_equal(efix_publish(f, "b0", 1, 5, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(efix_publish(f, "b1", 1, 5, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_true(extent_of(f, "b1") != extent_of(f, "b0"));
+	efix_reopen(f);
+	efix_assert_page(f, "w2", 8192, 3);
+	efix_assert_page(f, "d2", 8192, 4);
+	efix_assert_page(f, "b1", 1, 5);
+	assert_int_equal(efix_close(f), 0);
+}
+
 /* Each test on a fresh store of its own, dedup and fault seams on. */
 #define DEDUP_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup_dedup, efix_teardown)
 
@@ -183,6 +221,7 @@ int main(void)
 		DEDUP_TEST(failed_write_withdraws_every_sharer),
 		DEDUP_TEST(failed_sync_withdraws_every_sharer),
 		DEDUP_TEST(sharer_in_a_later_batch_is_withdrawn_too),
+		DEDUP_TEST(names_of_one_payload_at_most_one_per_block),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
