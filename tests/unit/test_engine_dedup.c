@@ -177,28 +177,33 @@ static void sharer_in_a_later_batch_is_withdrawn_too(void **state)
  * that every page costs a block of the capacity, shared or not: three
  * pages of 8 KiB, two share, the third is written anew; two of one byte
  * are two extents. Within a commit window and against durable twins. */
+static void three_of_8k(struct efix *f, char tag, unsigned seed, bool window)
+{
+	char name[3][4];
+
+	if (window)
+		kvfs_commit_group_begin(f->fs);
+	for (unsigned i = 0; i < 3; i++) {
+		snprintf(name[i], sizeof(name[i]), "%c%u", tag, i);
+		assert_int_equal(efix_publish(f, name[i], 8192, seed, NULL), 0);
+		if (!window)
+			assert_int_equal(efix_sync(f), 0);
+	}
+	if (window)
+		kvfs_commit_group_end(f->fs);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(extent_of(f, name[1]), extent_of(f, name[0]));
+	assert_true(extent_of(f, name[2]) != extent_of(f, name[0]));
+}
+
 static void names_of_one_payload_at_most_one_per_block(void **state)
 {
 	struct efix *f = *state;
 
 	efix_open(f);
 	efix_layer(f);
-	kvfs_commit_group_begin(f->fs);
-	assert_int_equal(efix_publish(f, "w0", 8192, 3, NULL), 0);
-	assert_int_equal(efix_publish(f, "w1", 8192, 3, NULL), 0);
-	assert_int_equal(efix_publish(f, "w2", 8192, 3, NULL), 0);
-	kvfs_commit_group_end(f->fs);
-	assert_int_equal(efix_sync(f), 0);
-	assert_int_equal(extent_of(f, "w1"), extent_of(f, "w0"));
-	assert_true(extent_of(f, "w2") != extent_of(f, "w0"));
-	assert_int_equal(efix_publish(f, "d0", 8192, 4, NULL), 0);
-	assert_int_equal(efix_sync(f), 0);
-	assert_int_equal(efix_publish(f, "d1", 8192, 4, NULL), 0);
-	assert_int_equal(efix_sync(f), 0);
-	assert_int_equal(efix_publish(f, "d2", 8192, 4, NULL), 0);
-	assert_int_equal(efix_sync(f), 0);
-	assert_int_equal(extent_of(f, "d1"), extent_of(f, "d0"));
-	assert_true(extent_of(f, "d2") != extent_of(f, "d0"));
+	three_of_8k(f, 'w', 3, true);
+	three_of_8k(f, 'd', 4, false);
 	assert_int_equal(efix_publish(f, "b0", 1, 5, NULL), 0);
 	assert_int_equal(efix_sync(f), 0);
 	assert_int_equal(efix_publish(f, "b1", 1, 5, NULL), 0);
