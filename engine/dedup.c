@@ -233,6 +233,9 @@ void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
 		return;
 	n = kv_index_extent_candidates(fs->idx, p->hash, d->size, c, CANDIDATES_MAX);
 	for (i = 0; i < n; i++) {
+		/* full (take_twin would refuse it): not worth reading */
+		if (c[i].refcount >= kvfs_share_names_max(&c[i].ext))
+			continue;
 		if (same_bytes(fs, &c[i], d)) {
 			p->share = c[i];
 			return;

@@ -487,6 +487,12 @@ struct kvfs_seal_plan {
 };
 /* Hash d and look for a twin (reads and compares bytes; never under
  * ns_lock). Takes over the caller's reference to d. */
+/* The most names one extent may take: one per 4 KiB block of its payload,
+ * so that every page costs at least a block of the capacity. */
+static inline uint64_t kvfs_share_names_max(const struct kv_extent *e)
+{
+	return kv_extent_footprint(e) / KV_ALIGN;
+}
 void kvfs_seal_plan_make(struct kvfs *fs, struct kvfs_data *d,
 			 struct kvfs_seal_plan *p);
 void kvfs_seal_plan_clear(struct kvfs_seal_plan *p);

@@ -229,10 +229,11 @@ static enum kvfs_share take_twin(struct kvfs *fs, const struct kvfs_data *d,
 		return KVFS_SHARE_NONE;
 	/* At most one name per block of the payload: every page costs at
 	 * least a block of the capacity (kvfs_store_usage), also when dedup
-	 * stores it once; 107,000 names of one byte had cost 4 KiB. */
+	 * stores it once; 107,000 names of one byte had cost 4 KiB. The page
+	 * this one replaces still holds its reference here. */
 	if (kv_index_extent_ref(fs->idx, plan->share.id, +1, &count) < 0)
 		return KVFS_SHARE_NONE;
-	if ((count > kv_extent_footprint(&plan->share.ext) / KV_ALIGN ||
+	if ((count - (plan->share.id == lone_id) > kvfs_share_names_max(&plan->share.ext) ||
 	     (plan->share.id == lone_id && count < 3)) &&
 	    kv_index_extent_ref(fs->idx, plan->share.id, -1, NULL) == 0)
 		return KVFS_SHARE_NONE;

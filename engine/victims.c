@@ -163,8 +163,9 @@ int kvfs_victims_collect(struct kvfs *fs, const struct kvfs_victim_rule *rule,
  * Looking at every name of the extent for each of them cost N^2: 107,000
  * names of one 1-byte payload went at 100 a second, and a writer waiting
  * for that room got ENOSPC after 40 s. Once the group was seen whole,
- * each later name is looked at alone: one opened meanwhile stays (with
- * its extent), and the names already gone were evictable when seen.
+ * each later name is looked at alone: one opened meanwhile stays, and
+ * with it every name after it (the ones already gone were evictable
+ * when seen).
  */
 bool kvfs_victim_run_still(struct kvfs *fs, struct kvfs_victims *vs,
 			   const struct kvfs_victim *v, const struct kv_node_info *n)
@@ -172,8 +173,11 @@ bool kvfs_victim_run_still(struct kvfs *fs, struct kvfs_victims *vs,
 	const struct kvfs_victim *first = v, *end = v + 1;
 	struct kv_node_info o;
 
-	if (!kvfs_victim_still(fs, vs, n))
+	if (!kvfs_victim_still(fs, vs, n)) {
+		if (v->shared && vs->group_id == v->extent_id)
+			vs->group_ok = false;   /* it stays: so do the others */
 		return false;
+	}
 	if (!v->shared || v->protect)
 		return true;      /* alone, or a share that goes last anyway */
 	if (vs->group_id == v->extent_id)

@@ -175,8 +175,9 @@ static void sharer_in_a_later_batch_is_withdrawn_too(void **state)
 
 /* A payload's extent takes at most one name per 4 KiB block of it, so
  * that every page costs a block of the capacity, shared or not: three
- * pages of 8 KiB, two share, the third is written anew; two of one byte
- * are two extents. Within a commit window and against durable twins. */
+ * pages of 8 KiB, two share, the third is written anew (and a fourth
+ * shares the third's); two of one byte are two extents. Within a commit
+ * window and against durable twins. */
 static void three_of_8k(struct efix *f, char tag, unsigned seed, bool window)
 {
 	char name[3][4];
@@ -204,6 +205,10 @@ static void names_of_one_payload_at_most_one_per_block(void **state)
 	efix_layer(f);
 	three_of_8k(f, 'w', 3, true);
 	three_of_8k(f, 'd', 4, false);
+	/* the next one shares the copy that has room, not the full one */
+	assert_int_equal(efix_publish(f, "d3", 8192, 4, NULL), 0);
+	assert_int_equal(efix_sync(f), 0);
+	assert_int_equal(extent_of(f, "d3"), extent_of(f, "d2"));
 	assert_int_equal(efix_publish(f, "b0", 1, 5, NULL), 0);
 	assert_int_equal(efix_sync(f), 0);
 	assert_int_equal(efix_publish(f, "b1", 1, 5, NULL), 0);
