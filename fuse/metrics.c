@@ -285,7 +285,7 @@ static const struct mdef defs[] = {
 	{ MV_SSD_PHYSICAL, "ssd", "physical_bytes", "kvfs_ssd_physical_bytes", NULL, G,
 	  "Bytes the store's extents occupy on the SSD (footprints, each shared extent once)" },
 	{ MV_SSD_EMPTY_PAGES, "ssd", "empty_pages", "kvfs_ssd_empty_pages", NULL, G,
-	  "Pages of size 0: no extent, each charged one 4 KiB block of the capacity" },
+	  "Pages of size 0 (including pages created and not yet written): no extent, each charged one 4 KiB block of the capacity" },
 	{ MV_SSD_PREALLOC, "ssd", "prealloc_bytes", "kvfs_ssd_prealloc_bytes", NULL, G,
 	  "Bytes fallocate'd ahead of the writes, not yet used (within the capacity)" },
 	{ MV_SSD_EXTENTS, "ssd", "extents", "kvfs_ssd_extents", NULL, G,
