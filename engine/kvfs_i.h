@@ -526,8 +526,9 @@ int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_ne
 /* Payload size allowed for pages under layer dir `parent` (geometry or max). */
 int kvfs_page_limit(struct kvfs *fs, uint64_t parent, uint64_t *limit,
 		    bool *exact);
-/* kv_store_usage with each page of size 0 charged KV_ALIGN (page.c). */
-void kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u);
+/* kv_store_usage with each page of size 0 charged KV_ALIGN (page.c);
+ * returns the number of those pages it charged. */
+uint64_t kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u);
 /* Room for one more page of size 0, the block its name is charged
  * (ns_lock held): 0 or -ENOSPC (logged and counted unless quiet). */
 int kvfs_page_name_room(struct kvfs *fs, bool quiet);

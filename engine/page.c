@@ -164,7 +164,7 @@ static int check_seal_size(struct kvfs *fs, const struct kv_node_info *n,
  * the capacity showed nothing (and eviction, counting bytes, never took
  * them). Every use of the capacity goes through here.
  */
-static void usage_less(struct kvfs *fs, struct kv_store_usage *u, uint64_t own)
+static uint64_t usage_less(struct kvfs *fs, struct kv_store_usage *u, uint64_t own)
 {
 	uint64_t empty = kv_index_empty_pages(fs->idx);
 	uint64_t names = (empty > own ? empty - own : 0) * KV_ALIGN;
@@ -172,11 +172,12 @@ static void usage_less(struct kvfs *fs, struct kv_store_usage *u, uint64_t own)
 	kv_store_usage(fs->store, u);
 	u->used += names;
 	u->avail -= names < u->avail ? names : u->avail;
+	return empty;
 }
 
-void kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u)
+uint64_t kvfs_store_usage(struct kvfs *fs, struct kv_store_usage *u)
 {
-	usage_less(fs, u, 0);
+	return usage_less(fs, u, 0);
 }
 
 /* Space held for pages being written through FUSE is theirs: a page

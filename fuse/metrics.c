@@ -76,22 +76,24 @@ static void snap_stripes(struct kvfs *fs, struct kvfs_metrics *m, unsigned n)
 static void snap_ssd(struct kvfs *fs, struct kvfs_metrics *m)
 {
 	struct kvfs_cap_stats c;
-	struct kv_store_usage u, avail;
+	struct kv_store_usage u;
 	struct kv_index_stats is;
+	uint64_t empty;
 
 	kvfs_cap_stats(fs, &c);
-	kv_store_usage(fs->store, &u);
-	kvfs_store_usage(fs, &avail);     /* each empty page charged a block */
+	/* One sweep of the store: its usage with each empty page charged a
+	 * block gives the room left; less those blocks, the bytes on disk. */
+	empty = kvfs_store_usage(fs, &u);
 	kv_index_stats(fs->idx, &is);
 	set_u(m, MV_SSD_PAGES, is.pages);
 	set_u(m, MV_SSD_LOGICAL, is.page_bytes);
-	set_u(m, MV_SSD_PHYSICAL, u.used);
+	set_u(m, MV_SSD_PHYSICAL, u.used - empty * KV_ALIGN);
 	set_u(m, MV_SSD_EXTENTS, u.extents);
 	set_u(m, MV_SSD_SEGMENTS, u.segments);
 	set_u(m, MV_SSD_CAPACITY, c.capacity);
-	set_u(m, MV_SSD_AVAIL, avail.avail);
+	set_u(m, MV_SSD_AVAIL, u.avail);
 	set_u(m, MV_SSD_PREALLOC, u.prealloc);
-	set_u(m, MV_SSD_EMPTY_PAGES, is.empty_pages);
+	set_u(m, MV_SSD_EMPTY_PAGES, empty);
 	set_u(m, MV_SSD_RESERVED, c.reserved);
 	set_u(m, MV_SSD_HIGH, c.high);
 	set_u(m, MV_SSD_LOW, c.low);
