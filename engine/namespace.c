@@ -8,6 +8,7 @@
  * kernel's default_permissions for FUSE); names are checked here.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -172,40 +173,46 @@ int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change
 /* ---- directories ---- */
 
 /* Layer directories are named by their number ("0".."99999", zero-padded to at most 5 characters);
- * two names for the same number would be two directories for one layer. */
+ * two names for the same number would be two directories for one layer.
+ * The other names of a number are its paddings to each width up to 5, so
+ * at most five lookups find one: a check that read the whole model dir
+ * cost each mkdir a walk of every layer under ns_lock, and a uid owning a
+ * model made 40,000 layers in 42 s at 8 ms per mkdir by the end. */
 static int check_layer_name(struct kvfs *fs, const struct kv_node_info *model,
 			    const char *name, uint32_t *layer)
 {
-	struct kv_dirent *d;
-	size_t n, i, len = strlen(name);
-	char *end;
+	size_t len = strlen(name);
 	unsigned long v;
-	int rc;
+	char other[8];
+	int w, digits;
 
 	if (len == 0 || len > 5 || strspn(name, "0123456789") != len) {
 		KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "layer directory name \"%s\" refused: "
 			       "use the layer number (e.g. 00, 31)", name);
 		return -EINVAL;
 	}
-	v = strtoul(name, &end, 10);
+	v = strtoul(name, NULL, 10);
 	if (model->geo.layers && v >= model->geo.layers) {
 		KV_LOG_LIMITED(&user_refusals, KV_LOG_INFO, "layer %lu refused: model %s has %u layers",
 			       v, model->name, model->geo.layers);
 		return -EINVAL;
 	}
-	rc = kv_index_readdir(fs->idx, model->ino, &d, &n);
-	if (rc < 0)
-		return rc;
-	for (i = 0; i < n && rc == 0; i++) {
-		struct kv_node_info s;
-
-		if (kv_index_get(fs->idx, d[i].ino, &s) == 0 &&
-		    s.layer == v && strcmp(d[i].name, name) != 0)
-			rc = -EEXIST;
-	}
-	kv_dirents_free(d, n);
 	*layer = (uint32_t)v;
-	return rc;
+	digits = snprintf(other, sizeof(other), "%lu", v);
+	for (w = digits; w <= 5; w++) {
+		struct kv_node_info s;
+		int rc;
+
+		snprintf(other, sizeof(other), "%0*lu", w, v);
+		if (!strcmp(other, name))
+			continue;
+		rc = kv_index_lookup(fs->idx, model->ino, other, &s);
+		if (rc == 0)
+			return -EEXIST;
+		if (rc != -ENOENT)
+			return rc;
+	}
+	return 0;
 }
 
 static int do_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -266,15 +267,37 @@ static void account(struct kv_index *x, const struct node *n, int sign)
 	}
 }
 
-/* A model may not hold two layer dirs for one layer number ("1" and "01"). */
+/*
+ * A model may not hold two layer dirs for one layer number ("1" and "01").
+ * The other names of a number are its zero paddings: past a few layers,
+ * probing the name table for each width is cheaper than a walk of the
+ * model's layers, which made a mkdir cost O(layers) under the lock.
+ */
+#define LAYER_WALK_MAX 64
+
 static bool layer_taken(const struct kv_index *x, const struct node *model, uint32_t num,
 			const struct node *skip1, const struct node *skip2)
 {
+	char name[KV_NAME_MAX + 1];
 	const struct node *c;
+	int digits;
 
-	for (c = model->u.d->first; c; c = idx_next(x, c))
-		if (c != skip1 && c != skip2 && c->u.d->layer == num)
+	if (model->u.d->nchildren <= LAYER_WALK_MAX) {
+		for (c = model->u.d->first; c; c = idx_next(x, c))
+			if (c != skip1 && c != skip2 && c->u.d->layer == num)
+				return true;
+		return false;
+	}
+	digits = snprintf(name, sizeof(name), "%" PRIu32, num);
+	memmove(name + KV_NAME_MAX - digits, name, (size_t)digits + 1);
+	memset(name, '0', KV_NAME_MAX - digits);
+	for (size_t len = (size_t)digits; len <= KV_NAME_MAX; len++) {
+		const char *padded = name + KV_NAME_MAX - len;
+
+		c = name_find(x, model->ino, padded, len, name_hash(model->ino, padded, len));
+		if (c && c != skip1 && c != skip2)
 			return true;
+	}
 	return false;
 }
 

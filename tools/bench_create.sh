@@ -9,15 +9,20 @@
 #              manifest's size (kvfs.db, its WAL, the journal) and df Used;
 #  shared N    N pages of the same 1 byte (dedup: one extent), then pages
 #              of 1 MiB, distinct, until the store has evicted them all:
-#              the slowest of those writes, and the time they took.
+#              the slowest of those writes, and the time they took;
+#  layers N    N layer directories made in one model (no geometry) while
+#              another process writes 4 KiB pages in another model: the
+#              mkdir rate per tenth of N and that writer's latency.
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
 #        tools/bench_create.sh KVFS_BINARY DIR shared [N] [CAP]  (20000, 64M)
+#        tools/bench_create.sh KVFS_BINARY DIR layers [N] [CAP]  (100000, 1G)
 set -euo pipefail
 KVFS=$1 DIR=$2 MODE=$3
 case $MODE in
 rate) N=${4:-20000} CAP=${5:-1G} ;;
 shared) N=${4:-20000} CAP=${5:-64M} ;;
+layers) N=${4:-100000} CAP=${5:-1G} ;;
 *) SECS=${4:-20} CAP=${5:-64M} ;;
 esac
 STORE=$DIR/store MNT=$DIR/mnt RAW=$DIR/raw LOG=$DIR/daemon.log
@@ -76,6 +81,46 @@ left = sum(x.startswith('s') for x in os.listdir(d))
 print(f'{i} writes of 1 MiB until the shared names went ({left} left): '
       f'{time.perf_counter() - t0:.1f} s, the slowest {worst * 1000:.0f} ms')
 PY
+exit 0
+fi
+
+if [ "$MODE" = layers ]; then
+python3 - "$MNT" "$N" <<'PY'
+import os, sys, time, multiprocessing as mp
+mnt, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(f'{mnt}/probe/0', exist_ok=True)
+os.mkdir(f'{mnt}/many')
+
+def probe(stop, out):
+    lat, i, block = [], 0, b'\x5a' * 4096
+    while not stop.is_set():
+        t = time.perf_counter()
+        with open(f'{mnt}/probe/0/p{i:07d}', 'wb') as f:
+            f.write(block)
+        lat.append(time.perf_counter() - t)
+        i += 1
+        time.sleep(0.005)
+    lat.sort()
+    out.put((len(lat), lat[len(lat) // 2], lat[len(lat) * 99 // 100], lat[-1]))
+
+stop, out = mp.Event(), mp.Queue()
+p = mp.Process(target=probe, args=(stop, out))
+p.start()
+t0 = t = time.perf_counter()
+rates = []
+for i in range(n):
+    os.mkdir(f'{mnt}/many/{i:05d}')
+    if (i + 1) % (n // 10) == 0:
+        rates.append(f'{n // 10 / (time.perf_counter() - t):.0f}')
+        t = time.perf_counter()
+total = time.perf_counter() - t0
+stop.set()
+cnt, p50, p99, worst = out.get()
+p.join()
+print(f'{n} layer dirs in {total:.1f} s; mkdir/s per tenth: {" ".join(rates)}')
+print(f'probe: {cnt} page writes, p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {worst * 1000:.0f} ms')
+PY
+echo "daemon RSS $(awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$DPID/status") MB"
 exit 0
 fi
 

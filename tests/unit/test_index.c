@@ -291,6 +291,42 @@ static void test_renames_of_every_length(void **state)
 	assert_int_equal(n.ino, 10);
 }
 
+/* Past a few layers the index finds a number's other names by probing
+ * each zero padding (any length up to KV_NAME_MAX) rather than walking
+ * the model: the same answers as the walk, for adds and moves. */
+static void test_layer_numbers_past_a_walk(void **state)
+{
+	struct kv_index *x = *state;
+	struct kv_node_info n;
+	uint64_t rep;
+
+	small_tree(x);                             /* model 2, layer "00" */
+	for (uint32_t i = 1; i < 100; i++)
+		assert_int_equal(add_layer(x, 100 + i, 2, i), 0);   /* "01".."99" */
+	n = info(KV_KIND_LAYER, 300, 2, "0000000000042");
+	n.layer = 42;
+	assert_int_equal(kv_index_add(x, &n), -EEXIST);
+	n = info(KV_KIND_LAYER, 300, 2, "0000000000100");
+	n.layer = 100;
+	assert_int_equal(kv_index_add(x, &n), 0);
+	n = info(KV_KIND_LAYER, 301, 2, "100");
+	n.layer = 100;
+	assert_int_equal(kv_index_add(x, &n), -EEXIST);      /* only at width 13 */
+	n = info(KV_KIND_LAYER, 301, 2, "7");
+	n.layer = 7;
+	assert_int_equal(kv_index_add(x, &n), -EEXIST);      /* "07" */
+	n = info(KV_KIND_LAYER, 301, 2, "101");
+	n.layer = 101;
+	assert_int_equal(kv_index_add(x, &n), 0);
+	/* A layer may take another padding of its own number, not another's. */
+	assert_int_equal(kv_index_move(x, 105, 2, "005", 0, &rep), 0);
+	assert_int_equal(kv_index_move(x, 106, 2, "0005", 0, &rep), -EEXIST);
+	assert_int_equal(kv_index_move(x, 106, 2, "0000000000042", 1, &rep), -EEXIST);
+	assert_int_equal(kv_index_move(x, 300, 2, "100", 0, &rep), 0);
+	assert_int_equal(kv_index_get(x, 300, &n), 0);
+	assert_int_equal(n.layer, 100);
+}
+
 static void test_move_dirs(void **state)
 {
 	struct kv_index *x = *state;
@@ -725,6 +761,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_dirs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_numbers_past_a_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_renames_of_every_length, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_data_from_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_durable, setup, teardown),
