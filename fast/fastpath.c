@@ -58,54 +58,88 @@ bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask)
 	return (bits & mask) == mask;
 }
 
-/* ---- layers of the model ---- */
+/* ---- layers of the model ----
+ *
+ * Found as descriptors name them, a few lookups each, and kept for the
+ * call in a small table by number (misses too). A snapshot of every layer
+ * at each call cost a LOOKUP of one page 14 ms in a model a uid had given
+ * 76,000 layer directories, against 0.2 ms in one of 32.
+ */
 
-static int layer_cmp(const void *pa, const void *pb)
+static struct fp_layer *layer_slot(struct fp_resolver *rv, uint32_t layer)
 {
-	const struct fp_layer *a = pa, *b = pb;
+	size_t mask = rv->cap - 1, i = (layer * 2654435761u) & mask;
 
-	return a->layer < b->layer ? -1 : a->layer > b->layer;
+	while (rv->layers[i].used && rv->layers[i].layer != layer)
+		i = (i + 1) & mask;
+	return &rv->layers[i];
 }
 
-static int load_layers(struct fp_resolver *rv)
+static int layers_grow(struct fp_resolver *rv)
 {
-	struct kv_dirent *de;
-	struct kv_node_info n;
-	size_t nde, i;
-	int rc = kv_index_readdir(rv->b->fs->idx, rv->model, &de, &nde);
+	struct fp_layer *old = rv->layers;
+	size_t ocap = rv->cap, cap = ocap ? ocap * 2 : 16;
 
-	if (rc < 0)
-		return rc;
-	rv->layers = calloc(nde ? nde : 1, sizeof(*rv->layers));
+	rv->layers = calloc(cap, sizeof(*rv->layers));
 	if (!rv->layers) {
-		kv_dirents_free(de, nde);
+		rv->layers = old;
 		return -ENOMEM;
 	}
-	for (i = 0; i < nde; i++) {
-		if (kv_index_get(rv->b->fs->idx, de[i].ino, &n) < 0 || n.kind != KV_KIND_LAYER)
-			continue;    /* removed since the snapshot */
-		rv->layers[rv->nlayers++] = (struct fp_layer){
-			.layer = n.layer, .ino = n.ino, .attr = n.attr,
-			.search = fp_may(rv, &n.attr, 1), .create = fp_may(rv, &n.attr, 3) };
-	}
-	kv_dirents_free(de, nde);
-	qsort(rv->layers, rv->nlayers, sizeof(*rv->layers), layer_cmp);
+	rv->cap = cap;
+	for (size_t i = 0; i < ocap; i++)
+		if (old[i].used)
+			*layer_slot(rv, old[i].layer) = old[i];
+	free(old);
+	rv->last = NULL;
 	return 0;
 }
 
-const struct fp_layer *fp_layer_by_num(struct fp_resolver *rv, uint32_t layer)
+int fp_layer_by_num(struct fp_resolver *rv, uint32_t layer, const struct fp_layer **out)
 {
-	struct fp_layer key = { .layer = layer };
+	struct kv_node_info n;
+	struct fp_layer *s;
+	int rc;
 
-	return bsearch(&key, rv->layers, rv->nlayers, sizeof(key), layer_cmp);
+	s = rv->last;
+	if (!(s && s->layer == layer) && rv->cap)
+		s = layer_slot(rv, layer);
+	if (!s || !s->used) {
+		if ((rv->nlayers + 1) * 4 > rv->cap * 3 && (rc = layers_grow(rv)) < 0)
+			return rc;
+		rc = kvfs_layer_find(rv->b->fs, rv->model, layer, NULL, &n);
+		if (rc < 0 && rc != -ENOENT)
+			return -kv_errno(rc);
+		s = layer_slot(rv, layer);
+		*s = (struct fp_layer){ .layer = layer, .used = true, .found = rc == 0 };
+		if (s->found) {
+			s->ino = n.ino;
+			s->attr = n.attr;
+			s->search = fp_may(rv, &n.attr, 1);
+			s->create = fp_may(rv, &n.attr, 3);
+		}
+		rv->nlayers++;
+	}
+	rv->last = s;
+	*out = s;
+	return s->found ? 0 : -ENOENT;
 }
 
-static const struct fp_layer *layer_by_ino(struct fp_resolver *rv, uint64_t ino)
+/* The layer of a page found by its handle: -ENOENT if it is another
+ * model's. */
+static int layer_by_ino(struct fp_resolver *rv, uint64_t ino, const struct fp_layer **out)
 {
-	for (size_t i = 0; i < rv->nlayers; i++)
-		if (rv->layers[i].ino == ino)
-			return &rv->layers[i];
-	return NULL;
+	struct kv_node_info n;
+	int rc;
+
+	if (rv->last && rv->last->found && rv->last->ino == ino) {
+		*out = rv->last;
+		return 0;
+	}
+	if (kv_index_get(rv->b->fs->idx, ino, &n) < 0 || n.kind != KV_KIND_LAYER ||
+	    n.parent != rv->model)
+		return -ENOENT;
+	rc = fp_layer_by_num(rv, n.layer, out);
+	return rc == 0 && (*out)->ino != ino ? -ENOENT : rc;
 }
 
 int fp_resolver_init(struct fp_resolver *rv, struct fp_batch *b, const struct kvfs_fast_req *req,
@@ -125,14 +159,15 @@ int fp_resolver_init(struct fp_resolver *rv, struct fp_batch *b, const struct kv
 	if (rc < 0)
 		return rc;
 	rv->dirs_ok = fp_may(rv, &root.attr, 1) && fp_may(rv, &m.attr, 1);
-	return load_layers(rv);
+	return 0;
 }
 
 void fp_resolver_free(struct fp_resolver *rv)
 {
 	free(rv->layers);
 	rv->layers = NULL;
-	rv->nlayers = 0;
+	rv->last = NULL;
+	rv->nlayers = rv->cap = 0;
 }
 
 /* ---- handles ----
@@ -167,9 +202,9 @@ static int32_t resolve_name(struct fp_resolver *rv, const struct kvfs_page_desc 
 	char name[KVFS_NAME_MAX + 1];
 	int rc;
 
-	*le = fp_layer_by_num(rv, d->layer);
-	if (!*le)
-		return -ENOENT;
+	rc = fp_layer_by_num(rv, d->layer, le);
+	if (rc < 0)
+		return rc;
 	rc = kvfs_region_load(rv->b->r, d->name_off, name, d->name_len);
 	if (rc < 0)
 		return rc;
@@ -188,12 +223,13 @@ static int32_t resolve_handle(struct fp_resolver *rv, uint64_t handle,
 			      const struct fp_layer **le, struct kv_node_info *n)
 {
 	uint64_t ino = handle_ino(rv->b->fs, handle);
+	int rc;
 
 	if (!ino || kv_index_get(rv->b->fs->idx, ino, n) < 0 || n->kind != KV_KIND_PAGE)
 		return -ENOENT;
-	*le = layer_by_ino(rv, n->parent);
-	if (!*le)
-		return -ENOENT;   /* another model's page */
+	rc = layer_by_ino(rv, n->parent, le);
+	if (rc < 0)
+		return rc;     /* ENOENT: another model's page */
 	return (*le)->search ? 0 : -EACCES;
 }
 

@@ -61,6 +61,7 @@ void fp_batch_free(struct fp_batch *b);
 /* A layer directory of the model, with what the caller may do in it. */
 struct fp_layer {
 	uint32_t layer;
+	bool used, found;     /* a slot of the resolver's table; found: such a layer exists */
 	uint64_t ino;
 	bool search;          /* the caller may look names up in it */
 	bool create;          /* ... and create or replace pages in it (w+x) */
@@ -74,8 +75,9 @@ struct fp_resolver {
 	const struct kvfs_fast_req *req;
 	bool dirs_ok;         /* search permission on the root and the model */
 	uint64_t model;
-	struct fp_layer *layers;  /* sorted by layer number */
-	size_t nlayers;
+	struct fp_layer *layers;  /* layers looked up so far, by number (fastpath.c) */
+	size_t nlayers, cap;
+	struct fp_layer *last;    /* the one looked up last */
 	int ngroups;          /* supplementary groups, -1 until needed */
 	int64_t seal_deadline_ns;  /* the call's waits for seals end by then */
 	gid_t groups[64];
@@ -84,7 +86,9 @@ struct fp_resolver {
 int fp_resolver_init(struct fp_resolver *rv, struct fp_batch *b, const struct kvfs_fast_req *req,
 		     uint64_t model);
 void fp_resolver_free(struct fp_resolver *rv);
-const struct fp_layer *fp_layer_by_num(struct fp_resolver *rv, uint32_t layer);
+/* The model's layer number layer: 0, -ENOENT, or -errno. *out stays valid
+ * until the next lookup. */
+int fp_layer_by_num(struct fp_resolver *rv, uint32_t layer, const struct fp_layer **out);
 /* mask: 4 read, 2 write, 1 search (bits may be combined). */
 bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask);
 

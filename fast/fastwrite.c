@@ -185,14 +185,15 @@ static bool sticky_denies(struct wbatch *w, const struct fp_layer *le,
 static int32_t resolve(struct wbatch *w, uint32_t i, struct wpage *p)
 {
 	const struct kvfs_page_desc *d = &w->b.d[i];
-	const struct fp_layer *le = fp_layer_by_num(&w->rv, d->layer);
+	const struct fp_layer *le;
 	struct kv_node_info old;
 	int32_t rc;
 
 	if (!w->rv.dirs_ok)
 		return -EACCES;
-	if (!le)
-		return -ENOENT;
+	rc = fp_layer_by_num(&w->rv, d->layer, &le);
+	if (rc < 0)
+		return rc;
 	if (!le->search || !le->create)
 		return -EACCES;
 	rc = check_size(w, le, d->dst_len);

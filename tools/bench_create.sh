@@ -12,7 +12,9 @@
 #              the slowest of those writes, and the time they took;
 #  layers N    N layer directories made in one model (no geometry) while
 #              another process writes 4 KiB pages in another model: the
-#              mkdir rate per tenth of N and that writer's latency.
+#              mkdir rate per tenth of N and that writer's latency; then
+#              the time of a fast-path LOOKUP of one page in that model
+#              and in a model of one layer.
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
 #        tools/bench_create.sh KVFS_BINARY DIR shared [N] [CAP]  (20000, 64M)
@@ -25,6 +27,7 @@ shared) N=${4:-20000} CAP=${5:-64M} ;;
 layers) N=${4:-100000} CAP=${5:-1G} ;;
 *) SECS=${4:-20} CAP=${5:-64M} ;;
 esac
+REPO=$(cd "$(dirname "$0")/.." && pwd); export REPO
 STORE=$DIR/store MNT=$DIR/mnt RAW=$DIR/raw LOG=$DIR/daemon.log
 rm -rf "$STORE" "$RAW"
 mkdir -p "$MNT" "$RAW/m/0"
@@ -119,6 +122,26 @@ cnt, p50, p99, worst = out.get()
 p.join()
 print(f'{n} layer dirs in {total:.1f} s; mkdir/s per tenth: {" ".join(rates)}')
 print(f'probe: {cnt} page writes, p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {worst * 1000:.0f} ms')
+
+sys.path.insert(0, os.path.join(os.environ['REPO'], 'tests', 'mount'))
+import mmap, kvfsabi as abi
+for model in ('many', 'probe'):
+    with open(f'{mnt}/{model}/00000/q' if model == 'many' else f'{mnt}/probe/0/q', 'wb') as f:
+        f.write(b'q' * 4096)
+    dfd = os.open(f'{mnt}/{model}', os.O_RDONLY | os.O_DIRECTORY)
+    fd = abi.memfd(1 << 20)
+    mem = mmap.mmap(fd, 1 << 20)
+    rid, _ = abi.register(dfd, fd)
+    ds = [abi.Desc(0, b'q')]
+    t, calls = time.perf_counter(), 200
+    for _ in range(calls):
+        abi.place(mem, ds, 0, 4096)
+        res = abi.batch(dfd, abi.LOOKUP, rid, 0, 1)
+    took = (time.perf_counter() - t) / calls
+    print(f'fast-path LOOKUP of one page, model of {n if model == "many" else 1} layers: '
+          f'{took * 1e6:.0f} us per call (done {res["done"]})')
+    abi.unregister(dfd, rid)
+    os.close(dfd)
 PY
 echo "daemon RSS $(awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$DPID/status") MB"
 exit 0

@@ -128,6 +128,40 @@ def test_read(r, handles):
         fail(f'bounce flags: {ds[0].out_flags} {ds[-1].out_flags}')
 
 
+def test_layers_by_number(r):
+    """Layers are found by number under any of their names ("00007" is
+    layer 7), one batch may name many (the daemon keeps those it has looked
+    up in a table that grows), and a handle reads from any of them."""
+    os.mkdir(os.path.join(M, '00007'))
+    with open(os.path.join(M, '00007', 'q'), 'wb') as f:
+        f.write(b'seven' * 1000)
+    layers = list(range(100, 140))
+    for n in layers:
+        os.mkdir(os.path.join(M, str(n)))
+        with open(os.path.join(M, str(n), 'q'), 'wb') as f:
+            f.write(bytes([n]) * (1000 + n))
+    ds = [abi.Desc(7, b'q'), abi.Desc(8, b'q'), abi.Desc(70, b'q')]
+    ds += [abi.Desc(n, b'q') for n in layers] + [abi.Desc(n, b'q') for n in (7, 99999, 100)]
+    r.run(abi.LOOKUP, ds)
+    want = [0, -errno.ENOENT, -errno.ENOENT] + [0] * len(layers) + [0, -errno.ENOENT, 0]
+    if [d.status for d in ds] != want:
+        fail(f'lookup by layer number: {[d.status for d in ds]}')
+    if ds[0].bytes != 5000 or any(d.bytes != 1000 + d.layer for d in ds[3:3 + len(layers)]):
+        fail('lookup by layer number: sizes')
+    # By handle, in reverse (each layer found from its inode, after the
+    # table grew), into 64 KiB slots.
+    found = [d for d in ds if d.status == 0][::-1]
+    rd = [abi.Desc(handle=d.handle, dst_off=8 * MB + i * 65536, dst_len=65536)
+          for i, d in enumerate(found)]
+    res = r.run(abi.READ, rd)
+    if res['failed']:
+        fail(f'read by handle across layers: {[d.status for d in rd]}')
+    for d, src in zip(rd, found):
+        want = b'seven' * 1000 if src.layer == 7 else bytes([src.layer]) * (1000 + src.layer)
+        if bytes(r.mem[d.dst_off:d.dst_off + d.bytes]) != want:
+            fail(f'read by handle, layer {src.layer}: bytes differ')
+
+
 def test_data_region(dfd):
     """Descriptors and names in one region, page bytes in another: a host
     pool registered at an offset of its file (as a tensor-parallel rank
@@ -414,6 +448,7 @@ def main():
     d = [abi.Desc(0, b'x')]
     ro.run(abi.LOOKUP, d, names_off=4096)
     test_read(r, handles)
+    test_layers_by_number(r)
     test_data_region(dfd)
     test_bad_descriptors(r, d[0].handle)
     test_bad_calls(r, dfd)
