@@ -41,6 +41,7 @@ struct kvfs_dirty_uid {      /* a uid with page files being written */
 	unsigned waiters;    /* writers waiting for its own pages */
 	uint64_t waiting_held; /* ... and the bytes their pages hold */
 	uint64_t filling;    /* its share of filling, charged or about to be */
+	uint64_t fast;       /* fast-path pages' bytes, from their copy until durable */
 };
 
 void kvfs_dirty_init(struct kvfs *fs, uint64_t budget)
@@ -183,7 +184,7 @@ static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes
 	if (!u)
 		return;
 	u->filling -= bytes < u->filling ? bytes : u->filling;
-	if (!u->filling && !u->waiters)
+	if (!u->filling && !u->waiters && !u->fast)
 		kvfs_uidtab_remove(&d->uids, u);
 	pthread_cond_broadcast(&d->cv);
 }
@@ -301,6 +302,63 @@ void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	pthread_mutex_unlock(&d->lock);
 }
 
+/*
+ * The fast path's share. A batch write copies a chunk of up to half the
+ * budget before it publishes it, and its pages then drain at the disk's
+ * speed: one uid's concurrent calls held the whole budget, and root's
+ * 4 KiB writes waited up to 1 s (p50 41 ms, 0.5 ms under the same uid's
+ * FUSE writes). So a uid's fast-path pages count until they are durable,
+ * not only while they are copied: they can only wait for the disk, never
+ * for a writer, so waiting for them cannot deadlock, and no call waits
+ * holding part of a chunk.
+ */
+int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	uint64_t share = d->budget / DIRTY_UID_SHARE;
+	int64_t since = kvfs_now_ns();
+	struct kvfs_dirty_uid *u;
+	struct timespec until;
+	int rc;
+
+	if (uid == 0 || bytes == 0)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	while ((u = uid_entry(d, uid, true)) && u->fast && u->fast + bytes > share) {
+		if (d->drained_ns > since)
+			since = d->drained_ns;
+		if (kvfs_now_ns() - since >= DIRTY_GIVEUP_NS) {
+			rc = give_up(fs, bytes, since);
+			pthread_mutex_unlock(&d->lock);
+			return rc;
+		}
+		until = kvfs_after_ns(DIRTY_STALL_NS);
+		pthread_cond_timedwait(&d->cv, &d->lock, &until);
+	}
+	if (u)
+		u->fast += bytes;
+	pthread_mutex_unlock(&d->lock);
+	return u ? 0 : -ENOMEM;
+}
+
+void kvfs_dirty_fast_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	struct kvfs_dirty_uid *u;
+
+	if (uid == 0 || bytes == 0)
+		return;
+	pthread_mutex_lock(&d->lock);
+	u = uid_entry(d, uid, false);
+	if (u) {
+		u->fast -= bytes < u->fast ? bytes : u->fast;
+		if (!u->filling && !u->waiters && !u->fast)
+			kvfs_uidtab_remove(&d->uids, u);
+		pthread_cond_broadcast(&d->cv);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
 void kvfs_dirty_uid_release_live(struct kvfs *fs, struct kvfs_live *l)
 {
 	if (l->dirty_uid && !l->dirty_sealed)
@@ -347,6 +405,9 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l)
 {
 	kvfs_dirty_uid_release_live(fs, l);
+	if (l->dirty_fast)
+		kvfs_dirty_fast_done(fs, l->writer_uid, l->dirty);
+	l->dirty_fast = false;
 	kvfs_dirty_give(fs, l->dirty, l->dirty_sealed);
 	l->dirty = 0;
 	l->dirty_sealed = false;

@@ -143,6 +143,8 @@ struct kvfs_live {
 	bool dirty_uid;             /* ... and, until sealed, count towards the
 	                             * share of writer_uid (kvfs_dirty_take_uid) */
 	uint32_t writer_uid;        /* who created it (a page file) */
+	bool dirty_fast;            /* dirty counts, until given back, towards
+	                             * writer_uid's fast-path share (kvfs_dirty_fast_take) */
 	bool share_writer;          /* counted as writing in its open_share */
 	struct kvfs_data *wbuf;     /* being written (WRITING) */
 	struct kvfs_data *ram;      /* sealed payload not yet durable */
@@ -567,7 +569,9 @@ void kvfs_page_touch(struct kvfs *fs, const struct kv_node_info *n);
  * page named name in layer directory layer_ino, sealed at once (checksum,
  * dedup, extent, write-behind, manifest row queued) and visible when this
  * returns. d->size bytes; d's dirty charge of `charged` bytes (see
- * kvfs_dirty_take) moves to the page and is given back when it is durable.
+ * kvfs_dirty_take; with as much of attr->uid's fast-path share, see
+ * kvfs_dirty_fast_take) moves to the page and is given back when it is
+ * durable.
  * An existing page of that name: -EEXIST, unless replace (then it is
  * replaced atomically, as by rename(2)). -EISDIR/-EINVAL for a name that
  * is a directory or not a valid page name, -EINVAL for a size the model
@@ -606,6 +610,18 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t held);
 /* bytes charged through kvfs_dirty_take_uid were sealed or given back. */
 void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
+/*
+ * Before a fast-path write of uid stages a chunk of bytes (all of the
+ * chunk at once, holding none of its uid's share meanwhile): a uid other
+ * than root holds at most budget / 2 in fast-path pages, from their copy
+ * until durable. Waits while its own pages drain; a chunk larger than the
+ * share goes through when the uid holds nothing. 0, or -ENOSPC/-EIO as
+ * kvfs_dirty_take when nothing drains for long. The bytes are then the
+ * uid's until kvfs_dirty_fast_done (a page that took them gives them back
+ * when durable: kvfs_live.dirty_fast).
+ */
+int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes);
+void kvfs_dirty_fast_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
 /* Bytes uid holds in pages it is still writing (a leaf lock: any order). */
 uint64_t kvfs_dirty_uid_filling(struct kvfs *fs, uint32_t uid);
 /* bytes already charged now belong to a sealed page (filling -> draining). */

@@ -603,6 +603,10 @@ static int publish_commit(struct kvfs *fs, struct kvfs_live *l,
 	l->ram = kvfs_data_get(d);
 	l->dirty = charged;
 	l->dirty_sealed = true;
+	/* The fast path took the charge in its caller's share too
+	 * (kvfs_dirty_fast_take): it is the page's until durable. */
+	l->writer_uid = n->attr.uid;
+	l->dirty_fast = charged != 0;
 	kvfs_dirty_sealed(fs, charged);
 	atomic_fetch_add(&fs->st.pages_sealed, 1);
 	atomic_fetch_add(&fs->st.bytes_accepted_fast, n->size);

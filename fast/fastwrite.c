@@ -52,6 +52,7 @@ struct wpage {
 	uint64_t size;
 	struct kvfs_data *data;    /* staged copy of the bytes */
 	uint64_t charged;          /* dirty-budget bytes it holds */
+	uint64_t shared;           /* ... of its caller's fast-path share */
 };
 
 struct wbatch {
@@ -246,23 +247,34 @@ static void unstage(struct wbatch *w, struct wpage *p)
 {
 	w->staged -= p->charged;
 	kvfs_dirty_give(w->b.fs, p->charged, false);
+	kvfs_dirty_fast_done(w->b.fs, w->b.who.uid, p->shared);
+	p->shared = 0;
 	kvfs_data_put(p->data);
 	p->data = NULL;
 	p->charged = 0;
 }
 
+static uint64_t footprint(const struct wpage *p)
+{
+	return (p->size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+}
+
 /* Charge the budget (may sleep: no lock held) and copy the page's bytes
  * out of the region into a buffer of the daemon's own: a reused one, not
  * zeroed (the copy overwrites the payload; place_payload zeroes the
- * padding the O_DIRECT write of the footprint sends). */
+ * padding the O_DIRECT write of the footprint sends). The caller's share
+ * for it is already taken (p->shared); on failure it goes back. */
 static int32_t stage(struct wbatch *w, struct wpage *p)
 {
-	uint64_t cap = (p->size + KV_ALIGN - 1) & ~(uint64_t)(KV_ALIGN - 1);
+	uint64_t cap = footprint(p);
 	int rc;
 
 	rc = kvfs_dirty_take(w->b.fs, cap, w->staged);
-	if (rc < 0)
+	if (rc < 0) {
+		kvfs_dirty_fast_done(w->b.fs, w->b.who.uid, p->shared);
+		p->shared = 0;
 		return rc;    /* nothing charged */
+	}
 	p->charged = cap;
 	w->staged += cap;
 	p->data = kvfs_data_new(cap);
@@ -301,11 +313,28 @@ static void publish(struct wbatch *w, struct wpage *p)
 	}
 	kvfs_data_put(p->data);
 	p->data = NULL;
-	w->staged -= p->charged;    /* the page holds it now */
-	p->charged = 0;
+	w->staged -= p->charged;    /* the page holds it now, share included */
+	p->charged = p->shared = 0;
 	w->b.d[p->idx].handle = fp_handle_of(fs, n.ino);
 	w->b.d[p->idx].bytes = p->size;
 	w->published++;
+}
+
+/* The caller's fast-path share for pages [p, end) at once (it holds none
+ * while it waits: kvfs_dirty_fast_take). */
+static int32_t share_take(struct wbatch *w, struct wpage *p, struct wpage *end)
+{
+	uint64_t bytes = 0;
+	int rc;
+
+	for (struct wpage *q = p; q < end; q++)
+		bytes += footprint(q);
+	rc = kvfs_dirty_fast_take(w->b.fs, w->b.who.uid, bytes);
+	if (rc < 0)
+		return rc;
+	for (; p < end; p++)
+		p->shared = footprint(p);
+	return 0;
 }
 
 /*
@@ -324,7 +353,9 @@ static void retry_full(struct wbatch *w, uint32_t first, uint32_t end)
 		     w->b.status[p->idx] == -ENOSPC && !w->region_lost; tries++) {
 			if (kvfs_space_wait_run(fs, p->size) < 0)
 				break;
-			w->b.status[p->idx] = stage(w, p);
+			w->b.status[p->idx] = share_take(w, p, p + 1);
+			if (w->b.status[p->idx] == 0)
+				w->b.status[p->idx] = stage(w, p);
 			if (w->b.status[p->idx] < 0)
 				break;
 			kvfs_commit_group_begin(fs);
@@ -390,16 +421,26 @@ static void write_pages(struct wbatch *w)
 	while (first < w->np) {
 		uint64_t bytes = 0;
 		uint32_t end = first;
+		int32_t shared;
 
 		for (; end < w->np && end - first < max_pages; end++) {
-			struct wpage *p = &w->pages[end];
+			if (end > first && bytes + w->pages[end].size > max_bytes)
+				break;
+			bytes += footprint(&w->pages[end]);
+		}
+		shared = w->region_lost ? 0 : share_take(w, &w->pages[first], &w->pages[end]);
+		bytes = 0;
+		for (uint32_t k = first; k < end; k++) {
+			struct wpage *p = &w->pages[k];
 			int32_t rc;
 
-			if (end > first && bytes + p->size > max_bytes)
-				break;
 			/* Once the region faulted every copy would: the call
 			 * fails with EFAULT as a whole (fp_batch_finish). */
-			rc = w->region_lost ? -EFAULT : stage(w, p);
+			rc = w->region_lost ? -EFAULT : shared < 0 ? shared : stage(w, p);
+			if (rc < 0 && p->shared) {      /* not staged: its share goes back */
+				kvfs_dirty_fast_done(fs, w->b.who.uid, p->shared);
+				p->shared = 0;
+			}
 			if (rc == -EFAULT && !w->region_lost) {
 				w->region_lost = true;
 				fail_desc(w, p->idx, "source not copied", rc);

@@ -14,17 +14,22 @@
 #              another process writes 4 KiB pages in another model: the
 #              mkdir rate per tenth of N and that writer's latency; then
 #              the time of a fast-path LOOKUP of one page in that model
-#              and in a model of one layer.
+#              and in a model of one layer;
+#  fastflood SECS  8 processes of uid 65534 write distinct 1 MiB pages by
+#              the fast path (batches of 32) for SECS while root writes
+#              4 KiB pages through the mount every 20 ms: root's latency.
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
 #        tools/bench_create.sh KVFS_BINARY DIR shared [N] [CAP]  (20000, 64M)
 #        tools/bench_create.sh KVFS_BINARY DIR layers [N] [CAP]  (100000, 1G)
+#        tools/bench_create.sh KVFS_BINARY DIR fastflood [SECS] [CAP]  (15, 8G)
 set -euo pipefail
 KVFS=$1 DIR=$2 MODE=$3
 case $MODE in
 rate) N=${4:-20000} CAP=${5:-1G} ;;
 shared) N=${4:-20000} CAP=${5:-64M} ;;
 layers) N=${4:-100000} CAP=${5:-1G} ;;
+fastflood) SECS=${4:-15} CAP=${5:-8G} ;;
 *) SECS=${4:-20} CAP=${5:-64M} ;;
 esac
 REPO=$(cd "$(dirname "$0")/.." && pwd); export REPO
@@ -32,7 +37,7 @@ STORE=$DIR/store MNT=$DIR/mnt RAW=$DIR/raw LOG=$DIR/daemon.log
 rm -rf "$STORE" "$RAW"
 mkdir -p "$MNT" "$RAW/m/0"
 "$KVFS" mkfs "$STORE" --capacity "$CAP" > /dev/null
-"$KVFS" mount "$STORE" "$MNT" -f > "$LOG" 2>&1 &
+"$KVFS" mount "$STORE" "$MNT" -f -o allow_other > "$LOG" 2>&1 &
 DPID=$!
 trap 'fusermount3 -u "$MNT" 2>/dev/null || true; wait $DPID 2>/dev/null || true; rm -rf "$STORE" "$RAW"' EXIT
 for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
@@ -84,6 +89,62 @@ left = sum(x.startswith('s') for x in os.listdir(d))
 print(f'{i} writes of 1 MiB until the shared names went ({left} left): '
       f'{time.perf_counter() - t0:.1f} s, the slowest {worst * 1000:.0f} ms')
 PY
+exit 0
+fi
+
+if [ "$MODE" = fastflood ]; then
+mkdir -p "$MNT/probe/0" "$MNT/flood/0"
+chown 65534:65534 "$MNT/flood" "$MNT/flood/0"
+chmod 755 "$DIR"
+cat > "$DIR/flood.py" <<'PY'
+import mmap, os, sys, time
+sys.path.insert(0, os.path.join(sys.argv[1], 'tests', 'mount'))
+import kvfsabi as abi
+model, k, secs = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+MB = 1 << 20
+dfd = os.open(model, os.O_RDONLY | os.O_DIRECTORY)
+fd = abi.memfd(40 * MB)
+mem = mmap.mmap(fd, 40 * MB)
+rid, _ = abi.register(dfd, fd)
+end, n, pages = time.monotonic() + secs, 0, 0
+while time.monotonic() < end:
+    ds = []
+    for j in range(32):
+        off = 4 * MB + j * MB
+        mem[off:off + 16] = b'%08d%08d' % (k, n * 32 + j)
+        ds.append(abi.Desc(0, b'k%d-%d' % (k, n * 32 + j), dst_off=off, dst_len=MB))
+    abi.place(mem, ds, 0, MB)
+    try:
+        pages += abi.batch(dfd, abi.WRITE, rid, 0, len(ds))['done']
+    except OSError:
+        pass
+    n += 1
+print(pages)
+PY
+chmod 644 "$DIR/flood.py"
+python3 - "$MNT" "$SECS" "$DIR/flood.py" <<'PY'
+import os, subprocess, sys, time
+mnt, secs, flood = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+repo = os.environ['REPO']
+procs = [subprocess.Popen(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+                           '/usr/bin/python3', flood, repo, f'{mnt}/flood', str(k), str(secs)],
+                          stdout=subprocess.PIPE, text=True) for k in range(8)]
+time.sleep(1)
+lat, i, block, end = [], 0, b'\x5a' * 4096, time.monotonic() + secs - 2
+while time.monotonic() < end:
+    t = time.perf_counter()
+    with open(f'{mnt}/probe/0/p{i:07d}', 'wb') as f:
+        f.write(block)
+    lat.append(time.perf_counter() - t)
+    i += 1
+    time.sleep(0.02)
+pages = sum(int(p.communicate()[0] or 0) for p in procs)
+lat.sort()
+print(f'uid 65534 wrote {pages} pages of 1 MiB in {secs:.0f} s ({pages / secs:.0f} MiB/s); '
+      f'root: {len(lat)} writes of 4 KiB, p50 {lat[len(lat) // 2] * 1000:.1f} ms, '
+      f'p99 {lat[len(lat) * 99 // 100] * 1000:.1f} ms, max {lat[-1] * 1000:.0f} ms')
+PY
+grep -E 'dirty_peak|dirty_overruns' <(getfattr -n user.kvfs.stats --only-values "$MNT" 2>/dev/null) | tr '\n' ' '; echo
 exit 0
 fi
 

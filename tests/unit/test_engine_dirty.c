@@ -362,6 +362,57 @@ static void sixteen_writers_on_four_pages(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+struct fast_taker {
+	struct kvfs *fs;
+	uint32_t uid;
+	uint64_t bytes;
+	atomic_bool done;
+	int rc;
+};
+
+static void *fast_take_thread(void *arg)
+{
+	struct fast_taker *t = arg;
+
+	t->rc = kvfs_dirty_fast_take(t->fs, t->uid, t->bytes);
+	atomic_store(&t->done, true);
+	return NULL;
+}
+
+/* One uid's fast-path pages hold at most half the budget until they are
+ * durable: its next chunk waits for its own pages, while root and another
+ * uid go on at once; a chunk larger than the share passes when the uid
+ * holds nothing. (12 calls of one uid once held the whole budget, and
+ * root's 4 KiB writes waited up to 1 s.) */
+static void a_uids_fast_pages_hold_half_the_budget(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs *fs = open_budget(f);
+	struct fast_taker t = { .fs = fs, .uid = 1000, .bytes = PAGE };
+	pthread_t th;
+
+	assert_int_equal(kvfs_dirty_fast_take(fs, 1000, 2 * PAGE), 0);
+	assert_int_equal(pthread_create(&th, NULL, fast_take_thread, &t), 0);
+	efix_sleep_ms(300);
+	assert_false(atomic_load(&t.done));                      /* it waits */
+	assert_int_equal(kvfs_dirty_fast_take(fs, 0, BUDGET), 0);       /* root */
+	assert_int_equal(kvfs_dirty_fast_take(fs, 2000, 2 * PAGE), 0);  /* another uid */
+	kvfs_dirty_fast_done(fs, 1000, PAGE);                    /* one page durable */
+	for (int i = 0; i < 500 && !atomic_load(&t.done); i++)
+		efix_sleep_ms(10);
+	assert_true(atomic_load(&t.done));
+	pthread_join(th, NULL);
+	assert_int_equal(t.rc, 0);
+	kvfs_dirty_fast_done(fs, 1000, 2 * PAGE);
+	kvfs_dirty_fast_done(fs, 2000, 2 * PAGE);
+	assert_int_equal(kvfs_dirty_fast_take(fs, 3000, 3 * PAGE), 0);  /* alone: passes */
+	kvfs_dirty_fast_done(fs, 3000, 3 * PAGE);
+	pthread_mutex_lock(&fs->dirty.lock);
+	assert_int_equal(fs->dirty.uids.n, 0);                   /* nothing left counted */
+	pthread_mutex_unlock(&fs->dirty.lock);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -376,6 +427,8 @@ int main(void)
 						efix_teardown),
 		cmocka_unit_test_setup_teardown(no_durable_page_for_20s_refuses_with_eio,
 						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(a_uids_fast_pages_hold_half_the_budget, efix_setup,
+						efix_teardown),
 		cmocka_unit_test_setup_teardown(sixteen_writers_on_four_pages, efix_setup,
 						efix_teardown),
 	};
