@@ -69,6 +69,7 @@ static void take_seal_give_accounting(void **state)
 struct taker {
 	struct kvfs *fs;
 	uint64_t bytes, held;
+	uint32_t fast_uid;        /* kvfs_dirty_fast_take of this uid, if not 0 */
 	atomic_bool done;
 	int rc;
 };
@@ -77,7 +78,8 @@ static void *take_thread(void *arg)
 {
 	struct taker *t = arg;
 
-	t->rc = kvfs_dirty_take(t->fs, t->bytes, t->held);
+	t->rc = t->fast_uid ? kvfs_dirty_fast_take(t->fs, t->fast_uid, t->bytes)
+			    : kvfs_dirty_take(t->fs, t->bytes, t->held);
 	atomic_store(&t->done, true);
 	return NULL;
 }
@@ -362,23 +364,6 @@ static void sixteen_writers_on_four_pages(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
-struct fast_taker {
-	struct kvfs *fs;
-	uint32_t uid;
-	uint64_t bytes;
-	atomic_bool done;
-	int rc;
-};
-
-static void *fast_take_thread(void *arg)
-{
-	struct fast_taker *t = arg;
-
-	t->rc = kvfs_dirty_fast_take(t->fs, t->uid, t->bytes);
-	atomic_store(&t->done, true);
-	return NULL;
-}
-
 /* One uid's fast-path pages hold at most half the budget until they are
  * durable: its next chunk waits for its own pages, while root and another
  * uid go on at once; a chunk larger than the share passes when the uid
@@ -388,19 +373,17 @@ static void a_uids_fast_pages_hold_half_the_budget(void **state)
 {
 	struct efix *f = *state;
 	struct kvfs *fs = open_budget(f);
-	struct fast_taker t = { .fs = fs, .uid = 1000, .bytes = PAGE };
+	struct taker t = { .fs = fs, .fast_uid = 1000, .bytes = PAGE };
 	pthread_t th;
 
 	assert_int_equal(kvfs_dirty_fast_take(fs, 1000, 2 * PAGE), 0);
-	assert_int_equal(pthread_create(&th, NULL, fast_take_thread, &t), 0);
+	assert_int_equal(pthread_create(&th, NULL, take_thread, &t), 0);
 	efix_sleep_ms(300);
 	assert_false(atomic_load(&t.done));                      /* it waits */
 	assert_int_equal(kvfs_dirty_fast_take(fs, 0, BUDGET), 0);       /* root */
 	assert_int_equal(kvfs_dirty_fast_take(fs, 2000, 2 * PAGE), 0);  /* another uid */
 	kvfs_dirty_fast_done(fs, 1000, PAGE);                    /* one page durable */
-	for (int i = 0; i < 500 && !atomic_load(&t.done); i++)
-		efix_sleep_ms(10);
-	assert_true(atomic_load(&t.done));
+	assert_true(wait_done(&t, 5000));
 	pthread_join(th, NULL);
 	assert_int_equal(t.rc, 0);
 	kvfs_dirty_fast_done(fs, 1000, 2 * PAGE);
