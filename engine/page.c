@@ -406,6 +406,7 @@ int kvfs_page_reserve(struct kvfs *fs, struct kvfs_live *l, uint64_t new_size,
 
 int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 {
+	static struct kv_log_limit truncate_log;
 	struct kvfs_live *l = kvfs_live_find(fs, ino);
 	struct kv_node_info n;
 	uint64_t limit;
@@ -419,13 +420,24 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
 	if (rc < 0)
 		return rc;
-	if (size > limit)
-		return -EFBIG;
-	rc = kvfs_page_reserve(fs, l, size, false);
+	if (size > limit) {
+		KV_LOG_LIMITED(&truncate_log, KV_LOG_ERR, "page %s: truncate to %llu bytes refused: "
+			       "%s is %llu bytes; the page will not be stored", n.name,
+			       (unsigned long long)size, exact ? "the model geometry's page size"
+			       : "the page size limit (-o max_page)", (unsigned long long)limit);
+		rc = -EFBIG;
+	}
+	if (rc == 0)
+		rc = kvfs_page_reserve(fs, l, size, false);
 	if (rc == 0)
 		rc = kvfs_data_reserve(l->wbuf, size);
-	if (rc < 0)
+	if (rc < 0) {
+		/* As for a refused write: the writer asked for a page this
+		 * size and did not get it, so it is never sealed (its close
+		 * returns the error), whatever it writes next. */
+		l->write_err = rc;
 		return rc;
+	}
 	if (size > l->wbuf->size)    /* what it grows by reads as zeros */
 		memset(l->wbuf->bytes + l->wbuf->size, 0, size - l->wbuf->size);
 	l->wbuf->size = size;

@@ -78,6 +78,33 @@ def wipe(mnt):
                 fail(f'p{i:02d} changed')
 
 
+def truncate_refused(mnt):
+    """An ftruncate past max_page is refused as a write there is: the page
+    is never stored, later writes get the error and so does the close."""
+    fd = os.open(os.path.join(layer(mnt), 'tr'), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b'a' * 1000)
+    try:
+        os.ftruncate(fd, 100 << 20)
+        fail('ftruncate to 100 MiB (past max_page) succeeded')
+    except OSError as e:
+        if e.errno != errno.EFBIG:
+            fail(f'ftruncate past max_page: {errno.errorcode.get(e.errno)}, want EFBIG')
+    try:
+        os.write(fd, b'b' * 10)
+        fail('a write after a refused ftruncate succeeded')
+    except OSError as e:
+        if e.errno != errno.EFBIG:
+            fail(f'write after a refused ftruncate: {errno.errorcode.get(e.errno)}, want EFBIG')
+    try:
+        os.close(fd)
+        fail('the close of a page whose ftruncate was refused returned 0')
+    except OSError as e:
+        if e.errno != errno.EFBIG:
+            fail(f'close after a refused ftruncate: {errno.errorcode.get(e.errno)}, want EFBIG')
+    if 'tr' in os.listdir(layer(mnt)):
+        fail('a page whose ftruncate was refused was stored')
+
+
 def proportional(mnt):
     """A valid write that needs space evicts about what its bytes need, not
     the store: a 12 MiB page into a full 32 MiB store of 1 MiB pages."""

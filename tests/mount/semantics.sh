@@ -18,7 +18,7 @@ for o in dirty=abc evict_low=95,evict_high=90; do
 done
 chmod 755 "$T"    # uid 65534 reaches the mount (setid)
 mount_kvfs -o allow_other
-for step in wipe proportional times dirs nlink sealed_meta setid; do
+for step in wipe truncate_refused proportional times dirs nlink sealed_meta setid; do
 	$SEM $step "$MNT" || fail "$step"
 done
 umount_kvfs
