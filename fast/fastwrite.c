@@ -308,7 +308,12 @@ static void publish(struct wbatch *w, struct wpage *p)
 			       p->charged, w->replace, &n);
 	if (rc < 0) {
 		unstage(w, p);
-		fail_desc(w, p->idx, "not published", rc);
+		/* In cache mode retry_full tries a page refused for space
+		 * again: only its last refusal is worth a warning. */
+		if (rc == -ENOSPC && !fs->opts.authoritative)
+			w->b.status[p->idx] = rc;
+		else
+			fail_desc(w, p->idx, "not published", rc);
 		return;
 	}
 	kvfs_data_put(p->data);
@@ -362,6 +367,8 @@ static void retry_full(struct wbatch *w, uint32_t first, uint32_t end)
 			publish(w, p);
 			kvfs_commit_group_end(fs);
 		}
+		if (w->b.status[p->idx] == -ENOSPC)
+			log_desc(w, p->idx, "not published", -ENOSPC);
 	}
 }
 
