@@ -327,6 +327,8 @@ int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	while ((u = uid_entry(d, uid, true)) && u->fast && u->fast + bytes > share) {
 		if (d->drained_ns > since)
 			since = d->drained_ns;
+		if (!d->draining)       /* its pages are still being copied: */
+			since = kvfs_now_ns();   /* no drain stalls */
 		if (kvfs_now_ns() - since >= DIRTY_GIVEUP_NS) {
 			rc = give_up(fs, bytes, since);
 			pthread_mutex_unlock(&d->lock);

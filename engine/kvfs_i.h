@@ -401,6 +401,7 @@ void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, const struct kv_
 /* A layer directory's name is its number in decimal, zero-padded to at
  * most this many digits ("7", "07", "00007"). */
 #define KVFS_LAYER_DIGITS 5
+#define KVFS_LAYER_NUMBERS 100000u     /* 10^KVFS_LAYER_DIGITS */
 /* Model's layer number num, under any of its names but except (NULL: any):
  * at most KVFS_LAYER_DIGITS lookups, however many layers the model has.
  * 0, -ENOENT, or the index's error. */

@@ -434,8 +434,14 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 	if (rc < 0) {
 		/* As for a refused write: the writer asked for a page this
 		 * size and did not get it, so it is never sealed (its close
-		 * returns the error), whatever it writes next. */
-		l->write_err = rc;
+		 * returns the error), whatever it writes next; its bytes leave
+		 * its uid's share now. Not for ENOSPC in cache mode, where a
+		 * write would have waited for the evictor: this one did not,
+		 * and the writer's next write still may. */
+		if (rc != -ENOSPC || fs->opts.authoritative) {
+			l->write_err = rc;
+			kvfs_dirty_uid_release_live(fs, l);
+		}
 		return rc;
 	}
 	if (size > l->wbuf->size)    /* what it grows by reads as zeros */

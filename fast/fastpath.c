@@ -68,7 +68,11 @@ bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask)
 
 static struct fp_layer *layer_slot(struct fp_resolver *rv, uint32_t layer)
 {
-	size_t mask = rv->cap - 1, i = (layer * 2654435761u) & mask;
+	/* Fibonacci hashing: the top bits, so that numbers alike in their
+	 * low bits (j << 11) still spread. */
+	size_t mask = rv->cap - 1;
+	size_t i = (size_t)(((uint64_t)layer * 0x9E3779B97F4A7C15ull) >>
+			    (64 - __builtin_ctzll(rv->cap)));
 
 	while (rv->layers[i].used && rv->layers[i].layer != layer)
 		i = (i + 1) & mask;
@@ -100,6 +104,10 @@ int fp_layer_by_num(struct fp_resolver *rv, uint32_t layer, const struct fp_laye
 	struct fp_layer *s;
 	int rc;
 
+	/* No layer has more digits: not kept, so that a call naming 2^20
+	 * numbers that cannot exist does not grow the table with them. */
+	if (layer >= KVFS_LAYER_NUMBERS)
+		return -ENOENT;
 	s = rv->last;
 	if (!(s && s->layer == layer) && rv->cap)
 		s = layer_slot(rv, layer);

@@ -53,6 +53,7 @@ struct wpage {
 	struct kvfs_data *data;    /* staged copy of the bytes */
 	uint64_t charged;          /* dirty-budget bytes it holds */
 	uint64_t shared;           /* ... of its caller's fast-path share */
+	bool unlogged;             /* refused for space, not logged: retry_full */
 };
 
 struct wbatch {
@@ -310,9 +311,10 @@ static void publish(struct wbatch *w, struct wpage *p)
 		unstage(w, p);
 		/* In cache mode retry_full tries a page refused for space
 		 * again: only its last refusal is worth a warning. */
-		if (rc == -ENOSPC && !fs->opts.authoritative)
+		if (rc == -ENOSPC && !fs->opts.authoritative) {
 			w->b.status[p->idx] = rc;
-		else
+			p->unlogged = true;
+		} else
 			fail_desc(w, p->idx, "not published", rc);
 		return;
 	}
@@ -367,8 +369,10 @@ static void retry_full(struct wbatch *w, uint32_t first, uint32_t end)
 			publish(w, p);
 			kvfs_commit_group_end(fs);
 		}
-		if (w->b.status[p->idx] == -ENOSPC)
-			log_desc(w, p->idx, "not published", -ENOSPC);
+		/* Its refusal for space was not logged: the last status is. */
+		if (p->unlogged && w->b.status[p->idx] < 0)
+			log_desc(w, p->idx, "not published", w->b.status[p->idx]);
+		p->unlogged = false;
 	}
 }
 
@@ -404,10 +408,13 @@ static void forget_replaced(struct wbatch *w, uint32_t first, uint32_t end)
 			       "pages (ENOENT) for a while", (int)w->b.who.tid, FORGET_WAIT_MS);
 }
 
-/* Bytes one chunk may stage: a share of the budget, at least one page. */
-static uint64_t chunk_bytes(struct kvfs *fs)
+/* Bytes one chunk may stage: a share of the budget, at least one page.
+ * A uid other than root holds at most half the budget in fast-path pages
+ * until they are durable (kvfs_dirty_fast_take): its chunks are half of
+ * that, so that one call copies its next chunk while the last drains. */
+static uint64_t chunk_bytes(struct kvfs *fs, uint32_t uid)
 {
-	uint64_t budget = fs->dirty.budget / CHUNK_BUDGET_SHARE;
+	uint64_t budget = fs->dirty.budget / CHUNK_BUDGET_SHARE / (uid ? 2 : 1);
 
 	return budget ? budget : 1;
 }
@@ -421,7 +428,7 @@ static uint64_t chunk_bytes(struct kvfs *fs)
 static void write_pages(struct wbatch *w)
 {
 	struct kvfs *fs = w->b.fs;
-	uint64_t max_bytes = chunk_bytes(fs);
+	uint64_t max_bytes = chunk_bytes(fs, w->b.who.uid);
 	unsigned max_pages = fs->opts.commit_batch ? fs->opts.commit_batch : 1;
 	uint32_t first = 0;
 

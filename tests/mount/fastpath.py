@@ -141,9 +141,9 @@ def test_layers_by_number(r):
         with open(os.path.join(M, str(n), 'q'), 'wb') as f:
             f.write(bytes([n]) * (1000 + n))
     ds = [abi.Desc(7, b'q'), abi.Desc(8, b'q'), abi.Desc(70, b'q')]
-    ds += [abi.Desc(n, b'q') for n in layers] + [abi.Desc(n, b'q') for n in (7, 99999, 100)]
+    ds += [abi.Desc(n, b'q') for n in layers] + [abi.Desc(n, b'q') for n in (7, 99999, 100, 1 << 31)]
     r.run(abi.LOOKUP, ds)
-    want = [0, -errno.ENOENT, -errno.ENOENT] + [0] * len(layers) + [0, -errno.ENOENT, 0]
+    want = [0, -errno.ENOENT, -errno.ENOENT] + [0] * len(layers) + [0, -errno.ENOENT, 0, -errno.ENOENT]
     if [d.status for d in ds] != want:
         fail(f'lookup by layer number: {[d.status for d in ds]}')
     if ds[0].bytes != 5000 or any(d.bytes != 1000 + d.layer for d in ds[3:3 + len(layers)]):
