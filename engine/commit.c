@@ -173,8 +173,10 @@ void kvfs_commit_del_page(struct kvfs *fs, const struct kv_node_info *n,
 
 void kvfs_commit_put_dir(struct kvfs *fs, const struct kv_node_info *n)
 {
-	enqueue(fs, op_new_retry(n->kind == KV_KIND_MODEL ? KVFS_OP_PUT_MODEL
-					: KVFS_OP_PUT_LAYER, n));
+	/* The root's mode and owner go with the models' rows (their parent:
+	 * no directory times to persist either). */
+	enqueue(fs, op_new_retry(n->kind == KV_KIND_LAYER ? KVFS_OP_PUT_LAYER
+					: KVFS_OP_PUT_MODEL, n));
 }
 
 void kvfs_commit_del_dir(struct kvfs *fs, const struct kv_node_info *n)

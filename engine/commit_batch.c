@@ -208,6 +208,8 @@ void *kvfs_commit_syncer(void *arg)
 
 static int put_dir_row(struct kv_manifest *m, const struct kv_node_info *n)
 {
+	if (n->kind == KV_KIND_ROOT)
+		return kv_manifest_set_root_attr(m, &n->attr);
 	if (n->kind == KV_KIND_MODEL) {
 		struct kv_model_rec r = { .ino = n->ino, .attr = n->attr, .geo = n->geo };
 

@@ -62,7 +62,7 @@ void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, const struct kv_
 static void queue_change(struct kvfs *fs, const struct kv_node_info *n,
 			 struct kvfs_event *ev)
 {
-	if (n->kind == KV_KIND_MODEL || n->kind == KV_KIND_LAYER)
+	if (n->kind == KV_KIND_MODEL || n->kind == KV_KIND_LAYER || n->kind == KV_KIND_ROOT)
 		kvfs_commit_put_dir(fs, n);
 	else if (n->kind == KV_KIND_PAGE && n->state != KV_PAGE_WRITING)
 		return kvfs_commit_put_page(fs, n, ev);

@@ -188,6 +188,31 @@ static int open_store(const char *dir, const struct kv_store_meta *m,
 	return rc;
 }
 
+/* The mount root's mode and owner, as a chmod or chown left them (its
+ * times are this mount's). */
+static int load_root_attr(struct kvfs *fs)
+{
+	struct kv_node_info root;
+	struct kv_obj_attr a;
+	bool found;
+	int rc = kv_manifest_root_attr(fs->man, &a, &found);
+
+	if (rc == KV_ERR_CORRUPT) {     /* logged: not worth refusing the mount */
+		kv_log(KV_LOG_WARN, "the mount root is 0755 root this time; a chmod or "
+		       "chown of it records it again");
+		return 0;
+	}
+	if (rc < 0 || !found)
+		return rc;
+	rc = kv_index_get(fs->idx, KV_ROOT_INO, &root);
+	if (rc < 0)
+		return rc;
+	root.attr.mode = a.mode;
+	root.attr.uid = a.uid;
+	root.attr.gid = a.gid;
+	return kv_index_update(fs->idx, KV_ROOT_INO, &root, KV_UPD_ATTR);
+}
+
 /* mkdir -p: a store may be created anywhere, parents included. */
 static int make_dirs(const char *dir)
 {
@@ -544,6 +569,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc < 0)
 		goto fail;
 	rc = kv_index_new(&fs->idx);
+	if (rc == 0)
+		rc = load_root_attr(fs);
 	if (rc < 0)
 		goto fail;
 	if (!background) {

@@ -18,7 +18,9 @@
  *       segment_size, capacity (0 = no budget), created_ns,
  *       journal_seq (the last journaled batch committed: journal.c),
  *       event_seq (the last MOUNT/.kvfs/events record committed; absent
- *       until the first: engine/events.c)
+ *       until the first: engine/events.c),
+ *       root_attr (the mount root's "MODE UID GID", mode in octal; absent
+ *       until a chmod or chown of it)
  *   stripes(id INTEGER PRIMARY KEY, path TEXT NOT NULL)
  *       id = stripe index, 0..n-1 without gaps
  *   models(ino INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
@@ -153,6 +155,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_TOUCH_PAGE] = "UPDATE pages SET atime_ns = ?2 WHERE ino = ?1 AND atime_ns < ?2",
 	[ST_SET_JOURNAL_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_seq', ?1)",
 	[ST_SET_EVENT_SEQ] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('event_seq', ?1)",
+	[ST_SET_ROOT_ATTR] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('root_attr', ?1)",
 	[ST_SET_JOURNAL_AT] = "INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_at', ?1)",
 };
 

@@ -243,6 +243,16 @@ int kv_manifest_event_seq(struct kv_manifest *m, uint64_t *seq);
 int kv_manifest_set_event_seq(struct kv_manifest *m, uint64_t seq);
 
 /*
+ * The mount root's mode, uid and gid (meta root_attr; its times stay in
+ * memory). get: 0 and *found false when it was never set (the root is then
+ * 0755 root), KV_ERR_CORRUPT (logged) for a value that does not parse.
+ * set: inside a transaction; like event_seq the journal does not carry
+ * it, so a manifest rebuilt from the journal alone has the default root.
+ */
+int kv_manifest_root_attr(struct kv_manifest *m, struct kv_obj_attr *out, bool *found);
+int kv_manifest_set_root_attr(struct kv_manifest *m, const struct kv_obj_attr *a);
+
+/*
  * Group commit. begin/commit/rollback bracket any number of put/del calls
  * (a put/del outside them commits on its own). begin inside a transaction or
  * commit outside one is -EINVAL. commit is durable when it returns 0; when it

@@ -131,6 +131,17 @@ int kv_manifest_set_event_seq(struct kv_manifest *m, uint64_t seq)
 	return run(m, ST_SET_EVENT_SEQ, false, "recording event seq %" PRIu64, seq);
 }
 
+int kv_manifest_set_root_attr(struct kv_manifest *m, const struct kv_obj_attr *a)
+{
+	char v[48];
+
+	if (!m->in_txn)
+		return -EINVAL;
+	snprintf(v, sizeof(v), "%o %" PRIu32 " %" PRIu32, a->mode & 07777, a->uid, a->gid);
+	sqlite3_bind_text(m->st[ST_SET_ROOT_ATTR], 1, v, -1, SQLITE_TRANSIENT);
+	return run(m, ST_SET_ROOT_ATTR, false, "recording the root's mode and owner");
+}
+
 /*
  * The journal first: the batch is durable in kvfs.journal, and its seq is
  * in the transaction, before SQLite commits. A crash in between leaves one

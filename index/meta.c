@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -160,6 +161,35 @@ int kv_manifest_event_seq(struct kv_manifest *m, uint64_t *seq)
 		rc = KV_ERR_CORRUPT;
 	} else {
 		*seq = (uint64_t)v;
+		rc = 0;
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int kv_manifest_root_attr(struct kv_manifest *m, struct kv_obj_attr *out, bool *found)
+{
+	unsigned mode, uid, gid;
+	sqlite3_stmt *st;
+	char extra;
+	int rc;
+
+	*found = false;
+	rc = mf_query_row(m->db, m->path, "SELECT value FROM meta WHERE key = 'root_attr'",
+			  NULL, &st);
+	if (rc <= 0)
+		return rc;   /* 0: never set */
+	if (sqlite3_column_type(st, 0) != SQLITE_TEXT ||
+	    sscanf(mf_col_str(st, 0), "%o %u %u %c", &mode, &uid, &gid, &extra) != 3 ||
+	    mode > 07777) {
+		kv_log(KV_LOG_ERR, "manifest %s: meta root_attr = '%s' is not \"MODE UID GID\"",
+		       m->path, mf_col_str(st, 0));
+		rc = KV_ERR_CORRUPT;
+	} else {
+		out->mode = mode;
+		out->uid = uid;
+		out->gid = gid;
+		*found = true;
 		rc = 0;
 	}
 	sqlite3_finalize(st);

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Pages survive a clean unmount and remount bit-exact; deletions persist;
-# space of deleted pages is given back.
+# space of deleted pages is given back; the mount root keeps its mode and
+# owner.
 . "$(dirname "$0")/lib.sh"
 
 mkfs --segment-size 4M
 mount_kvfs
+# The mount root's mode and owner, as an operator who lets users make
+# models sets them, last across mounts (its times are each mount's).
+chmod 1777 "$MNT" && chown 65534:65534 "$MNT" || fail "chmod/chown of the mount root"
+umount_kvfs
+mount_kvfs
+[ "$(stat -c '%a %u %g' "$MNT")" = "1777 65534 65534" ] ||
+	fail "mount root after a remount: $(stat -c '%a %u %g' "$MNT") (want 1777 65534 65534)"
+chmod 755 "$MNT" && chown 0:0 "$MNT" || fail "chmod/chown of the mount root back"
 mkdir -p "$MNT/m/00" "$MNT/m/01"
 $PAGETOOL write "$MNT/m/00" p 300 0 || fail "writing varied-size pages"
 $PAGETOOL write "$MNT/m/01" q 100 65536 || fail "writing 64 KiB pages"
