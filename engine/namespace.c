@@ -160,8 +160,9 @@ int kvfs_ns_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_change
 
 	/* A page grown by ftruncate holds its zeros in RAM like written
 	 * bytes: the same budget and share (it could hold 64 MiB each). */
-	if (rc == 0 && c->valid & KVFS_ATTR_SIZE)
-		rc = kvfs_page_charge_growth(fs, ino, c->size, &charge, &uid);
+	if (rc == 0 && c->valid & KVFS_ATTR_SIZE &&
+	    (rc = kvfs_page_charge_growth(fs, ino, c->size, &charge, &uid)) < 0)
+		return kvfs_page_doom(fs, ino, rc);   /* as a refused write */
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&fs->ns_lock);

@@ -83,3 +83,21 @@ void kvfs_page_charge_settle(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64
 	else
 		kvfs_page_charge_give(fs, uid, charge);
 }
+
+/* A write (or growth) refused before it is made leaves the page without its bytes:
+ * as there, it must never be sealed, whatever the writer does next. */
+int kvfs_page_doom(struct kvfs *fs, uint64_t ino, int rc)
+{
+	struct kvfs_live *l;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	l = kvfs_live_find(fs, ino);
+	if (l && l->writing && !l->write_err)
+		l->write_err = rc;
+	/* It will never be sealed: its bytes leave its uid's share now, so
+	 * the uid's other pages may go on (they may wait for exactly that). */
+	if (l)
+		kvfs_dirty_uid_release_live(fs, l);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return rc;
+}

@@ -473,25 +473,6 @@ static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
 	return rc;
 }
 
-/* A write refused before write_target (no write-back room: EDQUOT, or
- * ENOSPC/EIO when nothing drains) leaves the page without its bytes: as
- * there, it must never be sealed, whatever the writer does next. */
-static int doom_page(struct kvfs *fs, uint64_t ino, int rc)
-{
-	struct kvfs_live *l;
-
-	pthread_mutex_lock(&fs->ns_lock);
-	l = kvfs_live_find(fs, ino);
-	if (l && l->writing && !l->write_err)
-		l->write_err = rc;
-	/* It will never be sealed: its bytes leave its uid's share now, so
-	 * the uid's other pages may go on (they may wait for exactly that). */
-	if (l)
-		kvfs_dirty_uid_release_live(fs, l);
-	pthread_mutex_unlock(&fs->ns_lock);
-	return rc;
-}
-
 int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size_t size,
 		    uint64_t off, bool keep_setid)
 {
@@ -513,7 +494,7 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 	charge = kvfs_page_charge_for(fs, fh->ino, end, &held, &uid);
 	rc = kvfs_dirty_take_uid(fs, uid, charge, held);   /* may block: write-back is full */
 	if (rc < 0)
-		return doom_page(fs, fh->ino, rc);
+		return kvfs_page_doom(fs, fh->ino, rc);
 	/* May block while the evictor makes room (cache mode); others may
 	 * take that room first, so the check under the lock can send us back
 	 * to wait, until the evictor has nothing left to give. */

@@ -91,7 +91,13 @@ def nobody_side(w):
     except OSError as e:
         if e.errno != errno.EDQUOT:
             raise
-    os.close(fd)
+    # ... and doomed, as a page whose write was refused: its close says so.
+    try:
+        os.close(fd)
+        raise SystemExit('the close of a page whose ftruncate was refused returned 0')
+    except OSError as e:
+        if e.errno != errno.EDQUOT:
+            raise
     # A page whose write was refused is doomed: later writes fail too.
     doomed = os.open(os.path.join(L0, 'doomed'), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
