@@ -402,11 +402,6 @@ void kvfs_ns_node_init(struct kvfs *fs, struct kv_node_info *n, const struct kv_
  * most this many digits ("7", "07", "00007"). */
 #define KVFS_LAYER_DIGITS 5
 #define KVFS_LAYER_NUMBERS 100000u     /* 10^KVFS_LAYER_DIGITS */
-/* Model's layer number num, under any of its names but except (NULL: any):
- * at most KVFS_LAYER_DIGITS lookups, however many layers the model has.
- * 0, -ENOENT, or the index's error. */
-int kvfs_layer_find(struct kvfs *fs, uint64_t model, uint32_t num, const char *except,
-		    struct kv_node_info *out);
 /* A model under the root, or a layer (named by its number) under a model. */
 int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
 		  uint32_t uid, uint32_t gid, struct kv_node_info *out);

@@ -60,7 +60,7 @@ bool fp_may(struct fp_resolver *rv, const struct kv_obj_attr *at, unsigned mask)
 
 /* ---- layers of the model ----
  *
- * Found as descriptors name them, a few lookups each, and kept for the
+ * Found as descriptors name them (kv_index_layer_find), and kept for the
  * call in a small table by number (misses too). A snapshot of every layer
  * at each call cost a LOOKUP of one page 14 ms in a model a uid had given
  * 76,000 layer directories, against 0.2 ms in one of 32.
@@ -104,19 +104,21 @@ int fp_layer_by_num(struct fp_resolver *rv, uint32_t layer, const struct fp_laye
 	struct fp_layer *s;
 	int rc;
 
-	/* No layer has more digits: not kept, so that a call naming 2^20
-	 * numbers that cannot exist does not grow the table with them. */
-	if (layer >= KVFS_LAYER_NUMBERS)
-		return -ENOENT;
 	s = rv->last;
 	if (!(s && s->layer == layer) && rv->cap)
 		s = layer_slot(rv, layer);
 	if (!s || !s->used) {
 		if ((rv->nlayers + 1) * 4 > rv->cap * 3 && (rc = layers_grow(rv)) < 0)
 			return rc;
-		rc = kvfs_layer_find(rv->b->fs, rv->model, layer, NULL, &n);
+		rc = kv_index_layer_find(rv->b->fs->idx, rv->model, layer, &n);
 		if (rc < 0 && rc != -ENOENT)
 			return -kv_errno(rc);
+		/* A miss past five digits is not kept: mkdir makes no such
+		 * layer, and a call naming 2^20 of them must not grow the
+		 * table with them (only a manifest written elsewhere may
+		 * hold one, and that one is kept). */
+		if (rc == -ENOENT && layer >= KVFS_LAYER_NUMBERS)
+			return -ENOENT;
 		s = layer_slot(rv, layer);
 		*s = (struct fp_layer){ .layer = layer, .used = true, .found = rc == 0 };
 		if (s->found) {

@@ -275,8 +275,8 @@ static void account(struct kv_index *x, const struct node *n, int sign)
  */
 #define LAYER_WALK_MAX 64
 
-static bool layer_taken(const struct kv_index *x, const struct node *model, uint32_t num,
-			const struct node *skip1, const struct node *skip2)
+static const struct node *layer_of(const struct kv_index *x, const struct node *model,
+				   uint32_t num, const struct node *skip1, const struct node *skip2)
 {
 	char name[KV_NAME_MAX + 1];
 	const struct node *c;
@@ -285,8 +285,8 @@ static bool layer_taken(const struct kv_index *x, const struct node *model, uint
 	if (model->u.d->nchildren <= LAYER_WALK_MAX) {
 		for (c = model->u.d->first; c; c = idx_next(x, c))
 			if (c != skip1 && c != skip2 && c->u.d->layer == num)
-				return true;
-		return false;
+				return c;
+		return NULL;
 	}
 	digits = snprintf(name, sizeof(name), "%" PRIu32, num);
 	memmove(name + KV_NAME_MAX - digits, name, (size_t)digits + 1);
@@ -296,9 +296,33 @@ static bool layer_taken(const struct kv_index *x, const struct node *model, uint
 
 		c = name_find(x, model->ino, padded, len, name_hash(model->ino, padded, len));
 		if (c && c != skip1 && c != skip2)
-			return true;
+			return c;
 	}
-	return false;
+	return NULL;
+}
+
+static bool layer_taken(const struct kv_index *x, const struct node *model, uint32_t num,
+			const struct node *skip1, const struct node *skip2)
+{
+	return layer_of(x, model, num, skip1, skip2) != NULL;
+}
+
+int kv_index_layer_find(struct kv_index *x, uint64_t model, uint32_t num,
+			struct kv_node_info *out)
+{
+	const struct node *m, *l;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&x->lock);
+	m = ino_find(x, model);
+	if (m && m->kind != KV_KIND_MODEL) {
+		rc = -ENOTDIR;
+	} else if (m && (l = layer_of(x, m, num, NULL, NULL))) {
+		snapshot(x, l, out);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
 }
 
 static void node_drop(struct kv_index *x, struct node *n)

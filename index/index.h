@@ -101,6 +101,11 @@ int kv_index_add(struct kv_index *x, const struct kv_node_info *n);
 int kv_index_get(struct kv_index *x, uint64_t ino, struct kv_node_info *out);
 int kv_index_lookup(struct kv_index *x, uint64_t parent, const char *name,
 		    struct kv_node_info *out);
+/* Layer number num of a model, under whichever of its names ("7", "007"):
+ * a few lookups, however many layers the model has. 0, -ENOENT, or
+ * -ENOTDIR if model is not a model. */
+int kv_index_layer_find(struct kv_index *x, uint64_t model, uint32_t num,
+			struct kv_node_info *out);
 
 /* Which fields kv_index_update copies from n. */
 enum {

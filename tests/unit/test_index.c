@@ -301,6 +301,11 @@ static void test_layer_numbers_past_a_walk(void **state)
 	uint64_t rep;
 
 	small_tree(x);                             /* model 2, layer "00" */
+	assert_int_equal(kv_index_layer_find(x, 2, 0, &n), 0);   /* by a walk */
+	assert_int_equal(n.ino, 3);
+	assert_int_equal(kv_index_layer_find(x, 2, 1, &n), -ENOENT);
+	assert_int_equal(kv_index_layer_find(x, 3, 0, &n), -ENOTDIR);
+	assert_int_equal(kv_index_layer_find(x, 999, 0, &n), -ENOENT);
 	for (uint32_t i = 1; i < 100; i++)
 		assert_int_equal(add_layer(x, 100 + i, 2, i), 0);   /* "01".."99" */
 	n = info(KV_KIND_LAYER, 300, 2, "0000000000042");
@@ -325,6 +330,16 @@ static void test_layer_numbers_past_a_walk(void **state)
 	assert_int_equal(kv_index_move(x, 300, 2, "100", 0, &rep), 0);
 	assert_int_equal(kv_index_get(x, 300, &n), 0);
 	assert_int_equal(n.layer, 100);
+	/* By number, past the walk: under any padding. */
+	assert_int_equal(kv_index_layer_find(x, 2, 5, &n), 0);
+	assert_int_equal(n.ino, 105);
+	assert_string_equal(n.name, "005");
+	assert_int_equal(kv_index_layer_find(x, 2, 100, &n), 0);
+	assert_int_equal(n.ino, 300);
+	assert_int_equal(kv_index_move(x, 300, 2, "0000000000100", 0, &rep), 0);
+	assert_int_equal(kv_index_layer_find(x, 2, 100, &n), 0);
+	assert_int_equal(n.ino, 300);
+	assert_int_equal(kv_index_layer_find(x, 2, 555, &n), -ENOENT);
 }
 
 static void test_move_dirs(void **state)
