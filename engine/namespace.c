@@ -333,9 +333,19 @@ int kvfs_ns_unlink(struct kvfs *fs, uint64_t parent, const char *name)
 
 /* ---- model geometry, pins (user.kvfs.* xattrs) ---- */
 
-/* Geometry may change only while the model holds no pages. */
+/*
+ * A geometry may be set while the model holds no pages, or pages that
+ * all have its page size (a page still being written: at most that): a
+ * `cp -a` or `tar x` of a model sets the model's attributes after copying
+ * its pages, and refusing then left the copy without its geometry. The
+ * check walks the pages under ns_lock, so only up to GEO_CHECK_PAGES of
+ * them (a few ms): a model's owner repeating it must not stall the mount.
+ */
+#define GEO_CHECK_PAGES 262144u
+
 static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geometry *g)
 {
+	uint64_t bytes = g ? kv_geometry_page_bytes(g) : 0, pages = 0;
 	struct kv_dirent *d;
 	size_t n, i;
 	int rc = kv_index_readdir(fs->idx, model, &d, &n);
@@ -347,14 +357,16 @@ static int model_has_pages(struct kvfs *fs, uint64_t model, const struct kv_geom
 
 		if (kv_index_get(fs->idx, d[i].ino, &l) < 0)
 			continue;
-		/* A layer left in the manifest counts its rows as children
-		 * (-o index_pages): it holds pages, loaded or not. */
-		if (l.nchildren)
-			rc = -ENOTEMPTY;
-		else if (!kv_index_layer_whole(fs->idx, l.ino))
+		if (!kv_index_layer_whole(fs->idx, l.ino))
 			rc = -EAGAIN;   /* its pages are not counted yet (loading) */
 		else if (g && g->layers && l.layer >= g->layers)
 			rc = -EINVAL;
+		/* A layer left in the manifest counts its rows as children
+		 * (-o index_pages): it holds pages, loaded or not. */
+		else if (l.nchildren && (!bytes || (pages += l.nchildren) > GEO_CHECK_PAGES))
+			rc = -ENOTEMPTY;
+		else if (l.nchildren && (rc = kv_index_layer_sizes(fs->idx, l.ino, bytes)) == -EAGAIN)
+			rc = -ENOTEMPTY;   /* some only in the manifest: not checked */
 	}
 	kv_dirents_free(d, n);
 	return rc;
@@ -379,7 +391,9 @@ static int set_geometry(struct kvfs *fs, uint64_t ino, const struct kv_geometry 
 	rc = model_has_pages(fs, ino, g);
 	if (rc < 0) {
 		kv_log(rc == -EAGAIN ? KV_LOG_WARN : KV_LOG_ERR, "geometry of model %s "
-		       "not changed: %s", n.name, rc == -ENOTEMPTY ? "it already holds pages"
+		       "not changed: %s", n.name, rc == -ENOTEMPTY ? "it already holds pages "
+		       "not all of the new page size (or more than can be checked, or some "
+		       "left in the manifest)"
 		       : rc == -EAGAIN ? "the index is still loading its layers' pages; retry "
 		       "once .kvfs/stats says namespace.loading 0"
 		       : "it has layer directories beyond the new layer count");

@@ -304,6 +304,11 @@ struct kv_index_loader;
 /* Whether ino's pages are all in the index: false only for a layer still
  * waiting for the background load (its nchildren is not known yet). */
 bool kv_index_layer_whole(struct kv_index *x, uint64_t ino);
+/* Whether every page of layer `layer` is size bytes (a page still being
+ * written: at most that): 0, -ENOTEMPTY if one is not, -EAGAIN if some
+ * are only in the manifest (not loaded yet, or gone back), -ENOENT. One
+ * walk of the layer's pages under the read lock. */
+int kv_index_layer_sizes(struct kv_index *x, uint64_t layer, uint64_t size);
 /* Load layer ino's pages now if the background load has not yet: 0 once
  * they are in (or ino is no layer), or the error their load gave. Call
  * holding none of the caller's locks: it may read the manifest. */

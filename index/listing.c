@@ -151,6 +151,24 @@ static int page_walk(struct kv_index *x, bool clear_listed,
 	return rc;
 }
 
+int kv_index_layer_sizes(struct kv_index *x, uint64_t layer, uint64_t size)
+{
+	const struct node *l, *c;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&x->lock);
+	l = idx_node(x, layer);
+	if (!l || l->kind != KV_KIND_LAYER)
+		rc = -ENOENT;
+	else if (l->u.d->unloaded || l->u.d->rows)
+		rc = -EAGAIN;       /* some pages are only in the manifest */
+	for (c = rc ? NULL : l->u.d->first; c && rc == 0; c = idx_next(x, c))
+		if (c->state == KV_PAGE_WRITING ? c->u.p.size > size : c->u.p.size != size)
+			rc = -ENOTEMPTY;
+	pthread_rwlock_unlock(&x->lock);
+	return rc;
+}
+
 int kv_index_page_walk(struct kv_index *x,
 		       int (*fn)(void *arg, const struct kv_page_brief *p),
 		       void *arg)

@@ -87,5 +87,16 @@ umount_kvfs
 mount_kvfs
 [ "$(getfattr --absolute-names --only-values -n user.kvfs.page_bytes "$MNT/tiny")" = 256 ] || fail "geometry lost on remount"
 cmp "$T/ok" "$MNT/tiny/00/good" || fail "page after remount"
+# A cp -a round trip keeps the geometry: cp sets the model's attributes
+# after copying its pages, which all have the page size.
+cp -a "$MNT/tiny" "$T/tiny-out" && cp -a "$T/tiny-out" "$MNT/tinycopy" || fail "cp -a of a model"
+getfattr --absolute-names --only-values -n user.kvfs.geometry "$MNT/tinycopy" |
+	grep -q 'layers=3 kv_heads=2 head_dim=8 dtype=bf16 page_tokens=4' ||
+	fail "a cp -a copy of a model lost its geometry"
+cmp "$T/ok" "$MNT/tinycopy/00/good" || fail "page of the cp -a copy"
+python3 -c "
+with open('$MNT/tinycopy/00/wrong', 'wb') as f:
+    f.write(b'x' * 100)" 2>/dev/null && fail "the copy took a page of the wrong size"
+[ ! -e "$MNT/tinycopy/00/wrong" ] || fail "a page of the wrong size was stored in the copy"
 umount_kvfs
 echo PASS

@@ -254,6 +254,25 @@ static void attributes_pins_geometry(void **state)
 	assert_true(kvfs_pinned((efix_lookup(f, "p", &n), n.attr.mode)));
 	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &g), -ENOTEMPTY);
 	assert_int_equal(kvfs_ns_set_geometry(f->fs, f->layer, &g), -ENOTSUP);
+	/* Pages that all have its page size (1 x 1 x 128 bf16 x 8 tokens,
+	 * K and V: 4096 bytes) take a geometry, as a cp -a of a model sets
+	 * it after the pages; one page of another size does not. */
+	{
+		struct kv_geometry fits = { .layers = 4, .kv_heads = 1, .head_dim = 128,
+					    .dtype = "bf16", .page_tokens = 8 };
+		struct kv_node_info m;
+
+		assert_int_equal(kv_index_get(f->fs->idx, f->model, &m), 0);
+		assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &fits), 0);
+		assert_int_equal(efix_publish(f, "q", 4096, 2, &n), 0);
+		fits.page_tokens = 16;      /* 8192 bytes: p and q are not */
+		assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &fits), -ENOTEMPTY);
+		fits.layers = 1;
+		fits.page_tokens = 8;
+		assert_int_equal(kvfs_ns_set_geometry(f->fs, f->model, &fits), 0);
+		assert_int_equal(kv_index_get(f->fs->idx, f->model, &m), 0);
+		assert_int_equal(m.geo.layers, 1);
+	}
 	assert_int_equal(mk(f, KV_ROOT_INO, "g", &n), 0);
 	assert_int_equal(kvfs_ns_set_geometry(f->fs, n.ino, &g), 0);
 	efix_sync(f);
