@@ -310,12 +310,19 @@ void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
  * FUSE writes). So a uid's fast-path pages count until they are durable,
  * not only while they are copied: they can only wait for the disk, never
  * for a writer, so waiting for them cannot deadlock, and no call waits
- * holding part of a chunk.
+ * holding part of a chunk. Half the budget, as for its page files
+ * (those count only while written: see docs/decisions/operations.md).
  */
+#define DIRTY_FAST_SHARE 2
+uint64_t kvfs_dirty_fast_share(const struct kvfs *fs)
+{
+	return fs->dirty.budget / DIRTY_FAST_SHARE;
+}
+
 int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 {
 	struct kvfs_dirty *d = &fs->dirty;
-	uint64_t share = d->budget / DIRTY_UID_SHARE;
+	uint64_t share = kvfs_dirty_fast_share(fs);
 	int64_t since = kvfs_now_ns();
 	struct kvfs_dirty_uid *u;
 	struct timespec until;
@@ -407,10 +414,12 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l)
 {
 	kvfs_dirty_uid_release_live(fs, l);
+	/* The budget first: a call the share's release wakes must find the
+	 * budget's room too, or it stages past the budget by a page. */
+	kvfs_dirty_give(fs, l->dirty, l->dirty_sealed);
 	if (l->dirty_fast)
 		kvfs_dirty_fast_done(fs, l->writer_uid, l->dirty);
 	l->dirty_fast = false;
-	kvfs_dirty_give(fs, l->dirty, l->dirty_sealed);
 	l->dirty = 0;
 	l->dirty_sealed = false;
 }

@@ -609,14 +609,15 @@ void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
 /*
  * Before a fast-path write of uid stages a chunk of bytes (all of the
  * chunk at once, holding none of its uid's share meanwhile): a uid other
- * than root holds at most budget / 2 in fast-path pages, from their copy
- * until durable. Waits while its own pages drain; a chunk larger than the
+ * than root holds at most kvfs_dirty_fast_share (half the budget) in
+ * fast-path pages, from their copy until durable. Waits while its own pages drain; a chunk larger than the
  * share goes through when the uid holds nothing. 0, or -ENOSPC/-EIO as
  * kvfs_dirty_take when nothing drains for long. The bytes are then the
  * uid's until kvfs_dirty_fast_done (a page that took them gives them back
  * when durable: kvfs_live.dirty_fast).
  */
 int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes);
+uint64_t kvfs_dirty_fast_share(const struct kvfs *fs);
 void kvfs_dirty_fast_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
 /* Bytes uid holds in pages it is still writing (a leaf lock: any order). */
 uint64_t kvfs_dirty_uid_filling(struct kvfs *fs, uint32_t uid);

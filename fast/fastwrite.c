@@ -409,12 +409,13 @@ static void forget_replaced(struct wbatch *w, uint32_t first, uint32_t end)
 }
 
 /* Bytes one chunk may stage: a share of the budget, at least one page.
- * A uid other than root holds at most half the budget in fast-path pages
- * until they are durable (kvfs_dirty_fast_take): its chunks are half of
- * that, so that one call copies its next chunk while the last drains. */
+ * A uid other than root holds at most kvfs_dirty_fast_share in fast-path
+ * pages until they are durable: its chunks are half of that, so that one
+ * call copies its next chunk while the last drains. */
 static uint64_t chunk_bytes(struct kvfs *fs, uint32_t uid)
 {
-	uint64_t budget = fs->dirty.budget / CHUNK_BUDGET_SHARE / (uid ? 2 : 1);
+	uint64_t budget = uid ? kvfs_dirty_fast_share(fs) / 2
+			      : fs->dirty.budget / CHUNK_BUDGET_SHARE;
 
 	return budget ? budget : 1;
 }

@@ -17,7 +17,9 @@
 #              and in a model of one layer;
 #  fastflood SECS  8 processes of uid 65534 write distinct 1 MiB pages by
 #              the fast path (batches of 32) for SECS while root writes
-#              4 KiB pages through the mount every 20 ms: root's latency.
+#              4 KiB pages through the mount every 20 ms: root's latency;
+#              with MIXED=1, 4 of them write their pages through the mount.
+# KVFS_OPTS: more mount options (e.g. dirty=4M).
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
 #        tools/bench_create.sh KVFS_BINARY DIR shared [N] [CAP]  (20000, 64M)
@@ -37,7 +39,7 @@ STORE=$DIR/store MNT=$DIR/mnt RAW=$DIR/raw LOG=$DIR/daemon.log
 rm -rf "$STORE" "$RAW"
 mkdir -p "$MNT" "$RAW/m/0"
 "$KVFS" mkfs "$STORE" --capacity "$CAP" > /dev/null
-"$KVFS" mount "$STORE" "$MNT" -f -o allow_other > "$LOG" 2>&1 &
+"$KVFS" mount "$STORE" "$MNT" -f -o "allow_other${KVFS_OPTS:+,$KVFS_OPTS}" > "$LOG" 2>&1 &
 DPID=$!
 trap 'fusermount3 -u "$MNT" 2>/dev/null || true; wait $DPID 2>/dev/null || true; rm -rf "$STORE" "$RAW"' EXIT
 for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
@@ -93,8 +95,8 @@ exit 0
 fi
 
 if [ "$MODE" = fastflood ]; then
-mkdir -p "$MNT/probe/0" "$MNT/flood/0"
-chown 65534:65534 "$MNT/flood" "$MNT/flood/0"
+mkdir -p "$MNT/probe/0" "$MNT/flood/0" "$MNT/flood/1"
+chown 65534:65534 "$MNT/flood" "$MNT/flood/0" "$MNT/flood/1"
 chmod 755 "$DIR"
 cat > "$DIR/flood.py" <<'PY'
 import mmap, os, sys, time
@@ -107,6 +109,17 @@ fd = abi.memfd(40 * MB)
 mem = mmap.mmap(fd, 40 * MB)
 rid, _ = abi.register(dfd, fd)
 end, n, pages = time.monotonic() + secs, 0, 0
+if os.environ.get('MIXED') == '1' and k >= 4:     # through the mount
+    while time.monotonic() < end:
+        try:
+            with open(f'{model}/1/k{k}-{n}', 'wb') as f:
+                f.write(b'%08d%08d' % (k, n) + bytes(MB - 16))
+            pages += 1
+        except OSError:
+            pass
+        n += 1
+    print(pages)
+    sys.exit(0)
 while time.monotonic() < end:
     ds = []
     for j in range(32):

@@ -365,10 +365,10 @@ static void sixteen_writers_on_four_pages(void **state)
 }
 
 /* One uid's fast-path pages hold at most half the budget until they are
- * durable: its next chunk waits for its own pages, while root and another
- * uid go on at once; a chunk larger than the share passes when the uid
- * holds nothing. (12 calls of one uid once held the whole budget, and
- * root's 4 KiB writes waited up to 1 s.) */
+ * durable: its next chunk waits for its own pages, while root and
+ * another uid go on at once; a chunk larger than the share passes when
+ * the uid holds nothing. (12 calls of one uid once held the whole budget,
+ * and root's 4 KiB writes waited up to 1 s.) */
 static void a_uids_fast_pages_hold_half_the_budget(void **state)
 {
 	struct efix *f = *state;
@@ -376,6 +376,7 @@ static void a_uids_fast_pages_hold_half_the_budget(void **state)
 	struct taker t = { .fs = fs, .fast_uid = 1000, .bytes = PAGE };
 	pthread_t th;
 
+	assert_int_equal(kvfs_dirty_fast_share(fs), BUDGET / 2);
 	assert_int_equal(kvfs_dirty_fast_take(fs, 1000, 2 * PAGE), 0);
 	assert_int_equal(pthread_create(&th, NULL, take_thread, &t), 0);
 	efix_sleep_ms(300);
