@@ -2,7 +2,8 @@
  * Extended attributes: read-only "user.kvfs.*" facts about pages (checksum,
  * extent location, refcount, state) and layers, and model geometry, which
  * is the one attribute that can be set (user.kvfs.geometry, on a model
- * directory that holds no pages yet). The root has "user.kvfs.stats": the
+ * directory whose pages all have its page size, or none: engine/namespace.c).
+ * The root has "user.kvfs.stats": the
  * daemon's counters, one "name value" per line.
  */
 #include <errno.h>
