@@ -26,6 +26,13 @@
  * rather than leave the writer blocked in write(2) for as long as that
  * lasts.
  *
+ * Each uid other than root holds at most half of it: its page files from
+ * their first write until durable, and its fast-path pages from their
+ * copy until durable. Past that share a writer waits for the uid's pages
+ * that drain, which needs no writer; for pages its writers still hold,
+ * it waits briefly and is then refused (EDQUOT), since those may never
+ * be closed.
+ *
  * Lock order: ns_lock before dirty.lock; take() is never called with
  * ns_lock held, so it can sleep.
  */
@@ -36,11 +43,13 @@
 #include "kvfs_i.h"
 #include "openshare.h"
 
-struct kvfs_dirty_uid {      /* a uid with page files being written */
+struct kvfs_dirty_uid {      /* a uid with pages in the budget */
 	uint32_t uid;
-	unsigned waiters;    /* writers waiting for its own pages */
+	unsigned waiters;    /* writers waiting for its pages being written */
 	uint64_t waiting_held; /* ... and the bytes their pages hold */
-	uint64_t filling;    /* its share of filling, charged or about to be */
+	unsigned drain_waiters; /* writers waiting for its pages to drain */
+	uint64_t filling;    /* its page files being written, charged or about to be */
+	uint64_t sealed;     /* its page files sealed, until durable */
 	uint64_t fast;       /* fast-path pages' bytes, from their copy until durable */
 };
 
@@ -177,16 +186,33 @@ static struct kvfs_dirty_uid *uid_entry(struct kvfs_dirty *d, uint32_t uid, bool
 	return kvfs_uidtab_get(&d->uids, uid, add);
 }
 
+static uint64_t less(uint64_t have, uint64_t bytes)
+{
+	return have - (bytes < have ? bytes : have);
+}
+
+/* Drop u once nothing of it is counted and no one waits on it (d.lock). */
+static void uid_drop_idle(struct kvfs_dirty *d, struct kvfs_dirty_uid *u)
+{
+	if (!u->filling && !u->sealed && !u->fast && !u->waiters && !u->drain_waiters)
+		kvfs_uidtab_remove(&d->uids, u);
+	pthread_cond_broadcast(&d->cv);
+}
+
 static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes)
 {
 	struct kvfs_dirty_uid *u = uid_entry(d, uid, false);
 
 	if (!u)
 		return;
-	u->filling -= bytes < u->filling ? bytes : u->filling;
-	if (!u->filling && !u->waiters && !u->fast)
-		kvfs_uidtab_remove(&d->uids, u);
-	pthread_cond_broadcast(&d->cv);
+	u->filling = less(u->filling, bytes);
+	uid_drop_idle(d, u);
+}
+
+/* Its pages that wait only for the disk: sealed page files, fast-path pages. */
+static uint64_t uid_pending(const struct kvfs_dirty_uid *u)
+{
+	return u->sealed + u->fast;
 }
 
 /* Past its share: the uid holds pages being written besides the caller's
@@ -209,6 +235,59 @@ static bool past_share(struct kvfs *fs, const struct kvfs_dirty_uid *u, uint64_t
 	return u->filling > held && u->filling + bytes > fs->dirty.budget / DIRTY_UID_SHARE;
 }
 
+/* Past its share only with the pages it has sealed or published counted:
+ * those drain without any writer, so the charge waits for them, however
+ * many of its writers do (as for the whole budget), and never fails but
+ * as the budget does when nothing drains at all. Without this a uid whose
+ * writes outrun the disk held the whole budget with its sealed pages, and
+ * root's 4 KiB writes waited behind them (p99 35-58 ms at -o dirty=4M). */
+static bool past_share_draining(const struct kvfs *fs, const struct kvfs_dirty_uid *u,
+				uint64_t bytes, uint64_t held)
+{
+	uint64_t mine = u->filling + uid_pending(u);
+
+	if (u->uid == 0)
+		return false;
+	return mine > held && mine + bytes > fs->dirty.budget / DIRTY_UID_SHARE;
+}
+
+/* Wait for some of the budget to drain, or give up after DIRTY_GIVEUP_NS
+ * without a page made durable (d.lock; 0 or the refusal). Time in which
+ * nothing drains because pages are still being copied is no stall. */
+static int wait_drain(struct kvfs *fs, uint64_t bytes, int64_t *since)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	struct timespec until;
+
+	if (d->drained_ns > *since)
+		*since = d->drained_ns;
+	if (!d->draining)
+		*since = kvfs_now_ns();
+	if (kvfs_now_ns() - *since >= DIRTY_GIVEUP_NS)
+		return give_up(fs, bytes, *since);
+	until = kvfs_after_ns(DIRTY_STALL_NS);
+	pthread_cond_timedwait(&d->cv, &d->lock, &until);
+	return 0;
+}
+
+/* wait_drain as a waiter of *u, which stays in the table meanwhile but
+ * may move (d.lock); a refusal drops it if nothing else keeps it. */
+static int uid_wait_drain(struct kvfs *fs, struct kvfs_dirty_uid **u, uint64_t bytes,
+			  int64_t *since)
+{
+	struct kvfs_dirty *d = &fs->dirty;
+	uint32_t uid = (*u)->uid;
+	int rc;
+
+	(*u)->drain_waiters++;
+	rc = wait_drain(fs, bytes, since);
+	*u = uid_entry(d, uid, false);
+	(*u)->drain_waiters--;
+	if (rc < 0)
+		uid_drop_idle(d, *u);
+	return rc;
+}
+
 static int refuse_uid(struct kvfs *fs, const struct kvfs_dirty_uid *u, uint64_t bytes)
 {
 	struct kvfs_dirty *d = &fs->dirty;
@@ -228,7 +307,8 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 {
 	struct kvfs_dirty *d = &fs->dirty;
 	struct kvfs_dirty_uid *u;
-	struct timespec until = kvfs_after_ns(DIRTY_STALL_NS);
+	struct timespec until = { 0 };
+	int64_t since = kvfs_now_ns();
 	uint64_t cap_share, open_held;
 	int rc;
 
@@ -244,21 +324,34 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 		pthread_mutex_unlock(&d->lock);
 		return -ENOMEM;
 	}
-	/* Waiting holds a FUSE thread: a few writers of a uid may wait for its
-	 * other pages to be sealed, briefly; the rest are refused at once. */
-	while (past_share(fs, u, bytes, held, open_held)) {
-		/* Every page of the uid is held by a writer waiting here, this
-		 * one too: none will be sealed while they wait. Refusing this
-		 * one dooms its page, whose bytes then leave the share
-		 * (pagefile.c), and the others go on. */
+	for (;;) {
+		if (!past_share(fs, u, bytes, held, open_held)) {
+			if (!past_share_draining(fs, u, bytes, held))
+				break;
+			rc = uid_wait_drain(fs, &u, bytes, &since);
+			if (rc < 0) {
+				pthread_mutex_unlock(&d->lock);
+				return rc;
+			}
+			continue;
+		}
+		/* Waiting holds a FUSE thread: a few writers of a uid may wait
+		 * for its other pages to be sealed, briefly; the rest are
+		 * refused at once. Every page of the uid is held by a writer
+		 * waiting here, this one too: none will be sealed while they
+		 * wait. Refusing this one dooms its page, whose bytes then
+		 * leave the share (pagefile.c), and the others go on. */
 		if (u->waiters >= DIRTY_UID_WAITERS || u->waiting_held + held >= u->filling ||
 		    (cap_share && open_held + held + bytes > cap_share)) {
 			/* (the last: past its share even once its other pages
 			 * are sealed, since its open files hold the rest) */
 			rc = refuse_uid(fs, u, bytes);
+			uid_drop_idle(d, u);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}
+		if (!until.tv_sec)   /* 2 s from its first wait for a seal */
+			until = kvfs_after_ns(DIRTY_STALL_NS);
 		u->waiters++;
 		u->waiting_held += held;
 		rc = pthread_cond_timedwait(&d->cv, &d->lock, &until);
@@ -267,6 +360,7 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 		u->waiting_held -= held;
 		if (rc == ETIMEDOUT && past_share(fs, u, bytes, held, open_held)) {
 			rc = refuse_uid(fs, u, bytes);
+			uid_drop_idle(d, u);
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}
@@ -310,13 +404,12 @@ void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
  * FUSE writes). So a uid's fast-path pages count until they are durable,
  * not only while they are copied: they can only wait for the disk, never
  * for a writer, so waiting for them cannot deadlock, and no call waits
- * holding part of a chunk. Half the budget, as for its page files
- * (those count only while written: see docs/decisions/operations.md).
+ * holding part of a chunk. One share with its page files, half the
+ * budget: a uid writing by both paths once held all of a small one.
  */
-#define DIRTY_FAST_SHARE 2
 uint64_t kvfs_dirty_fast_share(const struct kvfs *fs)
 {
-	return fs->dirty.budget / DIRTY_FAST_SHARE;
+	return fs->dirty.budget / DIRTY_UID_SHARE;
 }
 
 int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes)
@@ -325,24 +418,20 @@ int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	uint64_t share = kvfs_dirty_fast_share(fs);
 	int64_t since = kvfs_now_ns();
 	struct kvfs_dirty_uid *u;
-	struct timespec until;
 	int rc;
 
 	if (uid == 0 || bytes == 0)
 		return 0;
 	pthread_mutex_lock(&d->lock);
-	while ((u = uid_entry(d, uid, true)) && u->fast && u->fast + bytes > share) {
-		if (d->drained_ns > since)
-			since = d->drained_ns;
-		if (!d->draining)       /* its pages are still being copied: */
-			since = kvfs_now_ns();   /* no drain stalls */
-		if (kvfs_now_ns() - since >= DIRTY_GIVEUP_NS) {
-			rc = give_up(fs, bytes, since);
+	/* Its page files count too, one share for both paths; but only the
+	 * pages that drain are waited for, never those its writers hold. */
+	while ((u = uid_entry(d, uid, true)) && uid_pending(u) &&
+	       u->filling + uid_pending(u) + bytes > share) {
+		rc = uid_wait_drain(fs, &u, bytes, &since);
+		if (rc < 0) {
 			pthread_mutex_unlock(&d->lock);
 			return rc;
 		}
-		until = kvfs_after_ns(DIRTY_STALL_NS);
-		pthread_cond_timedwait(&d->cv, &d->lock, &until);
 	}
 	if (u)
 		u->fast += bytes;
@@ -360,27 +449,59 @@ void kvfs_dirty_fast_done(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 	pthread_mutex_lock(&d->lock);
 	u = uid_entry(d, uid, false);
 	if (u) {
-		u->fast -= bytes < u->fast ? bytes : u->fast;
-		if (!u->filling && !u->waiters && !u->fast)
-			kvfs_uidtab_remove(&d->uids, u);
-		pthread_cond_broadcast(&d->cv);
+		u->fast = less(u->fast, bytes);
+		uid_drop_idle(d, u);
 	}
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* l's charge leaves its writer's share: from its pages being written, or
+ * from its sealed ones (d.lock). */
+static void uid_release_locked(struct kvfs_dirty *d, const struct kvfs_live *l)
+{
+	struct kvfs_dirty_uid *u;
+
+	if (!l->dirty_sealed) {
+		uid_forget_locked(d, l->writer_uid, l->dirty);
+		return;
+	}
+	u = uid_entry(d, l->writer_uid, false);
+	if (u) {
+		u->sealed = less(u->sealed, l->dirty);
+		uid_drop_idle(d, u);
+	}
+}
+
 void kvfs_dirty_uid_release_live(struct kvfs *fs, struct kvfs_live *l)
 {
-	if (l->dirty_uid && !l->dirty_sealed)
-		kvfs_dirty_uid_done(fs, l->writer_uid, l->dirty);
+	if (!l->dirty_uid)
+		return;
+	pthread_mutex_lock(&fs->dirty.lock);
+	uid_release_locked(&fs->dirty, l);
+	pthread_mutex_unlock(&fs->dirty.lock);
 	l->dirty_uid = false;
 }
 
+/* The charge drains now, and stays in its writer's share until durable:
+ * the uid waits for its own sealed pages, not everyone for them. */
 void kvfs_dirty_sealed_live(struct kvfs *fs, struct kvfs_live *l)
 {
+	struct kvfs_dirty *d = &fs->dirty;
+	struct kvfs_dirty_uid *u;
+
 	if (l->dirty_sealed)
 		return;
-	kvfs_dirty_uid_release_live(fs, l);
-	kvfs_dirty_sealed(fs, l->dirty);
+	pthread_mutex_lock(&d->lock);
+	u = l->dirty_uid ? uid_entry(d, l->writer_uid, false) : NULL;
+	if (u) {
+		u->filling = less(u->filling, l->dirty);
+		u->sealed += l->dirty;
+	} else {
+		l->dirty_uid = false;
+	}
+	d->filling -= l->dirty;
+	d->draining += l->dirty;
+	pthread_mutex_unlock(&d->lock);
 	l->dirty_sealed = true;
 }
 
@@ -413,10 +534,10 @@ void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed)
 
 void kvfs_dirty_give_live(struct kvfs *fs, struct kvfs_live *l)
 {
-	kvfs_dirty_uid_release_live(fs, l);
 	/* The budget first: a call the share's release wakes must find the
 	 * budget's room too, or it stages past the budget by a page. */
 	kvfs_dirty_give(fs, l->dirty, l->dirty_sealed);
+	kvfs_dirty_uid_release_live(fs, l);
 	if (l->dirty_fast)
 		kvfs_dirty_fast_done(fs, l->writer_uid, l->dirty);
 	l->dirty_fast = false;

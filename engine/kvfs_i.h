@@ -140,8 +140,8 @@ struct kvfs_live {
 	uint64_t reserved;          /* space held for wbuf against the capacity */
 	uint64_t dirty;             /* bytes charged to the dirty budget */
 	bool dirty_sealed;          /* ... and they are draining (sealed) */
-	bool dirty_uid;             /* ... and, until sealed, count towards the
-	                             * share of writer_uid (kvfs_dirty_take_uid) */
+	bool dirty_uid;             /* ... and, until given back, count towards
+	                             * the share of writer_uid (kvfs_dirty_take_uid) */
 	uint32_t writer_uid;        /* who created it (a page file) */
 	bool dirty_fast;            /* dirty counts, until given back, towards
 	                             * writer_uid's fast-path share (kvfs_dirty_fast_take) */
@@ -596,12 +596,14 @@ void kvfs_dirty_fini(struct kvfs *fs);
 int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held);
 /*
  * kvfs_dirty_take for a page file's writer of uid: a uid other than root
- * holds at most half the budget in pages being written (one page of any
- * size alone), so that one user's open, unsealed pages cannot take the
- * budget from everyone else. Past it, a writer waits up to 2 s for the
- * uid's other pages to be sealed, at most 4 writers of a uid at once
- * (each holds a FUSE thread); otherwise -EDQUOT, logged. The charge then
- * belongs to the uid until kvfs_dirty_uid_done.
+ * holds at most half the budget in its pages, page files from their first
+ * write and fast-path pages from their copy, until durable (one page of
+ * any size alone). Past it, a writer waits while the uid's sealed and
+ * published pages drain (-ENOSPC/-EIO as kvfs_dirty_take when nothing
+ * does), and up to 2 s for its pages being written to be sealed, at most
+ * 4 writers of a uid at once (each holds a FUSE thread); otherwise
+ * -EDQUOT, logged. The charge then belongs to the uid until
+ * kvfs_dirty_uid_done (unsealed) or the page's kvfs_dirty_give_live.
  */
 int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t held);
 /* bytes charged through kvfs_dirty_take_uid were sealed or given back. */
@@ -610,7 +612,8 @@ void kvfs_dirty_uid_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
  * Before a fast-path write of uid stages a chunk of bytes (all of the
  * chunk at once, holding none of its uid's share meanwhile): a uid other
  * than root holds at most kvfs_dirty_fast_share (half the budget) in
- * fast-path pages, from their copy until durable. Waits while its own pages drain; a chunk larger than the
+ * fast-path pages, from their copy until durable, with its page files
+ * (kvfs_dirty_take_uid). Waits while its own pages drain; a chunk larger than the
  * share goes through when the uid holds nothing. 0, or -ENOSPC/-EIO as
  * kvfs_dirty_take when nothing drains for long. The bytes are then the
  * uid's until kvfs_dirty_fast_done (a page that took them gives them back
@@ -623,10 +626,10 @@ void kvfs_dirty_fast_done(struct kvfs *fs, uint32_t uid, uint64_t bytes);
 uint64_t kvfs_dirty_uid_filling(struct kvfs *fs, uint32_t uid);
 /* bytes already charged now belong to a sealed page (filling -> draining). */
 void kvfs_dirty_sealed(struct kvfs *fs, uint64_t bytes);
-/* l's charge now drains (its page was sealed): kvfs_dirty_sealed, and the
- * end of its writer uid's share. */
+/* l's charge now drains (its page was sealed): kvfs_dirty_sealed; it
+ * stays in its writer uid's share until given back. */
 void kvfs_dirty_sealed_live(struct kvfs *fs, struct kvfs_live *l);
-/* l's charge leaves its writer uid's share (sealed, doomed or gone). */
+/* l's charge leaves its writer uid's share (doomed or gone). */
 void kvfs_dirty_uid_release_live(struct kvfs *fs, struct kvfs_live *l);
 /* Give a charge back (the page is durable, withdrawn or discarded). */
 void kvfs_dirty_give(struct kvfs *fs, uint64_t bytes, bool sealed);

@@ -18,7 +18,8 @@
 #  fastflood SECS  8 processes of uid 65534 write distinct 1 MiB pages by
 #              the fast path (batches of 32) for SECS while root writes
 #              4 KiB pages through the mount every 20 ms: root's latency;
-#              with MIXED=1, 4 of them write their pages through the mount.
+#              with MIXED=1, 4 of them write their pages through the mount,
+#              with MIXED=all, all 8 do; writes refused are counted.
 # KVFS_OPTS: more mount options (e.g. dirty=4M).
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
@@ -108,17 +109,18 @@ dfd = os.open(model, os.O_RDONLY | os.O_DIRECTORY)
 fd = abi.memfd(40 * MB)
 mem = mmap.mmap(fd, 40 * MB)
 rid, _ = abi.register(dfd, fd)
-end, n, pages = time.monotonic() + secs, 0, 0
-if os.environ.get('MIXED') == '1' and k >= 4:     # through the mount
+end, n, pages, refused = time.monotonic() + secs, 0, 0, 0
+mixed = os.environ.get('MIXED')
+if (mixed == '1' and k >= 4) or mixed == 'all':     # through the mount
     while time.monotonic() < end:
         try:
             with open(f'{model}/1/k{k}-{n}', 'wb') as f:
                 f.write(b'%08d%08d' % (k, n) + bytes(MB - 16))
             pages += 1
         except OSError:
-            pass
+            refused += 1
         n += 1
-    print(pages)
+    print(pages, refused)
     sys.exit(0)
 while time.monotonic() < end:
     ds = []
@@ -130,9 +132,9 @@ while time.monotonic() < end:
     try:
         pages += abi.batch(dfd, abi.WRITE, rid, 0, len(ds))['done']
     except OSError:
-        pass
+        refused += 1
     n += 1
-print(pages)
+print(pages, refused)
 PY
 chmod 644 "$DIR/flood.py"
 python3 - "$MNT" "$SECS" "$DIR/flood.py" <<'PY'
@@ -151,9 +153,11 @@ while time.monotonic() < end:
     lat.append(time.perf_counter() - t)
     i += 1
     time.sleep(0.02)
-pages = sum(int(p.communicate()[0] or 0) for p in procs)
+outs = [(p.communicate()[0] or '0 0').split() for p in procs]
+pages, refused = sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs)
 lat.sort()
-print(f'uid 65534 wrote {pages} pages of 1 MiB in {secs:.0f} s ({pages / secs:.0f} MiB/s); '
+print(f'uid 65534 wrote {pages} pages of 1 MiB in {secs:.0f} s ({pages / secs:.0f} MiB/s), '
+      f'{refused} refused; '
       f'root: {len(lat)} writes of 4 KiB, p50 {lat[len(lat) // 2] * 1000:.1f} ms, '
       f'p99 {lat[len(lat) * 99 // 100] * 1000:.1f} ms, max {lat[-1] * 1000:.0f} ms')
 PY
