@@ -246,6 +246,7 @@ struct kvfs_dirty {
 	uint64_t filling;    /* charged by pages still being written */
 	uint64_t draining;   /* charged by sealed pages the committer will retire */
 	uint64_t waiting_held; /* filling bytes held by writers waiting in take */
+	uint64_t over;       /* uids' bytes past their share: not in others' way */
 	uint64_t peak;       /* largest filling + draining seen */
 	uint64_t waits;      /* times a writer blocked on the budget */
 	uint64_t overruns;   /* charges let through with nothing draining */
@@ -253,8 +254,7 @@ struct kvfs_dirty {
 	int64_t drained_ns;  /* when sealed bytes were last given back */
 	int64_t moved_ns;    /* ... any bytes, or a charge let through a stall */
 	int64_t refused_log_ns;
-	struct kvfs_uidtab uids;  /* kvfs_dirty_uid (dirty.c) of uids with page
-	                           * files being written */
+	struct kvfs_uidtab uids;  /* kvfs_dirty_uid (dirty.c) of uids with pages */
 	uint64_t uid_refused;    /* charges refused: past the uid's share (EDQUOT) */
 	struct kv_log_limit uid_log;
 };
@@ -381,6 +381,10 @@ void kvfs_live_writer_done(struct kvfs *fs, struct kvfs_live *l);
 /* Node snapshot by inode, including unlinked-but-open pages. */
 int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
 int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out);
+/* Store n as ino's node: in the index, or for an unlinked-but-open page in
+ * its live entry, which no row names (1 then, else 0 or -errno; ns_lock). */
+int kvfs_node_put_locked(struct kvfs *fs, uint64_t ino, const struct kv_node_info *n,
+			 unsigned upd);
 /* A namespace change in directory ino: its mtime and ctime become now (in
  * the index; the committer persists them with the batch, engine/commit.c).
  * ns_lock held. */

@@ -122,6 +122,18 @@ int kvfs_node_get_locked(struct kvfs *fs, uint64_t ino, struct kv_node_info *out
 	return rc;
 }
 
+int kvfs_node_put_locked(struct kvfs *fs, uint64_t ino, const struct kv_node_info *n,
+			 unsigned upd)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+
+	if (l && l->unlinked) {   /* its descriptors still see it: fstat, fchmod */
+		l->info = *n;
+		return 1;
+	}
+	return kv_index_update(fs->idx, ino, n, upd);
+}
+
 int kvfs_node_get(struct kvfs *fs, uint64_t ino, struct kv_node_info *out)
 {
 	int rc = kv_index_get(fs->idx, ino, out);

@@ -105,7 +105,9 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 	bool page;
 	int rc;
 
-	rc = kv_index_get(fs->idx, ino, n);
+	/* An unlinked page still open is changed through its descriptors
+	 * (fchmod, futimens, ftruncate) as on ext4: in its live entry only. */
+	rc = kvfs_node_get_locked(fs, ino, n);
 	if (rc < 0)
 		return rc;
 	page = n->kind == KV_KIND_PAGE;
@@ -118,6 +120,10 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 		if (rc < 0)
 			return rc;
 		n->size = c->size;
+		/* A truncate is a change of the bytes: mtime too, unless the
+		 * caller sets it (the kernel does not always send it). */
+		if (!(c->valid & (KVFS_ATTR_MTIME | KVFS_ATTR_MTIME_NOW)))
+			n->attr.mtime_ns = now;
 	}
 	old_mode = n->attr.mode;
 	if (c->valid & KVFS_ATTR_MODE) {
@@ -138,9 +144,9 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 	if (c->valid & KVFS_ATTR_MTIME_NOW)
 		n->attr.mtime_ns = now;
 	n->attr.ctime_ns = now;
-	rc = kv_index_update(fs->idx, ino, n, KV_UPD_ATTR);
-	if (rc < 0)
-		return rc;
+	rc = kvfs_node_put_locked(fs, ino, n, KV_UPD_ATTR);
+	if (rc != 0)
+		return rc < 0 ? rc : 0;   /* unlinked: no row to change */
 	queue_change(fs, n, NULL);
 	/* The sticky bit is the pin (user.kvfs.pinned): chmod +t pins. */
 	if (page && n->state != KV_PAGE_WRITING && (old_mode ^ n->attr.mode) & S_ISVTX)

@@ -448,7 +448,8 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 		memset(l->wbuf->bytes + l->wbuf->size, 0, size - l->wbuf->size);
 	l->wbuf->size = size;
 	n.size = size;
-	return l->unlinked ? 0 : kv_index_update(fs->idx, ino, &n, KV_UPD_SIZE);
+	rc = kvfs_node_put_locked(fs, ino, &n, KV_UPD_SIZE);
+	return rc < 0 ? rc : 0;
 }
 
 int kvfs_page_forget(struct kvfs *fs, const struct kv_node_info *n, bool with_next,

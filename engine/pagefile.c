@@ -524,9 +524,9 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 	pthread_mutex_lock(&fs->ns_lock);
 	if (end > d->size)
 		d->size = end;
-	if (kv_index_get(fs->idx, fh->ino, &n) == 0) {
+	if (kvfs_node_get_locked(fs, fh->ino, &n) == 0) {
 		n.size = d->size;
-		n.attr.mtime_ns = kvfs_now_ns();
+		n.attr.mtime_ns = n.attr.ctime_ns = kvfs_now_ns();   /* as ext4 */
 		/* The kernel clears them itself only on its cached path; the
 		 * creator's direct writes (fuse/ops_file.c) come here. setgid
 		 * without group execute is not a set-id bit (Linux keeps it). */
@@ -535,9 +535,8 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 			n.attr.mode &= ~(uint32_t)S_ISUID;
 			if (n.attr.mode & S_IXGRP)
 				n.attr.mode &= ~(uint32_t)S_ISGID;
-			n.attr.ctime_ns = n.attr.mtime_ns;
 		}
-		kv_index_update(fs->idx, fh->ino, &n, KV_UPD_SIZE | KV_UPD_ATTR);
+		kvfs_node_put_locked(fs, fh->ino, &n, KV_UPD_SIZE | KV_UPD_ATTR);
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
 	return 0;

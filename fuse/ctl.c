@@ -274,6 +274,14 @@ void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	kvfs_op_fsync(req, ino, datasync, fi);
 }
 
+void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+		  struct fuse_file_info *fi)
+{
+	if (kvfs_ino_virtual(ino))    /* opened read-only: cannot happen */
+		return kvfs_reply_err(req, -EBADF);
+	kvfs_op_fallocate(req, ino, mode, off, len, fi);
+}
+
 /* The fast path speaks only on model directories; never on .kvfs. */
 void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	      struct fuse_file_info *fi, unsigned flags, const void *in_buf,

@@ -517,6 +517,7 @@ const struct fuse_lowlevel_ops kvfs_ops = {
 	.flush = op_flush,
 	.release = op_release,
 	.fsync = op_fsync,
+	.fallocate = op_fallocate,
 	.getxattr = kvfs_op_getxattr,
 	.listxattr = kvfs_op_listxattr,
 	.setxattr = kvfs_op_setxattr,

@@ -70,6 +70,8 @@ void kvfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void kvfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		   struct fuse_file_info *fi);
+void kvfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+		       struct fuse_file_info *fi);
 
 /* fuse/fast_front.c: KVFS_IOC_* handed to the fast path (fast/fast.h) */
 void kvfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,

@@ -6,6 +6,7 @@
  * cache.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "ops.h"
@@ -108,4 +109,38 @@ void kvfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 {
 	(void)ino; (void)datasync;
 	kvfs_reply_err(req, kvfs_file_fsync(req_fs(req), get_file(fi)));
+}
+
+/*
+ * fallocate(2) mode 0 grows a page being written to off + len, as an
+ * ftruncate up does (its zeros are charged as written bytes, and past
+ * the page size it is refused and dooms the page alike); a range inside
+ * the page changes nothing. The other modes are EOPNOTSUPP: a page is
+ * never sparse, and space is charged as bytes arrive, so there is
+ * nothing to keep aside (KEEP_SIZE) or punch. The kernel sends it only
+ * for a descriptor open for writing, which only a page's writer holds.
+ */
+void kvfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+		       struct fuse_file_info *fi)
+{
+	struct kvfs *fs = req_fs(req);
+	struct kvfs_attr_change c = { .valid = KVFS_ATTR_SIZE };
+	struct kv_node_info n;
+	int rc;
+
+	(void)fi;
+	if (mode != 0)
+		return kvfs_reply_err(req, -EOPNOTSUPP);
+	if (off < 0 || len <= 0 || off > INT64_MAX - len)
+		return kvfs_reply_err(req, -EINVAL);
+	rc = kvfs_node_get(fs, ino, &n);
+	if (rc == 0 && n.kind != KV_KIND_PAGE)
+		rc = -ENODEV;
+	if (rc == 0 && n.state != KV_PAGE_WRITING)
+		rc = -EPERM;
+	if (rc < 0 || (uint64_t)(off + len) <= n.size)
+		return kvfs_reply_err(req, rc);
+	c.size = (uint64_t)(off + len);
+	c.caller = fuse_req_ctx(req)->uid;
+	kvfs_reply_err(req, kvfs_ns_setattr(fs, ino, &c, &n));
 }

@@ -219,6 +219,97 @@ def nlink(mnt):
         os.close(fd)
 
 
+def write_times(mnt):
+    """A write moves mtime and ctime; an ftruncate moves both too (ext4)."""
+    p = os.path.join(layer(mnt), 'w1')
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        before = os.fstat(fd)
+        time.sleep(0.05)
+        os.write(fd, b'w' * 100)
+        st = os.fstat(fd)
+        if st.st_mtime_ns <= before.st_mtime_ns or st.st_ctime_ns <= before.st_ctime_ns:
+            fail(f'a write left mtime/ctime {st.st_mtime_ns}/{st.st_ctime_ns} '
+                 f'(before {before.st_mtime_ns}/{before.st_ctime_ns})')
+        time.sleep(0.05)
+        os.ftruncate(fd, 50)
+        t = os.fstat(fd)
+        if t.st_mtime_ns <= st.st_mtime_ns or t.st_ctime_ns <= st.st_ctime_ns:
+            fail(f'an ftruncate left mtime/ctime {t.st_mtime_ns}/{t.st_ctime_ns} '
+                 f'(before {st.st_mtime_ns}/{st.st_ctime_ns})')
+    finally:
+        os.close(fd)
+
+
+def fallocate(mnt):
+    """fallocate(2) mode 0 grows a page being written (zeros, as ftruncate
+    up); a range inside it is a no-op; KEEP_SIZE is EOPNOTSUPP. The call
+    itself, not glibc's posix_fallocate, which falls back to writes."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    p = os.path.join(layer(mnt), 'f1')
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.write(fd, b'ab')
+        if libc.fallocate(fd, 0, 0, 8192) != 0:
+            fail(f'fallocate mode 0: {os.strerror(ctypes.get_errno())}')
+        if libc.fallocate(fd, 0, 100, 100) != 0:
+            fail(f'fallocate inside the page: {os.strerror(ctypes.get_errno())}')
+        if libc.fallocate(fd, 1, 0, 16384) == 0 or ctypes.get_errno() != errno.EOPNOTSUPP:
+            fail(f'fallocate KEEP_SIZE: {os.strerror(ctypes.get_errno())}, not EOPNOTSUPP')
+        if os.fstat(fd).st_size != 8192:
+            fail(f'size {os.fstat(fd).st_size} after fallocate to 8192')
+    finally:
+        os.close(fd)
+    with open(p, 'rb') as f:
+        if f.read() != b'ab' + bytes(8190):
+            fail('a page grown by fallocate reads back wrong')
+
+
+def unlinked_attrs(mnt):
+    """An unlinked page still open keeps working through its descriptor, as
+    on ext4: fchmod, futimens and fchown of a sealed one; writes, fstat's
+    size and ftruncate of one still being written."""
+    d = layer(mnt)
+    p = os.path.join(d, 'u1')
+    with open(p, 'wb') as f:
+        f.write(b'u' * 100)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.unlink(p)
+        os.fchmod(fd, 0o604)
+        os.utime(fd, ns=(T_PAST, T_PAST))
+        os.fchown(fd, 65534, 65534)
+        st = os.fstat(fd)
+        if (stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_uid) != (0o604, T_PAST, 65534):
+            fail(f'an unlinked sealed page shows {oct(st.st_mode)} {st.st_mtime_ns} '
+                 f'{st.st_uid} after fchmod, futimens, fchown')
+        if os.pread(fd, 200, 0) != b'u' * 100:
+            fail('an unlinked sealed page lost its bytes')
+    finally:
+        os.close(fd)
+    fd = os.open(os.path.join(d, 'u2'), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        os.write(fd, b'hello')
+        os.unlink(os.path.join(d, 'u2'))
+        os.write(fd, b'XX')
+        if os.fstat(fd).st_size != 7:
+            fail(f'an unlinked page being written shows size {os.fstat(fd).st_size}, not 7')
+        os.ftruncate(fd, 3)
+        os.fchmod(fd, 0o640)
+        st = os.fstat(fd)
+        if (st.st_size, stat.S_IMODE(st.st_mode)) != (3, 0o640):
+            fail(f'an unlinked page being written: size {st.st_size}, mode '
+                 f'{oct(st.st_mode)} after ftruncate 3 and fchmod 0640')
+        if os.pread(fd, 10, 0) != b'hel':
+            fail('an unlinked page being written reads back wrong bytes')
+    finally:
+        os.close(fd)
+    if set(os.listdir(d)) & {'u1', 'u2'}:
+        fail(f'unlinked pages came back: {sorted(os.listdir(d))}')
+
+
 def sealed_meta(mnt):
     """A sealed page's mode, owner and times change; its bytes do not."""
     p = os.path.join(layer(mnt), 's1')

@@ -2,7 +2,9 @@
 # POSIX semantics that ordinary tools rely on (semantics.py): a write that
 # can never succeed is refused at once without evicting anything, times and
 # modes set before the seal survive it and a remount, directory times follow
-# their entries, unlinked open pages have no links, sealed pages' metadata
+# their entries, writes and truncates move mtime and ctime, fallocate grows
+# a page being written, unlinked open
+# pages have no links and change through their descriptors, sealed pages' metadata
 # changes under the usual rules while their bytes stay immutable, set-id
 # bits and setgid directories behave as on ext4.
 . "$(dirname "$0")/lib.sh"
@@ -18,7 +20,8 @@ for o in dirty=abc evict_low=95,evict_high=90; do
 done
 chmod 755 "$T"    # uid 65534 reaches the mount (setid)
 mount_kvfs -o allow_other
-for step in wipe truncate_refused proportional times dirs nlink sealed_meta setid; do
+for step in wipe truncate_refused proportional times write_times fallocate dirs nlink \
+	    unlinked_attrs sealed_meta setid; do
 	$SEM $step "$MNT" || fail "$step"
 done
 umount_kvfs
