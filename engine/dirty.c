@@ -51,6 +51,7 @@ struct kvfs_dirty_uid {      /* a uid with pages in the budget */
 	uint64_t filling;    /* its page files being written, charged or about to be */
 	uint64_t sealed;     /* its page files sealed, until durable */
 	uint64_t fast;       /* fast-path pages' bytes, from their copy until durable */
+	uint64_t over;       /* of these, past its share (kvfs_dirty.over) */
 };
 
 void kvfs_dirty_init(struct kvfs *fs, uint64_t budget)
@@ -73,6 +74,16 @@ void kvfs_dirty_fini(struct kvfs *fs)
 	kvfs_uidtab_free(&d->uids);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->lock);
+}
+
+/* Would bytes more pass the budget? Every charge counts, but a uid's bytes
+ * past its share (the one page or chunk of any size it may write alone,
+ * already noted in over when its charge comes here) only up to the share.
+ * Counted whole, one uid's page of twice the budget held open made every
+ * other writer, root too, wait for the 2 s stall rule, one after another. */
+static bool over_budget(const struct kvfs_dirty *d, uint64_t bytes)
+{
+	return d->filling + d->draining + bytes > d->budget + d->over;
 }
 
 static void note_peak(struct kvfs_dirty *d)
@@ -130,7 +141,7 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 	pthread_mutex_lock(&d->lock);
 	if (d->drained_ns > since)
 		since = d->drained_ns;
-	while (d->filling + d->draining + bytes > d->budget) {
+	while (over_budget(d, bytes)) {
 		if (waits_for_itself(d, held))
 			break;
 		/* A stall: nothing was given back for DIRTY_STALL_NS since this
@@ -164,7 +175,7 @@ int kvfs_dirty_take(struct kvfs *fs, uint64_t bytes, uint64_t held)
 	}
 	if (waited)
 		d->waits++;
-	if (d->filling + d->draining + bytes > d->budget) {
+	if (over_budget(d, bytes)) {
 		if (d->overruns++ == 0)
 			kv_log(KV_LOG_WARN, "write-back budget of %llu bytes exceeded by pages "
 			       "still being written; raise -o dirty=SIZE above writers x page size",
@@ -191,10 +202,30 @@ static uint64_t less(uint64_t have, uint64_t bytes)
 	return have - (bytes < have ? bytes : have);
 }
 
-/* Drop u once nothing of it is counted and no one waits on it (d.lock). */
+/* Its pages that wait only for the disk: sealed page files, fast-path pages. */
+static uint64_t uid_pending(const struct kvfs_dirty_uid *u)
+{
+	return u->sealed + u->fast;
+}
+
+/* u's counts changed (d.lock): what of them is past its share, which the
+ * budget does not hold against other writers (over_budget()). Only a uid's
+ * one page or chunk let past its share alone gets there (past_share). */
+static void uid_note_over(struct kvfs_dirty *d, struct kvfs_dirty_uid *u)
+{
+	uint64_t mine = u->filling + uid_pending(u), share = d->budget / DIRTY_UID_SHARE;
+	uint64_t over = u->uid && mine > share ? mine - share : 0;
+
+	d->over = d->over - u->over + over;
+	u->over = over;
+}
+
+/* u's counts went down (d.lock): u is dropped once nothing of it is
+ * counted and no one waits on it; waiters look again. */
 static void uid_drop_idle(struct kvfs_dirty *d, struct kvfs_dirty_uid *u)
 {
-	if (!u->filling && !u->sealed && !u->fast && !u->waiters && !u->drain_waiters)
+	uid_note_over(d, u);
+	if (!u->filling && !uid_pending(u) && !u->waiters && !u->drain_waiters)
 		kvfs_uidtab_remove(&d->uids, u);
 	pthread_cond_broadcast(&d->cv);
 }
@@ -207,12 +238,6 @@ static void uid_forget_locked(struct kvfs_dirty *d, uint32_t uid, uint64_t bytes
 		return;
 	u->filling = less(u->filling, bytes);
 	uid_drop_idle(d, u);
-}
-
-/* Its pages that wait only for the disk: sealed page files, fast-path pages. */
-static uint64_t uid_pending(const struct kvfs_dirty_uid *u)
-{
-	return u->sealed + u->fast;
 }
 
 /* Past its share: the uid holds pages being written besides the caller's
@@ -366,6 +391,7 @@ int kvfs_dirty_take_uid(struct kvfs *fs, uint32_t uid, uint64_t bytes, uint64_t 
 		}
 	}
 	u->filling += bytes;   /* now: other writers of the uid see it */
+	uid_note_over(d, u);
 	pthread_mutex_unlock(&d->lock);
 	rc = kvfs_dirty_take(fs, bytes, held);
 	if (rc < 0)
@@ -433,8 +459,10 @@ int kvfs_dirty_fast_take(struct kvfs *fs, uint32_t uid, uint64_t bytes)
 			return rc;
 		}
 	}
-	if (u)
+	if (u) {
 		u->fast += bytes;
+		uid_note_over(d, u);
+	}
 	pthread_mutex_unlock(&d->lock);
 	return u ? 0 : -ENOMEM;
 }

@@ -19,7 +19,11 @@
 #              the fast path (batches of 32) for SECS while root writes
 #              4 KiB pages through the mount every 20 ms: root's latency;
 #              with MIXED=1, 4 of them write their pages through the mount,
-#              with MIXED=all, all 8 do; writes refused are counted.
+#              with MIXED=all, all 8 do; writes refused are counted;
+#              with BIG=file:M one of them writes a page of M MiB through
+#              the mount and holds it open, with BIG=fast:M two of them
+#              write pages of M MiB by the fast path, one a call (M < 36),
+#              and the rest stay idle.
 # KVFS_OPTS: more mount options (e.g. dirty=4M).
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
@@ -111,6 +115,28 @@ mem = mmap.mmap(fd, 40 * MB)
 rid, _ = abi.register(dfd, fd)
 end, n, pages, refused = time.monotonic() + secs, 0, 0, 0
 mixed = os.environ.get('MIXED')
+big = os.environ.get('BIG', '')
+if big:
+    how, size = big.split(':')[0], int(big.split(':')[1]) * MB
+    if how == 'file' and k == 0:       # one page, held open to the end
+        with open(f'{model}/1/big', 'wb') as f:
+            for _ in range(size // MB):
+                f.write(bytes(MB))
+            time.sleep(max(0, end - time.monotonic()))
+        print(1, 0)
+    elif how == 'fast' and k < 2:
+        while time.monotonic() < end:
+            d = abi.Desc(0, b'big%d-%d' % (k, n), dst_off=4 * MB, dst_len=size)
+            abi.place(mem, [d], 0, MB)
+            try:
+                pages += abi.batch(dfd, abi.WRITE, rid, 0, 1)['done']
+            except OSError:
+                refused += 1
+            n += 1
+        print(pages, refused)
+    else:
+        print(0, 0)
+    sys.exit(0)
 if (mixed == '1' and k >= 4) or mixed == 'all':     # through the mount
     while time.monotonic() < end:
         try:
@@ -156,7 +182,8 @@ while time.monotonic() < end:
 outs = [(p.communicate()[0] or '0 0').split() for p in procs]
 pages, refused = sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs)
 lat.sort()
-print(f'uid 65534 wrote {pages} pages of 1 MiB in {secs:.0f} s ({pages / secs:.0f} MiB/s), '
+mib = int(os.environ['BIG'].split(':')[1]) if os.environ.get('BIG') else 1
+print(f'uid 65534 wrote {pages} pages of {mib} MiB in {secs:.0f} s ({pages * mib / secs:.0f} MiB/s), '
       f'{refused} refused; '
       f'root: {len(lat)} writes of 4 KiB, p50 {lat[len(lat) // 2] * 1000:.1f} ms, '
       f'p99 {lat[len(lat) * 99 // 100] * 1000:.1f} ms, max {lat[-1] * 1000:.0f} ms')

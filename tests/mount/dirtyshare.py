@@ -173,6 +173,46 @@ def nobody_side(w):
     say(w, 'done')
 
 
+def past_share_alone():
+    """A uid's one page of any size, alone, past its share: root's writes
+    do not wait for it (it counts against them up to the share only).
+    Before, a uid 65534 page of twice the budget held open made each of
+    root's writes wait for the 2 s stall rule and pass as an overrun."""
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.close(go_w)
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        path = os.path.join(L0, 'huge')
+        fd = write_page(path, 2 * BUDGET, keep=True)
+        os.write(w, b'held\n')
+        os.read(go_r, 1)
+        os.close(fd)
+        os.unlink(path)
+        os._exit(0)
+    os.close(w)
+    os.close(go_r)
+    if os.read(r, 5) != b'held\n':
+        fail('uid %d did not get to hold a page of twice the budget' % NOBODY)
+    before = stats()
+    for k in range(4):
+        write_page(os.path.join(L1, 'beside%d' % k), 65536)
+    after = stats()
+    os.write(go_w, b'g')
+    _, status = os.waitpid(pid, 0)
+    if status:
+        fail('uid %d holding a page past its share exited %d' % (NOBODY, status))
+    if (after['dirty_waits'], after['dirty_overruns']) != \
+       (before['dirty_waits'], before['dirty_overruns']):
+        fail('root waited beside a page of uid %d past its share: waits %d -> %d, '
+             'overruns %d -> %d' % (NOBODY, before['dirty_waits'], after['dirty_waits'],
+                                    before['dirty_overruns'], after['dirty_overruns']))
+
+
 def main():
     pid, r = as_nobody()
     lines = os.fdopen(r)
@@ -214,6 +254,7 @@ def main():
     if peak > BUDGET or stats()['dirty_peak'] > BUDGET + 6 * MIB:
         fail('write-back peak %d (sampled %d) past the budget %d'
              % (stats()['dirty_peak'], peak, BUDGET))
+    past_share_alone()
     # Root is trusted with the whole budget: six 1 MiB pages open at once.
     fds = [write_page(os.path.join(L1, 'rhold%d' % k), MIB, keep=True) for k in range(6)]
     for fd in fds:

@@ -448,6 +448,42 @@ static void a_uids_sealed_pages_count_until_durable(void **state)
 	assert_int_equal(efix_close(f), 0);
 }
 
+/* A uid's one page past its share (a page of any size may be written
+ * alone) counts only up to the share: root and another uid get the other
+ * half at once, without a wait or an overrun, and a charge past that
+ * waits as before. (A uid's page of twice the budget, held open, made
+ * every root write wait for the 2 s stall rule, one after another.) */
+static void a_page_past_the_share_holds_only_the_share(void **state)
+{
+	struct efix *f = *state;
+	struct kvfs *fs = open_budget(f);
+	struct taker t = { .fs = fs, .bytes = PAGE };
+	pthread_t th;
+	uint64_t fl, dr;
+
+	assert_int_equal(kvfs_dirty_take_uid(fs, 1000, 2 * BUDGET, 0), 0);   /* alone */
+	assert_int_equal(kvfs_dirty_take(fs, PAGE, 0), 0);                   /* root */
+	assert_int_equal(kvfs_dirty_take_uid(fs, 2000, PAGE, 0), 0);         /* another */
+	assert_int_equal(fs->dirty.waits, 0);
+	assert_int_equal(fs->dirty.overruns, 0);
+	assert_int_equal(pthread_create(&th, NULL, take_thread, &t), 0);      /* root again */
+	efix_sleep_ms(300);
+	assert_false(atomic_load(&t.done));             /* the budget's other half is full */
+	kvfs_dirty_uid_done(fs, 2000, PAGE);
+	kvfs_dirty_give(fs, PAGE, false);
+	assert_true(wait_done(&t, 5000));
+	pthread_join(th, NULL);
+	assert_int_equal(t.rc, 0);
+	kvfs_dirty_uid_done(fs, 1000, 2 * BUDGET);
+	kvfs_dirty_give(fs, 2 * BUDGET + 2 * PAGE, false);
+	assert_int_equal(charged(fs, &fl, &dr), 0);
+	pthread_mutex_lock(&fs->dirty.lock);
+	assert_int_equal(fs->dirty.over, 0);
+	assert_int_equal(fs->dirty.uids.n, 0);
+	pthread_mutex_unlock(&fs->dirty.lock);
+	assert_int_equal(efix_close(f), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -465,6 +501,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_uids_fast_pages_hold_half_the_budget, efix_setup,
 						efix_teardown),
 		cmocka_unit_test_setup_teardown(a_uids_sealed_pages_count_until_durable,
+						efix_setup, efix_teardown),
+		cmocka_unit_test_setup_teardown(a_page_past_the_share_holds_only_the_share,
 						efix_setup, efix_teardown),
 		cmocka_unit_test_setup_teardown(sixteen_writers_on_four_pages, efix_setup,
 						efix_teardown),
