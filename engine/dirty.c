@@ -265,7 +265,7 @@ static bool past_share(struct kvfs *fs, const struct kvfs_dirty_uid *u, uint64_t
  * many of its writers do (as for the whole budget), and never fails but
  * as the budget does when nothing drains at all. Without this a uid whose
  * writes outrun the disk held the whole budget with its sealed pages, and
- * root's 4 KiB writes waited behind them (p99 35-58 ms at -o dirty=4M). */
+ * root's 4 KiB writes waited behind them (p99 41-61 ms at -o dirty=4M). */
 static bool past_share_draining(const struct kvfs *fs, const struct kvfs_dirty_uid *u,
 				uint64_t bytes, uint64_t held)
 {
