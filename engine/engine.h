@@ -25,6 +25,7 @@ struct kvfs_opts {
 	uint64_t read_hold;       /* page bytes one uid's open files keep loaded */
 	unsigned open_share;      /* % of the capacity one uid's open files may
 	                           * hold against eviction (100: no limit) */
+	uint64_t dir_share;       /* directories one uid but root may own (0: any) */
 	uint64_t capacity;        /* physical byte budget; 0: the store's (mkfs) */
 	bool authoritative;       /* a full store refuses writes (ENOSPC) instead
 	                           * of evicting least recently used pages */
@@ -55,6 +56,7 @@ struct kvfs_opts {
 /* Percent of the capacity one uid's open page files may keep from being
  * evicted; past it, open fails with EMFILE (engine/openshare.c). */
 #define KVFS_OPEN_SHARE_DEFAULT 25u
+#define KVFS_DIR_SHARE_DEFAULT 200000u
 #define KVFS_EVICT_HIGH_DEFAULT 95u
 #define KVFS_EVICT_LOW_DEFAULT 90u
 #define KVFS_EVENTS_RING_DEFAULT 16384u

@@ -294,6 +294,7 @@ struct kvfs {
 	uint64_t reserved_bytes;      /* space held by pages being written (ns_lock) */
 	struct kvfs_uidtab uid_opens;  /* what each uid's open files take (ns_lock,
 	                                * engine/openshare.c) */
+	struct kvfs_uidtab uid_dirs;   /* directories each uid owns (engine/dirshare.c) */
 
 	uint32_t mount_gen;           /* this mount's count (fast-path handles) */
 	struct kvfs_pins pins;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvfs_i.h"
+#include "dirshare.h"
 #include "pagecharge.h"
 
 /* Lines about requests any user may repeat at will (a bad layer name, a
@@ -101,7 +102,7 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 		      struct kv_node_info *n)
 {
 	int64_t now = kvfs_now_ns();
-	uint32_t old_mode;
+	uint32_t old_mode, old_uid;
 	bool page;
 	int rc;
 
@@ -117,6 +118,12 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 		if (n->state != KV_PAGE_WRITING)
 			return -EPERM;
 		rc = kvfs_page_truncate(fs, ino, c->size);
+		/* Refused: as for a refused write, the writer asked for a page
+		 * this size and did not get it, so it is never stored. Not for
+		 * ENOSPC in cache mode, where a write would have waited for
+		 * the evictor: this one did not, and the next write still may. */
+		if (rc < 0 && rc != -EPERM && (rc != -ENOSPC || fs->opts.authoritative))
+			kvfs_page_doom_locked(fs, ino, rc);
 		if (rc < 0)
 			return rc;
 		n->size = c->size;
@@ -126,6 +133,7 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 			n->attr.mtime_ns = now;
 	}
 	old_mode = n->attr.mode;
+	old_uid = n->attr.uid;
 	if (c->valid & KVFS_ATTR_MODE) {
 		n->attr.mode = c->mode & 07777;
 		if (page && pin_refused(n, old_mode, c->caller))
@@ -148,6 +156,8 @@ static int do_setattr(struct kvfs *fs, uint64_t ino, const struct kvfs_attr_chan
 	if (rc != 0)
 		return rc < 0 ? rc : 0;   /* unlinked: no row to change */
 	queue_change(fs, n, NULL);
+	if (!page && n->kind != KV_KIND_ROOT)   /* chown moves it between shares */
+		kvfs_dir_share_move(fs, old_uid, n->attr.uid);
 	/* The sticky bit is the pin (user.kvfs.pinned): chmod +t pins. */
 	if (page && n->state != KV_PAGE_WRITING && (old_mode ^ n->attr.mode) & S_ISVTX)
 		kvfs_ram_protect(fs, n->extent_id, kvfs_pinned(n->attr.mode));
@@ -233,12 +243,17 @@ static int do_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t
 		return p.kind == KV_KIND_PAGE ? -ENOTDIR : -EPERM;
 	}
 	kvfs_ns_node_init(fs, n, &p, name, mode & 07777, uid, gid);
+	rc = kvfs_dir_share_take(fs, n->attr.uid);
+	if (rc < 0)
+		return rc;
 	rc = kv_index_add(fs->idx, n);
-	if (rc == 0) {
-		kvfs_commit_put_dir(fs, n);
-		kvfs_dir_changed(fs, parent);
+	if (rc < 0) {
+		kvfs_dir_share_give(fs, n->attr.uid);
+		return rc;
 	}
-	return rc;
+	kvfs_commit_put_dir(fs, n);
+	kvfs_dir_changed(fs, parent);
+	return 0;
 }
 
 int kvfs_ns_mkdir(struct kvfs *fs, uint64_t parent, const char *name, uint32_t mode,
@@ -271,6 +286,7 @@ static int do_rmdir(struct kvfs *fs, uint64_t parent, const char *name)
 	if (rc == 0) {
 		kvfs_commit_del_dir(fs, &n);
 		kvfs_dir_changed(fs, parent);
+		kvfs_dir_share_give(fs, n.attr.uid);
 	}
 	return rc;
 }
@@ -535,8 +551,10 @@ static int drop_target(struct kvfs *fs, const struct kv_node_info *n,
 	if (d->nchildren)
 		return -ENOTEMPTY;
 	rc = kv_index_remove(fs->idx, d->ino);
-	if (rc == 0)
+	if (rc == 0) {
 		kvfs_commit_del_dir(fs, d);
+		kvfs_dir_share_give(fs, d->attr.uid);
+	}
 	return rc;
 }
 

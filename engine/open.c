@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvfs_i.h"
+#include "dirshare.h"
 #include "openshare.h"
 
 void kvfs_opts_default(struct kvfs_opts *o)
@@ -29,6 +30,7 @@ void kvfs_opts_default(struct kvfs_opts *o)
 	o->ram_cache = KVFS_RAM_CACHE_DEFAULT;
 	o->read_hold = KVFS_READ_HOLD_DEFAULT;
 	o->open_share = KVFS_OPEN_SHARE_DEFAULT;
+	o->dir_share = KVFS_DIR_SHARE_DEFAULT;
 	o->evict_high = KVFS_EVICT_HIGH_DEFAULT;
 	o->evict_low = KVFS_EVICT_LOW_DEFAULT;
 	o->events_ring = KVFS_EVENTS_RING_DEFAULT;
@@ -502,6 +504,7 @@ static void fs_free(struct kvfs *fs)
 	pthread_mutex_destroy(&fs->ns_lock);
 	pthread_cond_destroy(&fs->seal_cv);
 	kvfs_uidtab_free(&fs->uid_opens);
+	kvfs_dir_share_free(fs);
 	kvfs_dirty_fini(fs);
 	kvfs_dedup_fini(fs);
 	kvfs_ram_fini(fs);
@@ -593,6 +596,8 @@ int kvfs_open(const char *dir, const struct kvfs_opts *o, struct kvfs **out)
 	if (rc == 0 && background)
 		rc = kvfs_load_start(fs, kvfs_recover_space, kvfs_manifest_damaged,
 				     fs->opts.index_pages ? kvfs_unload_loop : NULL);
+	if (rc == 0)     /* every directory is in the index by now */
+		rc = kvfs_dir_share_count(fs);
 	if (rc < 0)
 		goto fail;
 	*out = fs;

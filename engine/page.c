@@ -415,6 +415,8 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 
 	if (!l || !l->writing || !l->wbuf)
 		return -EPERM;
+	if (l->write_err)
+		return l->write_err;   /* doomed: nothing of it will be stored */
 	rc = kvfs_node_get_locked(fs, ino, &n);
 	if (rc == 0)
 		rc = kvfs_page_limit(fs, n.parent, &limit, &exact);
@@ -431,19 +433,8 @@ int kvfs_page_truncate(struct kvfs *fs, uint64_t ino, uint64_t size)
 		rc = kvfs_page_reserve(fs, l, size, false);
 	if (rc == 0)
 		rc = kvfs_data_reserve(l->wbuf, size);
-	if (rc < 0) {
-		/* As for a refused write: the writer asked for a page this
-		 * size and did not get it, so it is never sealed (its close
-		 * returns the error), whatever it writes next; its bytes leave
-		 * its uid's share now. Not for ENOSPC in cache mode, where a
-		 * write would have waited for the evictor: this one did not,
-		 * and the writer's next write still may. */
-		if (rc != -ENOSPC || fs->opts.authoritative) {
-			l->write_err = rc;
-			kvfs_dirty_uid_release_live(fs, l);
-		}
-		return rc;
-	}
+	if (rc < 0)
+		return rc;     /* the caller dooms the page (kvfs_page_doom_locked) */
 	if (size > l->wbuf->size)    /* what it grows by reads as zeros */
 		memset(l->wbuf->bytes + l->wbuf->size, 0, size - l->wbuf->size);
 	l->wbuf->size = size;

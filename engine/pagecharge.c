@@ -84,20 +84,40 @@ void kvfs_page_charge_settle(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64
 		kvfs_page_charge_give(fs, uid, charge);
 }
 
-/* A write (or growth) refused before it is made leaves the page without its bytes:
- * as there, it must never be sealed, whatever the writer does next. */
+/*
+ * A page with a refused write or growth will never be stored: its bytes
+ * leave RAM, the write-back budget and its uid's share now, not at its
+ * close. Its share alone was given back before, and its bytes stayed
+ * charged to the budget, in no one's share, for as long as the writer
+ * kept the file open: one uid dooming 64 MiB pages one after another
+ * grew the daemon 64 MiB a 2 s stall, past any share, and every root
+ * write waited the 2 s (abuse pass). Without memory for an empty buffer
+ * the bytes stay, charged, until the close.
+ */
+void kvfs_page_doom_locked(struct kvfs *fs, uint64_t ino, int rc)
+{
+	struct kvfs_live *l = kvfs_live_find(fs, ino);
+	struct kvfs_data *empty;
+
+	if (!l || !l->writing || !l->wbuf)
+		return;
+	if (!l->write_err)
+		l->write_err = rc;
+	empty = kvfs_data_new(0);
+	if (!empty) {
+		kvfs_dirty_uid_release_live(fs, l);   /* the uid's other pages go on */
+		return;
+	}
+	kvfs_data_put(l->wbuf);
+	l->wbuf = empty;
+	kvfs_page_unreserve(fs, l);
+	kvfs_dirty_give_live(fs, l);
+}
+
 int kvfs_page_doom(struct kvfs *fs, uint64_t ino, int rc)
 {
-	struct kvfs_live *l;
-
 	pthread_mutex_lock(&fs->ns_lock);
-	l = kvfs_live_find(fs, ino);
-	if (l && l->writing && !l->write_err)
-		l->write_err = rc;
-	/* It will never be sealed: its bytes leave its uid's share now, so
-	 * the uid's other pages may go on (they may wait for exactly that). */
-	if (l)
-		kvfs_dirty_uid_release_live(fs, l);
+	kvfs_page_doom_locked(fs, ino, rc);
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;
 }

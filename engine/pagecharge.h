@@ -30,10 +30,13 @@ int kvfs_page_charge_growth(struct kvfs *fs, uint64_t ino, uint64_t end, uint64_
 			    uint32_t *uid);
 void kvfs_page_charge_settle(struct kvfs *fs, uint64_t ino, uint32_t uid, uint64_t charge,
 			     bool grown);
-/* A page being written whose growth was refused before it could be made
- * (no write-back room: EDQUOT, or ENOSPC/EIO when nothing drains) is
- * never sealed, whatever its writer does next, and its bytes leave the
- * uid's share now (takes ns_lock). Returns rc. */
+/* A page being written whose write or growth was refused (a size past
+ * its limit, no write-back room: EDQUOT, or ENOSPC/EIO when nothing
+ * drains) is never sealed, whatever its writer does next: later writes,
+ * truncates, reads and its close get rc, and its bytes leave RAM, the
+ * budget and the uid's share now. kvfs_page_doom takes ns_lock and
+ * returns rc; the _locked form is for callers holding it. */
 int kvfs_page_doom(struct kvfs *fs, uint64_t ino, int rc);
+void kvfs_page_doom_locked(struct kvfs *fs, uint64_t ino, int rc);
 
 #endif

@@ -341,6 +341,10 @@ static int read_own_write(struct kvfs *fs, struct kvfs_file *f, uint64_t off,
 
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, f->ino);
+	if (l && l->writing && l->write_err) {     /* doomed: its bytes are gone */
+		pthread_mutex_unlock(&fs->ns_lock);
+		return l->write_err;
+	}
 	if (l && l->wbuf && off < l->wbuf->size) {
 		n = l->wbuf->size - off < size ? l->wbuf->size - off : size;
 		copy = kvfs_data_new(n);
@@ -430,7 +434,7 @@ static int write_target(struct kvfs *fs, struct kvfs_file *fh, uint64_t end,
 	if (rc < 0) {
 		/* A page missing a refused write is a truncated page: it must
 		 * never be sealed, whatever the writer does next. */
-		l->write_err = rc;
+		kvfs_page_doom_locked(fs, fh->ino, rc);
 		return rc;
 	}
 	l->flushed_ns = 0;
@@ -467,7 +471,7 @@ static int write_possible(struct kvfs *fs, struct kvfs_file *fh, uint64_t end)
 		       : "the store's whole capacity",
 		       (unsigned long long)(end > limit ? limit : cap));
 		rc = -EFBIG;
-		l->write_err = rc;
+		kvfs_page_doom_locked(fs, fh->ino, rc);
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
 	return rc;

@@ -133,6 +133,9 @@ static void mount_usage(FILE *f)
 		"                     mode (root: no limit); past it open and create\n"
 		"                     fail with EMFILE, writes with EDQUOT (default\n"
 		"                     25, 100 = no limit)\n"
+		"  -o dir_share=N     most directories (models and layers) one uid\n"
+		"                     other than root may own; past it mkdir fails\n"
+		"                     with EDQUOT (default 200000, 0 = no limit)\n"
 		"  -o index_pages=N   most pages the index keeps in RAM (a plain number;\n"
 		"                     default 0: all); layers beyond it, the least\n"
 		"                     recently changed, stay in the manifest until\n"
@@ -258,6 +261,11 @@ static int kvfs_option(struct mount_cfg *c, const char *opt)
 		c->opts.events_ring = (unsigned)n;
 		return *end || !*v || n == 0 || n > KVFS_EVENTS_RING_MAX ? -EINVAL : 1;
 	}
+	if (!strncmp(opt, "dir_share=", 10)) {
+		errno = 0;
+		c->opts.dir_share = strtoull(v, &end, 10);
+		return *end || !*v || *v == '-' || errno ? -EINVAL : 1;
+	}
 	if (!strncmp(opt, "index_pages=", 12)) {
 		errno = 0;
 		c->opts.index_pages = strtoull(v, &end, 10);
@@ -288,6 +296,8 @@ static const char *option_rule(const char *opt)
 	if (!strncmp(opt, "evict_high=", 11) || !strncmp(opt, "evict_low=", 10) ||
 	    !strncmp(opt, "open_share=", 11))
 		return "a percentage, 1 to 100";
+	if (!strncmp(opt, "dir_share=", 10) || !strncmp(opt, "index_pages=", 12))
+		return "a plain number (0: no limit)";
 	return "see kvfs mount --help";
 }
 

@@ -23,7 +23,8 @@
 #              with BIG=file:M one of them writes a page of M MiB through
 #              the mount and holds it open, with BIG=fast:M two of them
 #              write pages of M MiB by the fast path, one a call (M < 36),
-#              and the rest stay idle.
+#              with BIG=doom:M one grows 16 pages to M MiB by ftruncate
+#              and has each refused (EFBIG) held open; the rest stay idle.
 # KVFS_OPTS: more mount options (e.g. dirty=4M).
 # usage: tools/bench_create.sh KVFS_BINARY DIR rate [N] [CAP]   (20000, 1G)
 #        tools/bench_create.sh KVFS_BINARY DIR flood [SECS] [CAP] (20, 64M)
@@ -124,6 +125,19 @@ if big:
                 f.write(bytes(MB))
             time.sleep(max(0, end - time.monotonic()))
         print(1, 0)
+    elif how == 'doom' and k == 0:     # pages grown, then refused, held open
+        fds = []
+        while time.monotonic() < end and len(fds) < 16:
+            fd = os.open(f'{model}/1/doom{n}', os.O_CREAT | os.O_WRONLY, 0o644)
+            fds.append(fd)
+            n += 1
+            try:
+                os.ftruncate(fd, size)
+                os.ftruncate(fd, 1 << 40)
+            except OSError:
+                refused += 1
+        time.sleep(max(0, end - time.monotonic()))
+        print(len(fds), refused)
     elif how == 'fast' and k < 2:
         while time.monotonic() < end:
             d = abi.Desc(0, b'big%d-%d' % (k, n), dst_off=4 * MB, dst_len=size)

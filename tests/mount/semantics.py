@@ -78,23 +78,42 @@ def wipe(mnt):
                 fail(f'p{i:02d} changed')
 
 
+def dirty_bytes(mnt):
+    raw = os.getxattr(mnt, 'user.kvfs.stats').decode()
+    return int(dict(line.split() for line in raw.splitlines())['dirty_bytes'])
+
+
 def truncate_refused(mnt):
     """An ftruncate past max_page is refused as a write there is: the page
-    is never stored, later writes get the error and so does the close."""
-    fd = os.open(os.path.join(layer(mnt), 'tr'), os.O_CREAT | os.O_WRONLY, 0o644)
-    os.write(fd, b'a' * 1000)
+    is never stored, later writes, truncates and reads get the error and
+    so does the close; and its bytes leave the write-back budget at once,
+    not at the close (held open, they once stayed charged to no one)."""
+    fd = os.open(os.path.join(layer(mnt), 'tr'), os.O_CREAT | os.O_RDWR, 0o644)
+    os.write(fd, b'a' * (3 << 20))
+    for _ in range(100):              # the earlier steps' pages drain
+        if dirty_bytes(mnt) <= 3 << 20:
+            break
+        time.sleep(0.05)
+    if dirty_bytes(mnt) != 3 << 20:
+        fail(f'dirty_bytes {dirty_bytes(mnt)} with one 3 MiB page being written')
     try:
         os.ftruncate(fd, 100 << 20)
         fail('ftruncate to 100 MiB (past max_page) succeeded')
     except OSError as e:
         if e.errno != errno.EFBIG:
             fail(f'ftruncate past max_page: {errno.errorcode.get(e.errno)}, want EFBIG')
-    try:
-        os.write(fd, b'b' * 10)
-        fail('a write after a refused ftruncate succeeded')
-    except OSError as e:
-        if e.errno != errno.EFBIG:
-            fail(f'write after a refused ftruncate: {errno.errorcode.get(e.errno)}, want EFBIG')
+    if dirty_bytes(mnt) != 0:
+        fail(f'dirty_bytes {dirty_bytes(mnt)} after the page was doomed, still open')
+    for what, call in (('write', lambda: os.write(fd, b'b' * 10)),
+                       ('ftruncate down', lambda: os.ftruncate(fd, 10)),
+                       ('read', lambda: os.pread(fd, 10, 0))):
+        try:
+            call()
+            fail(f'a {what} after a refused ftruncate succeeded')
+        except OSError as e:
+            if e.errno != errno.EFBIG:
+                fail(f'{what} after a refused ftruncate: {errno.errorcode.get(e.errno)}, '
+                     f'want EFBIG')
     try:
         os.close(fd)
         fail('the close of a page whose ftruncate was refused returned 0')
