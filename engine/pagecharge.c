@@ -63,7 +63,8 @@ int kvfs_page_charge_growth(struct kvfs *fs, uint64_t ino, uint64_t end, uint64_
 	*charge = 0;
 	pthread_mutex_lock(&fs->ns_lock);
 	l = kvfs_live_find(fs, ino);
-	if (l && l->writing && l->wbuf && kvfs_node_get_locked(fs, ino, &n) == 0 &&
+	if (l && l->writing && l->wbuf && !l->write_err &&    /* doomed: no charge */
+	    kvfs_node_get_locked(fs, ino, &n) == 0 &&
 	    kvfs_page_limit(fs, n.parent, &limit, &exact) == 0 && end <= limit) {
 		held = l->dirty;
 		*uid = l->writer_uid;

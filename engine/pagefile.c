@@ -412,6 +412,8 @@ static int write_target(struct kvfs *fs, struct kvfs_file *fh, uint64_t end,
 
 	if (fh->sealed || !l || !l->writing || !l->wbuf)
 		return -EPERM;
+	if (l->write_err)
+		return l->write_err;   /* doomed since write_possible looked */
 	rc = kvfs_node_get_locked(fs, fh->ino, n);
 	if (rc == 0)
 		rc = kvfs_page_limit(fs, n->parent, &limit, &exact);
@@ -518,7 +520,8 @@ int kvfs_file_write(struct kvfs *fs, struct kvfs_file *fh, const void *buf, size
 		return rc;
 	}
 	/* The kernel serialises writes, truncates and the final release of one
-	 * inode, and the buffer only moves under ns_lock (above), so the bytes
+	 * inode (async direct I/O, which would not, is off: fuse/ops.c
+	 * op_init), and the buffer only moves under ns_lock (above), so the bytes
 	 * are ours to fill without holding it; so is size, which only this
 	 * writer changes. Bytes past size are undefined (kvfs_data): a hole
 	 * the write leaves before off must read as zeros. */

@@ -127,6 +127,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* Pages are written through the daemon so they can be sealed on close;
 	 * a kernel write-back cache would hold bytes we never saw. */
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	/* One request at a time per page: with async direct I/O the kernel
+	 * splits one large AIO O_DIRECT write into WRITE requests it sends
+	 * together, and a page's writer (engine/pagefile.c) copies into its
+	 * buffer outside ns_lock, trusting the kernel to serialise writes to
+	 * an inode: two at once could grow (move) or doom (free) the buffer
+	 * under the other's copy. */
+	conn->want &= ~FUSE_CAP_ASYNC_DIO;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	/* The fast path's ioctls are issued on model directories. */
